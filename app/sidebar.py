@@ -1,0 +1,21 @@
+"""The sidebar every page shares: device and dtype choice, and what the device has in memory."""
+import streamlit as st
+
+from models import loading
+
+
+def render() -> None:
+    devices = loading.available_devices()
+    with st.sidebar:
+        st.caption("Compute")
+        device = st.selectbox("Device", devices, key="device", help="CUDA when present, else Apple MPS, else CPU.")
+        dtypes = loading.available_dtypes(device)
+        st.selectbox("Precision", dtypes, key="dtype", help="Half precision is offered on GPUs only.")
+        st.caption(loading.describe_device(device))
+
+
+def device_choice() -> tuple[str, str]:
+    """(device, dtype) picked in the sidebar, with safe defaults before the sidebar has rendered."""
+    device = st.session_state.get("device") or loading.available_devices()[0]
+    dtype = st.session_state.get("dtype") or loading.available_dtypes(device)[0]
+    return device, dtype

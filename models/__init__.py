@@ -1,0 +1,1 @@
+"""Loading, running and capturing attention of transformer models. Never imports Streamlit."""

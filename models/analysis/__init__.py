@@ -1,0 +1,1 @@
+"""Pure math on results: rollout, attention distance, entropy, alignment error, routing statistics."""

@@ -1,0 +1,197 @@
+"""Attention capture for transformers models that is proven, thread-safe and memory-aware.
+
+transformers (v5) models call one attention function chosen by name through ``AttentionInterface``. We register our
+own, ``"capture"``, which hands the work to transformers' SDPA function (so the model keeps its fast path and its
+outputs are bit-for-bit those of ``attn_implementation="sdpa"``) and, while a ``recording`` is active in the calling
+thread, keeps each layer's post-projection, post-RoPE queries and keys plus the mask exactly as SDPA will apply it.
+Weights are recomputed per layer on demand (``results.RecomputedAttention``): softmax(q kᵀ · scaling + mask).
+
+Why not ``output_attentions=True``: under SDPA/flash kernels the weights are silently ``None``, and holding every
+layer's ``(heads, N, N)`` at once is what makes long inputs impossible (2.4 GB at N = 2048 for GPT-2 small).
+
+Thread safety: the active recorder lives in a ``ContextVar``, i.e. per thread; nothing is stored on a shared module
+and no hooks are installed, so two sessions running one cached model never see each other's tensors.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from dataclasses import dataclass, field
+
+import torch
+
+ATTENTION_NAME = "capture"
+CAPTURE_DESCRIPTION = "AttentionInterface 'capture' (SDPA forward; weights recomputed from the layer's q, k and mask)"
+CROSS_ATTENTION_NAMES = ("encoder_attn", "crossattention", "EncDecAttention", "cross_attn")
+
+_ACTIVE: contextvars.ContextVar["Recorder | None"] = contextvars.ContextVar("attention_recorder", default=None)
+_registered = False
+
+
+def register() -> None:
+    """Register the capture attention function and its mask function (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION_NAME, capture_attention_forward)
+    # Without a registered mask function transformers builds *no* mask for an unknown implementation name; SDPA's
+    # own masks (boolean, True = attend; None + is_causal for plain causal) are what our forward hands to SDPA.
+    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+    _registered = True
+
+
+def capture_attention_forward(module, query, key, value, attention_mask, **kwargs):
+    """The attention function models call: SDPA for the output, and a record of q, k, mask when recording."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    recorder = _ACTIVE.get()
+    if recorder is not None:
+        recorder.record(module, query, key, attention_mask, kwargs)
+    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+@dataclass
+class LayerRecord:
+    """One attention call: ``query (B, H, q, d)``, ``key (B, H_kv, k, d)`` on CPU float32, and its mask."""
+
+    name: str
+    query: torch.Tensor
+    key: torch.Tensor
+    scaling: float
+    allowed: torch.Tensor  # bool (B or 1, q, k), True = the key is visible
+    bias: torch.Tensor | None  # additive (B or 1, H or 1, q, k) or None
+
+
+@dataclass
+class Recorder:
+    """Per-call state: which module is which layer, and what each layer saw."""
+
+    module_names: dict[int, str]
+    encoder_decoder: bool = False  # only then do "encoder." / "decoder." names mean different kinds
+    records: dict[str, list[LayerRecord]] = field(default_factory=dict)
+    _mask_cache: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def kind_of(self, module, name: str) -> str:
+        if getattr(module, "is_cross_attention", False) or any(part in name for part in CROSS_ATTENTION_NAMES):
+            return "cross"
+        if not self.encoder_decoder:
+            return "self"
+        if name.startswith("encoder.") or ".encoder." in name:
+            return "encoder"
+        if name.startswith("decoder.") or ".decoder." in name:
+            return "decoder"
+        return "self"
+
+    def record(self, module, query, key, attention_mask, kwargs) -> None:
+        name = self.module_names.get(id(module), f"<unnamed {type(module).__name__}>")
+        kind = self.kind_of(module, name)
+        q_len, k_len = query.shape[2], key.shape[2]
+        scaling = kwargs.get("scaling")
+        scaling = float(scaling) if scaling is not None else 1.0 / float(query.shape[-1]) ** 0.5
+        allowed, bias = self._mask(module, attention_mask, kwargs, q_len, k_len)
+        position_bias = kwargs.get("position_bias")
+        if position_bias is not None:  # T5-style relative bias, added to the scores by SDPA
+            position_bias = position_bias[..., -k_len:].detach().to("cpu", torch.float32)
+            bias = position_bias if bias is None else bias + position_bias
+        self.records.setdefault(kind, []).append(LayerRecord(
+            name, query.detach().to("cpu", torch.float32), key.detach().to("cpu", torch.float32), scaling, allowed,
+            bias))
+
+    def _mask(self, module, attention_mask, kwargs, q_len: int, k_len: int):
+        """The mask exactly as ``sdpa_attention_forward`` applies it, as (allowed bool, additive bias or None)."""
+        if attention_mask is None:
+            is_causal = kwargs.get("is_causal")
+            is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+            if q_len > 1 and is_causal:
+                # SDPA's is_causal aligns top-left: query i sees keys 0..i (keys past q_len are cropped by SDPA)
+                key_index = torch.arange(k_len)
+                allowed = (key_index[None, :] <= torch.arange(q_len)[:, None]) & (key_index[None, :] < q_len)
+            else:
+                allowed = torch.ones(q_len, k_len, dtype=torch.bool)
+            return allowed[None], None
+        cached = self._mask_cache.get(id(attention_mask))
+        if cached is not None:
+            return cached
+        mask = attention_mask.detach().to("cpu")[..., -k_len:]
+        if mask.dtype == torch.bool:
+            result = (mask[:, 0] if mask.ndim == 4 else mask, None)
+        else:  # additive float mask: very negative = blocked, anything else a bias SDPA adds
+            blocked = mask <= torch.finfo(mask.dtype).min / 2
+            bias = torch.where(blocked, torch.zeros((), dtype=mask.dtype), mask).to(torch.float32)
+            allowed = ~blocked
+            result = (allowed[:, 0] if allowed.ndim == 4 else allowed, bias if bias.abs().max() > 0 else None)
+        self._mask_cache[id(attention_mask)] = result
+        return result
+
+    # --- turning records into results ---------------------------------------------------------------------------
+
+    def kinds(self) -> list[str]:
+        return list(self.records)
+
+    def attention_maps(self, kind: str, batch_index: int = 0, query_positions=None, key_positions=None,
+                       query_tokens: list[str] | None = None, key_tokens: list[str] | None = None):
+        """``RecomputedAttention`` for one item of the batch, restricted to the given positions (e.g. no padding).
+
+        ``query_positions``/``key_positions``: index arrays into the sequence (default: all).
+        """
+        from models.results import RecomputedAttention
+
+        if kind not in self.records:
+            raise ValueError(f"no {kind!r} attention was recorded (recorded: {', '.join(self.records) or 'none'})")
+        layers = self.records[kind]
+        q_len, k_len = layers[0].query.shape[2], layers[0].key.shape[2]
+        q_pos = torch.arange(q_len) if query_positions is None else torch.as_tensor(query_positions)
+        k_pos = torch.arange(k_len) if key_positions is None else torch.as_tensor(key_positions)
+        queries, keys, scalings, masks, mask_index, biases = [], [], [], [], [], []
+        mask_ids: dict[int, int] = {}
+        for rec in layers:
+            queries.append(_item(rec.query, batch_index)[:, q_pos].contiguous().numpy())
+            keys.append(_item(rec.key, batch_index)[:, k_pos].contiguous().numpy())
+            scalings.append(rec.scaling)
+            if id(rec.allowed) not in mask_ids:
+                mask_ids[id(rec.allowed)] = len(masks)
+                masks.append(_item(rec.allowed, batch_index)[q_pos][:, k_pos].contiguous().numpy())
+            mask_index.append(mask_ids[id(rec.allowed)])
+            if rec.bias is None:
+                biases.append(None)
+            else:
+                bias = _item(rec.bias, batch_index)
+                heads = rec.query.shape[1]
+                biases.append(bias.expand(heads, -1, -1)[:, q_pos][:, :, k_pos].contiguous().numpy())
+        n_q, n_k = len(q_pos), len(k_pos)
+        return RecomputedAttention(
+            kind=kind,
+            query_tokens=list(query_tokens) if query_tokens is not None else [str(i) for i in range(n_q)],
+            key_tokens=list(key_tokens) if key_tokens is not None else [str(i) for i in range(n_k)],
+            queries=queries, keys=keys, scalings=scalings, allowed_masks=masks, mask_index=mask_index,
+            biases=biases if any(b is not None for b in biases) else [],
+        )
+
+
+def _item(tensor: torch.Tensor, index: int) -> torch.Tensor:
+    """Batch item ``index`` of a tensor whose batch dimension may be broadcast (size 1)."""
+    return tensor[index if tensor.shape[0] > 1 else 0]
+
+
+@contextlib.contextmanager
+def recording(model: torch.nn.Module):
+    """Record every attention call of ``model`` made in this thread inside the ``with`` block.
+
+    The model must have been loaded with ``attn_implementation="capture"``; anything else would silently record
+    nothing, so it is refused.
+    """
+    register()
+    implementation = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if implementation != ATTENTION_NAME:
+        raise ValueError(f"this model runs attention with {implementation!r}; load it with "
+                         f"attn_implementation={ATTENTION_NAME!r} (models.loading does) to capture attention")
+    recorder = Recorder(module_names={id(m): name for name, m in model.named_modules()},
+                        encoder_decoder=bool(getattr(model.config, "is_encoder_decoder", False)))
+    token = _ACTIVE.set(recorder)
+    try:
+        yield recorder
+    finally:
+        _ACTIVE.reset(token)

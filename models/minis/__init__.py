@@ -1,0 +1,1 @@
+"""Small models this project trains itself: data generators, configs, training CLIs, metrics."""

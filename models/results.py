@@ -1,0 +1,234 @@
+"""The one result contract every model family returns (see DESIGN.md, "One result contract").
+
+Views only ever see these objects, never the library that produced the numbers:
+
+- ``RunResult.attention`` maps a kind (``self``, ``encoder``, ``decoder``, ``cross``) to an ``AttentionMaps``;
+  ``AttentionMaps.layer(i)`` is a float32 array ``(heads, queries, keys)`` whose rows sum to 1 and whose masked
+  entries are exactly 0.
+- Attention is memory-aware: holding every layer's ``(heads, N, N)`` is what makes long inputs impossible, so
+  ``RecomputedAttention`` keeps each layer's post-projection (post-RoPE) queries and keys and recomputes a layer's
+  weights when a view asks for it; ``StoredAttention`` keeps small maps as they were captured (ViT at 197 tokens).
+- Everything here is plain numpy, so results pickle (``st.cache_data``) and are safe to share between threads.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+ATTENTION_KINDS = ("self", "encoder", "decoder", "cross")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Who produced the numbers: shown on every page so an audience is never misled."""
+
+    key: str  # registry key or the id/folder the user typed
+    family: str  # "causal_lm", "encoder", "translation", "vit", "swin", "moe"
+    source: str  # "hub", "package", "mini", "local"
+    device: str  # "cpu", "cuda:0", "mps"
+    dtype: str  # "float32", "float16", "bfloat16"
+    capture: str  # how the attention weights were obtained, e.g. "attention-interface (q/k recomputed)"
+    licence: str = ""
+    trained_on: str = ""
+
+
+class AttentionMaps:
+    """All layers of one kind of attention for one input.
+
+    Subclasses implement ``_compute(layer)``; ``layer(i)`` caches a few recent layers (thread-safe) so moving the
+    head slider does not recompute. ``num_layers``/``num_heads`` are known without computing anything.
+    """
+
+    kind: str
+    query_tokens: list[str]
+    key_tokens: list[str]
+    num_layers: int
+    num_heads: int
+    _cache_size = 4
+
+    def _compute(self, layer: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def layer(self, layer: int) -> np.ndarray:
+        """Attention probabilities of one layer, float32 ``(heads, queries, keys)``."""
+        if not 0 <= layer < self.num_layers:
+            raise ValueError(f"layer {layer} does not exist: this model has layers 0..{self.num_layers - 1}")
+        cache = self.__dict__.setdefault("_layer_cache", OrderedDict())
+        lock = self.__dict__.setdefault("_layer_lock", threading.Lock())
+        with lock:
+            if layer in cache:
+                cache.move_to_end(layer)
+                return cache[layer]
+        weights = self._compute(layer)
+        weights.setflags(write=False)  # shared between reruns and sessions: nobody edits it in place
+        with lock:
+            cache[layer] = weights
+            while len(cache) > self._cache_size:
+                cache.popitem(last=False)
+        return weights
+
+    def head(self, layer: int, head: int | None) -> np.ndarray:
+        """One head ``(queries, keys)``, or the mean over heads when ``head`` is None."""
+        weights = self.layer(layer)
+        if head is None:
+            return weights.mean(axis=0)
+        if not 0 <= head < self.num_heads:
+            raise ValueError(f"head {head} does not exist: this layer has heads 0..{self.num_heads - 1}")
+        return weights[head]
+
+    def allowed(self, layer: int) -> np.ndarray:
+        """Boolean ``(queries, keys)``: True where the model let a query see a key (False = masked)."""
+        raise NotImplementedError
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_layer_cache", None)  # locks do not pickle; the cache is rebuilt on demand
+        state.pop("_layer_lock", None)
+        return state
+
+
+@dataclass(eq=False)
+class StoredAttention(AttentionMaps):
+    """Maps captured whole, for small token counts: ``layers[i]`` is ``(heads, q, k)`` float32."""
+
+    kind: str
+    query_tokens: list[str]
+    key_tokens: list[str]
+    layers: list[np.ndarray]
+    allowed_mask: np.ndarray | None = None  # (q, k) bool; None = every key visible
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def num_heads(self) -> int:
+        return int(self.layers[0].shape[0]) if self.layers else 0
+
+    def _compute(self, layer: int) -> np.ndarray:
+        return np.asarray(self.layers[layer], dtype=np.float32)
+
+    def allowed(self, layer: int) -> np.ndarray:
+        q, k = self.layers[layer].shape[1:]
+        return np.ones((q, k), dtype=bool) if self.allowed_mask is None else self.allowed_mask
+
+
+@dataclass(eq=False)
+class RecomputedAttention(AttentionMaps):
+    """Queries and keys kept per layer; weights = softmax(q kᵀ · scaling + mask) recomputed on demand.
+
+    ``queries[i]``: ``(heads, q, d)``; ``keys[i]``: ``(kv_heads, k, d)`` with ``heads % kv_heads == 0`` (grouped-query
+    attention repeats each key head ``heads // kv_heads`` times, as the model does). ``allowed_masks[mask_index[i]]`` is
+    the boolean ``(q, k)`` mask the layer applied (layers usually share one). ``biases``, when present, hold an additive
+    score bias per layer ``(heads, q, k)`` (e.g. ALiBi, T5 relative position) that the model added before softmax.
+    """
+
+    kind: str
+    query_tokens: list[str]
+    key_tokens: list[str]
+    queries: list[np.ndarray]
+    keys: list[np.ndarray]
+    scalings: list[float]
+    allowed_masks: list[np.ndarray]
+    mask_index: list[int]
+    biases: list[np.ndarray | None] = field(default_factory=list)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.queries)
+
+    @property
+    def num_heads(self) -> int:
+        return int(self.queries[0].shape[0]) if self.queries else 0
+
+    def allowed(self, layer: int) -> np.ndarray:
+        return self.allowed_masks[self.mask_index[layer]]
+
+    def _compute(self, layer: int) -> np.ndarray:
+        query, key = self.queries[layer], self.keys[layer]
+        bias = self.biases[layer] if layer < len(self.biases) else None
+        return attention_probabilities(query, key, self.scalings[layer], self.allowed(layer), bias)
+
+    def nbytes(self) -> int:
+        """Bytes held (queries, keys, masks, biases): what this result costs in memory."""
+        total = sum(a.nbytes for a in self.queries) + sum(a.nbytes for a in self.keys)
+        total += sum(a.nbytes for a in self.allowed_masks)
+        return total + sum(b.nbytes for b in self.biases if b is not None)
+
+
+def attention_probabilities(
+    query: np.ndarray, key: np.ndarray, scaling: float, allowed: np.ndarray, bias: np.ndarray | None = None
+) -> np.ndarray:
+    """softmax(q kᵀ · scaling + bias, masked) in float32, head by head to bound peak memory.
+
+    query ``(H, q, d)``, key ``(H_kv, k, d)``, allowed ``(q, k)`` bool -> ``(H, q, k)``; masked entries are exactly 0
+    and a query that may see no key at all (a padding position) gets an all-zero row.
+    """
+    heads, kv_heads = query.shape[0], key.shape[0]
+    if heads % kv_heads:
+        raise ValueError(f"{heads} query heads cannot share {kv_heads} key heads")
+    group = heads // kv_heads
+    out = np.empty((heads, query.shape[1], key.shape[1]), dtype=np.float32)
+    blocked = ~allowed
+    any_allowed = allowed.any(axis=-1, keepdims=True)
+    for h in range(heads):
+        scores = (query[h].astype(np.float32) @ key[h // group].astype(np.float32).T) * np.float32(scaling)  # (q, k)
+        if bias is not None:
+            scores += bias[h]
+        scores[blocked] = -np.inf
+        scores -= np.where(any_allowed, scores.max(axis=-1, keepdims=True), 0.0)
+        np.exp(scores, out=scores)
+        total = scores.sum(axis=-1, keepdims=True)
+        out[h] = np.divide(scores, total, out=np.zeros_like(scores), where=total > 0)
+    return out
+
+
+@dataclass(frozen=True)
+class TokenProbability:
+    token: str
+    token_id: int
+    probability: float
+
+
+@dataclass
+class GenerationStep:
+    """One generated token with the candidates it was chosen from."""
+
+    position: int  # index of the generated token in RunResult.tokens
+    token: str
+    probability: float
+    candidates: list[TokenProbability]
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What the image model saw: the preprocessed crop (uint8 RGB ``(H, W, 3)``) and its patch layout."""
+
+    image: np.ndarray
+    patch_grid: tuple[int, int]  # (rows, cols) of patch tokens
+    patch_size: tuple[int, int]  # pixels (height, width) of one patch in ``image``
+    num_prefix_tokens: int  # CLS + registers (+ distillation token) before the patch tokens
+    prefix_names: tuple[str, ...] = ("[CLS]",)
+
+
+@dataclass
+class RunResult:
+    """Everything one run of one model on one input produced."""
+
+    model: ModelInfo
+    tokens: list[str]  # the input as the model tokenised it (for images: prefix names + patch labels)
+    attention: dict[str, AttentionMaps]
+    next_token: list[TokenProbability] = field(default_factory=list)  # top candidates after the last position
+    generation: list[GenerationStep] = field(default_factory=list)
+    image: ImageInfo | None = None
+    notices: list[str] = field(default_factory=list)  # e.g. "input truncated to 512 tokens"
+    extras: dict = field(default_factory=dict)  # family-specific results (Swin windows, router probabilities, ...)
+
+    def maps(self, kind: str) -> AttentionMaps:
+        if kind not in self.attention:
+            have = ", ".join(self.attention) or "none"
+            raise ValueError(f"this model has no {kind!r} attention (it has: {have})")
+        return self.attention[kind]
