@@ -1,0 +1,250 @@
+"""Positional-encoding formulas against independent implementations, and tables read from tiny models."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from models import positional as pe
+
+
+# --- sinusoidal --------------------------------------------------------------------------------------------------
+
+def test_sinusoidal_matches_distilbert_and_the_formula():
+    from transformers.models.distilbert.modeling_distilbert import create_sinusoidal_embeddings
+
+    reference = torch.empty(60, 32)
+    create_sinusoidal_embeddings(60, 32, reference)
+    table = pe.sinusoidal_encoding(60, 32)
+    assert table.shape == (60, 32) and table.dtype == np.float32
+    np.testing.assert_allclose(table, reference.numpy(), atol=1e-6)
+    # and the paper's formula written out, with another base
+    pos, k, d = 17, 5, 20
+    table = pe.sinusoidal_encoding(30, d, base=500.0)
+    assert table[pos, 2 * k] == pytest.approx(math.sin(pos / 500.0 ** (2 * k / d)), abs=1e-6)
+    assert table[pos, 2 * k + 1] == pytest.approx(math.cos(pos / 500.0 ** (2 * k / d)), abs=1e-6)
+
+
+def test_sinusoidal_wavelengths_and_offset_only_similarity():
+    wavelengths = pe.sinusoidal_wavelengths(8, base=10000.0)
+    np.testing.assert_allclose(wavelengths[[0, 1, 6, 7]], [2 * np.pi] * 2 + [2 * np.pi * 10000 ** 0.75] * 2)
+    dot = pe.position_similarity(pe.sinusoidal_encoding(64, 32), "dot")
+    # PE(p)·PE(q) = Σ cos((p − q) ω_k): same along every diagonal, symmetric, maximal (= d/2) at p = q
+    assert np.allclose(np.diag(dot), 16.0, atol=1e-5)
+    assert np.allclose(dot[10, 10 + 7], dot[40, 40 + 7], atol=1e-4) and np.allclose(dot, dot.T, atol=1e-6)
+    assert dot[20, 21] > dot[20, 30]
+
+
+def test_sinusoidal_2d_is_rows_then_columns():
+    rows, cols, d = 3, 5, 16
+    grid = pe.sinusoidal_encoding_2d(rows, cols, d)
+    assert grid.shape == (rows * cols, d)
+    for r in range(rows):
+        for c in range(cols):
+            patch = grid[r * cols + c]
+            np.testing.assert_allclose(patch[:8], pe.sinusoidal_encoding(rows, 8)[r], atol=1e-7)
+            np.testing.assert_allclose(patch[8:], pe.sinusoidal_encoding(cols, 8)[c], atol=1e-7)
+    with pytest.raises(ValueError, match="divisible by 4"):
+        pe.sinusoidal_encoding_2d(2, 2, 18)
+
+
+@pytest.mark.parametrize("bad", [dict(length=0, dim=8), dict(length=4, dim=7), dict(length=4, dim=8, base=0.0)])
+def test_sinusoidal_user_mistakes(bad):
+    with pytest.raises(ValueError):
+        pe.sinusoidal_encoding(**bad)
+
+
+# --- RoPE --------------------------------------------------------------------------------------------------------
+
+def test_rope_relative_property():
+    rng = np.random.default_rng(0)
+    q, k = rng.normal(size=64), rng.normal(size=64)
+    offsets = np.arange(-50, 200)
+    for base in (10000.0, 500000.0):
+        at_zero = pe.rope_scores(q, k, 0, offsets + 0, base)
+        for m in (1, 123, 4096):
+            np.testing.assert_allclose(pe.rope_scores(q, k, m, m + offsets, base), at_zero, atol=1e-5)
+    # at offset 0 nothing turns relative to each other: the plain dot product
+    assert pe.rope_scores(q, k, 77, np.array([77]))[0] == pytest.approx(q @ k)
+
+
+def test_rope_half_pairing_matches_transformers_llama():
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    config = transformers.LlamaConfig(hidden_size=64, num_attention_heads=2,
+                                      rope_parameters={"rope_type": "default", "rope_theta": 5000.0})
+    x = torch.randn(1, 2, 12, 32, dtype=torch.float64)
+    cos, sin = LlamaRotaryEmbedding(config)(x.float(), torch.arange(12)[None])
+    reference, _ = apply_rotary_pos_emb(x, x, cos.double(), sin.double())
+    ours = pe.rope_rotate(x.numpy(), np.arange(12), 5000.0, pairing="half")
+    np.testing.assert_allclose(ours, reference.numpy(), atol=1e-5)
+
+
+def test_rope_interleaved_is_a_complex_rotation_and_partial_rotary_leaves_the_rest():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(5, 8))
+    positions = np.arange(5) * 3
+    theta = 100.0 ** (-np.arange(0, 8, 2) / 8)
+    as_complex = (x[:, 0::2] + 1j * x[:, 1::2]) * np.exp(1j * positions[:, None] * theta)
+    rotated = pe.rope_rotate(x, positions, base=100.0)
+    np.testing.assert_allclose(rotated[:, 0::2], as_complex.real, atol=1e-12)
+    np.testing.assert_allclose(rotated[:, 1::2], as_complex.imag, atol=1e-12)
+    partial = pe.rope_rotate(x, positions, base=100.0, rotary_dim=4)
+    np.testing.assert_array_equal(partial[:, 4:], x[:, 4:])
+    np.testing.assert_allclose(np.linalg.norm(partial, axis=1), np.linalg.norm(x, axis=1))  # rotations keep norms
+
+
+def test_rope_decay_bound_starts_at_its_maximum_and_decays():
+    bound = pe.rope_decay_bound(np.arange(0, 1001), 128)
+    assert bound[0] == pytest.approx((64 + 1) / 2)  # |S_j| = j at offset 0: mean of 1..64
+    assert bound[1000] < 0.2 * bound[0]
+
+
+def test_rope_settings_from_configs():
+    llama = pe.rope_settings(transformers.LlamaConfig(hidden_size=64, num_attention_heads=4,
+                                                      rope_parameters={"rope_type": "default", "rope_theta": 1e5}))
+    assert (llama.theta, llama.head_dim, llama.rotary_dim, llama.pairing) == (1e5, 16, 16, "half")
+    neox = pe.rope_settings(transformers.GPTNeoXConfig(hidden_size=64, num_attention_heads=2))
+    assert neox.head_dim == 32 and neox.rotary_dim == 8 and neox.partial_rotary_factor == 0.25
+    gptj = pe.rope_settings(transformers.GPTJConfig(n_embd=64, n_head=2, rotary_dim=16))
+    assert gptj.rotary_dim == 16 and gptj.pairing == "interleaved"
+    gemma = pe.rope_settings(transformers.Gemma3TextConfig())
+    assert gemma.theta == 1e6  # full-attention layers' base
+    with pytest.raises(ValueError, match="does not use RoPE"):
+        pe.rope_settings(transformers.GPT2Config())
+
+
+def test_model_inv_freq_is_the_formula():
+    config = transformers.LlamaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                      num_key_value_heads=1, intermediate_size=64, vocab_size=50,
+                                      rope_parameters={"rope_type": "default", "rope_theta": 12345.0})
+    name, inv_freq = pe.model_inv_freq(transformers.LlamaForCausalLM(config))
+    assert name.endswith("inv_freq")
+    np.testing.assert_allclose(inv_freq, pe.rope_frequencies(16, 12345.0), rtol=1e-6)
+
+
+# --- ALiBi and T5 ------------------------------------------------------------------------------------------------
+
+def test_alibi_slopes_for_8_heads_are_halves_down_to_1_over_256():
+    np.testing.assert_allclose(pe.alibi_slopes(8), [1 / 2 ** h for h in range(1, 9)])
+
+
+@pytest.mark.parametrize("heads", [1, 3, 8, 12, 16, 24])
+def test_alibi_slopes_match_bloom(heads):
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+
+    alibi = build_alibi_tensor(torch.ones(1, 3), heads, torch.float32)  # (heads, 1, 3): slope · key position
+    np.testing.assert_allclose(pe.alibi_slopes(heads), alibi[:, 0, 1].numpy(), rtol=1e-6)
+
+
+def test_alibi_bias_is_linear_in_distance_and_causal():
+    bias = pe.alibi_bias(4, 6, causal=True)
+    assert bias.shape == (4, 6, 6)
+    assert np.isneginf(bias[:, 0, 1:]).all() and np.isfinite(np.tril(bias[0])).all()
+    assert bias[1, 5, 2] == pytest.approx(-pe.alibi_slopes(4)[1] * 3)
+    assert (np.diagonal(bias, axis1=1, axis2=2) == 0).all()
+    both_ways = pe.alibi_bias(4, 6, causal=False)
+    np.testing.assert_array_equal(both_ways, both_ways.transpose(0, 2, 1))
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize("num_buckets,max_distance", [(32, 128), (16, 64), (8, 20), (64, 512), (18, 128), (108, 128)])
+def test_t5_buckets_match_transformers(bidirectional, num_buckets, max_distance):
+    # (18, 128) and (108, 128) put an offset exactly on a bucket boundary: only float32 logs, as T5 computes them,
+    # land it in T5's bucket
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    relative = torch.arange(-1200, 1200)
+    reference = T5Attention._relative_position_bucket(relative, bidirectional=bidirectional,
+                                                      num_buckets=num_buckets, max_distance=max_distance)
+    np.testing.assert_array_equal(pe.t5_relative_position_bucket(relative.numpy(), bidirectional, num_buckets,
+                                                                 max_distance), reference.numpy())
+
+
+def test_t5_bucket_matrix_layout():
+    both = pe.t5_bucket_matrix(40, bidirectional=True)
+    causal = pe.t5_bucket_matrix(40, bidirectional=False)
+    assert both[5, 5] == 0 and both[5, 6] == 17 and both[6, 5] == 1  # key after query: upper half of buckets
+    assert (causal[np.triu_indices(40, 1)] == 0).all()  # the future all shares bucket 0
+    assert causal[30, 0] == causal[35, 5]  # relative: depends on j − i only
+
+
+# --- learned tables from tiny models -----------------------------------------------------------------------------
+
+def test_learned_tables_have_the_models_shapes():
+    torch.manual_seed(0)
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=24, n_layer=1, n_head=2, n_positions=40,
+                                                                vocab_size=50))
+    table = pe.learned_positions(gpt2)
+    assert table.parameter == "transformer.wpe.weight" and table.shape == (40, 24) and table.grid is None
+    np.testing.assert_array_equal(table.table, gpt2.transformer.wpe.weight.detach().numpy())
+
+    bert = transformers.BertModel(transformers.BertConfig(hidden_size=24, num_hidden_layers=1, num_attention_heads=2,
+                                                          intermediate_size=32, max_position_embeddings=30,
+                                                          vocab_size=50))
+    assert pe.learned_positions(bert).shape == (30, 24)
+
+    dino = transformers.Dinov2Model(transformers.Dinov2Config(hidden_size=24, num_hidden_layers=1,
+                                                              num_attention_heads=2, intermediate_size=32,
+                                                              image_size=56, patch_size=14))
+    table = pe.learned_positions(dino)
+    assert table.shape == (16, 24) and table.grid == (4, 4) and table.prefix.shape == (1, 24)
+
+
+def test_timm_vit_pos_embed_and_rope_models_say_what_they_use():
+    import timm
+
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, depth=1)
+    table = pe.learned_positions(vit)
+    assert table.parameter == "pos_embed" and table.grid == (4, 4) and table.shape == (16, 192)
+    llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(hidden_size=32, num_hidden_layers=1,
+                                                                   num_attention_heads=2, num_key_value_heads=1,
+                                                                   intermediate_size=64, vocab_size=50))
+    with pytest.raises(ValueError, match="RoPE"):
+        pe.learned_positions(llama)
+
+
+def test_interpolation_matches_timm_resample():
+    from timm.layers import resample_abs_pos_embed
+
+    table = np.random.default_rng(0).normal(size=(16, 8)).astype(np.float32)
+    for new_grid in [(6, 6), (2, 3), (4, 4)]:
+        reference = resample_abs_pos_embed(torch.from_numpy(table)[None], list(new_grid), [4, 4],
+                                           num_prefix_tokens=0, interpolation="bicubic", antialias=True)[0]
+        np.testing.assert_allclose(pe.interpolate_grid(table, (4, 4), new_grid), reference.numpy(), atol=1e-5)
+    np.testing.assert_allclose(pe.interpolate_grid(table, (4, 4), (4, 4)), table, atol=1e-6)
+    with pytest.raises(ValueError, match="do not fill"):
+        pe.interpolate_grid(table, (3, 4), (6, 6))
+
+
+def test_patch_similarity_and_smoothness():
+    grid = pe.sinusoidal_encoding_2d(6, 6, 32)
+    similarity = pe.patch_similarity(grid, (6, 6))
+    assert similarity.shape == (6, 6, 6, 6)
+    np.testing.assert_allclose(similarity[2, 3, 2, 3], 1.0, atol=1e-6)
+    assert similarity[2, 3, 2, 4] > similarity[2, 3, 5, 0]
+    noise = np.random.default_rng(0).normal(size=(36, 32))
+    assert pe.neighbour_similarity(grid, (6, 6)) > 0.8 > abs(pe.neighbour_similarity(noise, (6, 6)))
+
+
+# --- permutation equivariance ------------------------------------------------------------------------------------
+
+def test_attention_is_equivariant_only_without_positions():
+    rng = np.random.default_rng(0)
+    embeddings = rng.normal(size=(9, 32))
+    tokens = [f"t{i}" for i in range(9)]
+    plain = pe.permutation_equivariance(embeddings, tokens, seed=3)
+    assert not np.array_equal(plain.permutation, np.arange(9))
+    assert plain.max_gap < 1e-12
+    np.testing.assert_allclose(plain.shuffled_attention_restored, plain.attention, atol=1e-6)
+    positioned = pe.permutation_equivariance(embeddings, tokens, pe.sinusoidal_encoding(9, 32), seed=3)
+    assert positioned.max_gap > 1e-2
+    assert np.abs(positioned.shuffled_attention_restored - positioned.attention).max() > 1e-3
+    np.testing.assert_allclose(positioned.attention.sum(-1), 1.0, atol=1e-6)
+    with pytest.raises(ValueError, match="two tokens"):
+        pe.permutation_equivariance(embeddings[:1], tokens[:1])
+    with pytest.raises(ValueError, match="does not cover"):
+        pe.permutation_equivariance(embeddings, tokens, pe.sinusoidal_encoding(4, 32))
