@@ -1,0 +1,104 @@
+"""Generated data for the offline mini ViT: one filled shape pasted on a random crop of a shipped photo.
+
+The class is the shape (``CLASSES``); its colour, size, position, rotation and the photo crop behind it are nuisance
+variables, so a classifier has to find the object among real clutter. That is what makes its attention and
+attribution maps worth looking at: every image comes with the shape's exact pixel mask (``Sample.mask``), so "does
+the map point at the object?" has a measurable answer.
+
+Backgrounds are crops of the four CC0 sample photos in ``sample_data/images`` (rescaled 0.3–1×, flipped at random);
+shapes are drawn with Pillow at 4× resolution and downsampled (anti-aliased edges). Reproducible from a seed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from models import images
+
+CLASSES = ("circle", "square", "triangle", "cross", "ring", "star")
+IMAGE_SIZE = 64  # pixels a side: 8 × 8 patches of 8 px
+SUPERSAMPLE = 4
+
+
+@dataclass(frozen=True)
+class Sample:
+    image: np.ndarray  # uint8 (IMAGE_SIZE, IMAGE_SIZE, 3)
+    label: int  # index into CLASSES
+    mask: np.ndarray  # bool (IMAGE_SIZE, IMAGE_SIZE): True on the shape
+
+
+@lru_cache(maxsize=1)
+def _photos() -> tuple[np.ndarray, ...]:
+    return tuple(np.asarray(images.load_sample(name).image) for name in images.sample_names())
+
+
+def _background(rng: np.random.Generator) -> np.ndarray:
+    photo = _photos()[rng.integers(len(_photos()))]
+    height, width = photo.shape[:2]
+    side = int(rng.uniform(0.3, 1.0) * min(height, width))
+    top, left = rng.integers(0, height - side + 1), rng.integers(0, width - side + 1)
+    crop = Image.fromarray(photo[top:top + side, left:left + side]).resize((IMAGE_SIZE, IMAGE_SIZE),
+                                                                          Image.Resampling.BILINEAR)
+    pixels = np.asarray(crop)
+    return pixels[:, ::-1] if rng.random() < 0.5 else pixels
+
+
+def _polygon(kind: str, radius: float, angle: float) -> list[tuple[float, float]]:
+    """Vertices (x, y) around the origin for the polygon shapes, rotated by ``angle`` radians."""
+    if kind == "square":
+        corners = [(np.pi / 4 + k * np.pi / 2, radius) for k in range(4)]
+    elif kind == "triangle":
+        corners = [(-np.pi / 2 + k * 2 * np.pi / 3, radius) for k in range(3)]
+    elif kind == "star":
+        corners = [(-np.pi / 2 + k * np.pi / 5, radius if k % 2 == 0 else 0.45 * radius) for k in range(10)]
+    elif kind == "cross":
+        arm, width = radius, 0.33 * radius
+        points = [(width, arm), (width, width), (arm, width), (arm, -width), (width, -width), (width, -arm),
+                  (-width, -arm), (-width, -width), (-arm, -width), (-arm, width), (-width, width), (-width, arm)]
+        corners = [(np.arctan2(y, x), np.hypot(x, y)) for x, y in points]
+    else:
+        raise ValueError(f"{kind!r} is not a polygon shape")
+    return [(r * np.cos(a + angle), r * np.sin(a + angle)) for a, r in corners]
+
+
+def _shape_mask(rng: np.random.Generator, kind: str) -> np.ndarray:
+    """Anti-aliased coverage in [0, 1], float (IMAGE_SIZE, IMAGE_SIZE)."""
+    big = IMAGE_SIZE * SUPERSAMPLE
+    radius = rng.uniform(9, 20) * SUPERSAMPLE
+    cx, cy = rng.uniform(radius, big - radius, size=2)
+    canvas = Image.new("L", (big, big), 0)
+    draw = ImageDraw.Draw(canvas)
+    if kind == "circle":
+        draw.ellipse([cx - radius, cy - radius, cx + radius, cy + radius], fill=255)
+    elif kind == "ring":
+        draw.ellipse([cx - radius, cy - radius, cx + radius, cy + radius], fill=255)
+        inner = 0.55 * radius
+        draw.ellipse([cx - inner, cy - inner, cx + inner, cy + inner], fill=0)
+    else:
+        points = [(cx + x, cy + y) for x, y in _polygon(kind, radius, rng.uniform(0, 2 * np.pi))]
+        draw.polygon(points, fill=255)
+    small = canvas.resize((IMAGE_SIZE, IMAGE_SIZE), Image.Resampling.BOX)
+    return np.asarray(small, dtype=np.float32) / 255.0
+
+
+def make_sample(rng: np.random.Generator, label: int | None = None) -> Sample:
+    """One image; ``label`` None draws a class uniformly."""
+    label = int(rng.integers(len(CLASSES))) if label is None else label
+    background = _background(rng).astype(np.float32)
+    coverage = _shape_mask(rng, CLASSES[label])[..., None]
+    inside = coverage[..., 0] > 0.5
+    local = background[inside].mean(axis=0) if inside.any() else background.mean(axis=(0, 1))
+    colour = rng.uniform(0, 255, 3)
+    while np.abs(colour - local).sum() < 150:  # keep the shape visible against what lies behind it
+        colour = rng.uniform(0, 255, 3)
+    pixels = background * (1 - coverage) + colour * coverage
+    return Sample(np.clip(np.rint(pixels), 0, 255).astype(np.uint8), label, inside)
+
+
+def make_batch(rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``size`` images uint8 (size, H, W, 3) and labels int64 (size,), classes balanced in expectation."""
+    samples = [make_sample(rng) for _ in range(size)]
+    return np.stack([s.image for s in samples]), np.array([s.label for s in samples], dtype=np.int64)
