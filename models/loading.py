@@ -147,9 +147,11 @@ def _friendly_hub_error(model_id: str, error: Exception) -> ValueError:
     return ValueError(f"Could not load '{model_id}': {text}. {hint} The offline models in the list always work.")
 
 
-def _transformers_auto_class(family: str):
+def _transformers_auto_class(family: str, config=None):
     import transformers
 
+    if family == "moe" and getattr(config, "is_encoder_decoder", False):  # Switch Transformers
+        return transformers.AutoModelForSeq2SeqLM
     return {
         "causal_lm": transformers.AutoModelForCausalLM,
         "encoder": transformers.AutoModel,
@@ -188,7 +190,7 @@ def load_transformers(spec: ModelSpec, device: str = "cpu", dtype: str = "float3
     _remote_code_guard(spec.id, config.to_dict())
 
     progress("Loading weights" + (" (downloading if not cached)" if spec.source == "hub" else ""), 0.45)
-    auto_class = _transformers_auto_class(spec.family)
+    auto_class = _transformers_auto_class(spec.family, config)
     try:
         model = auto_class.from_pretrained(
             source, config=config, dtype=torch_dtype(dtype), attn_implementation=capture.ATTENTION_NAME,
