@@ -1,0 +1,408 @@
+"""Mixture-of-experts routing: capture proven against each family's own MoE output, statistics, views, the mini."""
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from models import moe
+from models.analysis import routing as stats
+
+ROOT = Path(__file__).resolve().parents[1]
+MINI = ROOT / "sample_data" / "moe"
+
+
+# --- tiny random models of each family ----------------------------------------------------------------------------
+
+def tiny_mixtral(vocab: int = 128) -> transformers.MixtralForCausalLM:
+    torch.manual_seed(0)
+    config = transformers.MixtralConfig(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                                        num_experts_per_tok=2, max_position_embeddings=128)
+    return transformers.MixtralForCausalLM(config).eval()
+
+
+def tiny_switch(capacity: int = 4) -> transformers.SwitchTransformersForConditionalGeneration:
+    torch.manual_seed(0)
+    config = transformers.SwitchTransformersConfig(
+        vocab_size=128, d_model=32, d_kv=8, d_ff=48, num_layers=4, num_decoder_layers=2, num_heads=4, num_experts=4,
+        expert_capacity=capacity, num_sparse_encoder_layers=2, num_sparse_decoder_layers=1, router_jitter_noise=0.0)
+    return transformers.SwitchTransformersForConditionalGeneration(config).eval()
+
+
+def tiny_qwen2_moe() -> transformers.Qwen2MoeForCausalLM:
+    torch.manual_seed(0)
+    config = transformers.Qwen2MoeConfig(vocab_size=128, hidden_size=32, intermediate_size=48, moe_intermediate_size=24,
+                                         shared_expert_intermediate_size=40, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, num_experts=6,
+                                         num_experts_per_tok=2, norm_topk_prob=False)
+    return transformers.Qwen2MoeForCausalLM(config).eval()
+
+
+def tiny_deepseek_v3() -> transformers.DeepseekV3ForCausalLM:
+    torch.manual_seed(0)
+    config = transformers.DeepseekV3Config(
+        vocab_size=128, hidden_size=32, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=3,
+        first_k_dense_replace=1, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=8,
+        num_experts_per_tok=2, n_group=2, topk_group=1, n_shared_experts=1, routed_scaling_factor=2.5,
+        q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8)
+    model = transformers.DeepseekV3ForCausalLM(config).eval()
+    for site in moe.router_sites(model):  # a non-zero choice bias, so choosing and weighting really differ
+        site.router.e_score_correction_bias.copy_(torch.linspace(-0.2, 0.2, 8))
+    return model
+
+
+def capture(model, input_ids: torch.Tensor, encoder_only: bool = False):
+    """Routing plus each MoE block's input and output, recorded by test-only hooks."""
+    seen = {}
+    hooks = [site.block.register_forward_hook(
+        lambda module, args, output, name=site.block_name: seen.__setitem__(name, (args[0].detach(), output)))
+        for site in moe.router_sites(model)]
+    try:
+        with moe.recording(model) as recorder, torch.inference_mode():
+            (model.get_encoder() if encoder_only else model)(input_ids=input_ids)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    ids = input_ids[0].tolist()
+    routing = moe.routing_from_recorder(recorder, [f"t{i}" for i in ids], ids, None, model.config)
+    return routing, seen
+
+
+def swiglu_expert(experts, e: int, x: torch.Tensor) -> torch.Tensor:
+    gate, up = torch.nn.functional.linear(x, experts.gate_up_proj[e]).chunk(2, dim=-1)
+    return torch.nn.functional.linear(experts.act_fn(gate) * up, experts.down_proj[e])
+
+
+def weights_from_probs(routing: moe.Routing, layer: int, logits_rule: moe.DispatchRule) -> np.ndarray:
+    """The dispatch weights recomputed from the captured probabilities and the rule (not read from the gate)."""
+    probs = torch.from_numpy(routing.probs[layer])
+    if logits_rule.score_function == "sigmoid":
+        raise AssertionError("use sigmoid scores directly")
+    return moe.dispatch_weights(probs, torch.from_numpy(routing.top_experts[layer]), logits_rule).numpy()
+
+
+# --- capture ----------------------------------------------------------------------------------------------------
+
+def test_mixtral_probabilities_sum_to_one_and_top_k_is_the_dispatch():
+    model = tiny_mixtral()
+    routing, _ = capture(model, torch.randint(0, 128, (1, 24)))
+    assert routing.probs.shape == (2, 24, 4) and routing.top_experts.shape == (2, 24, 2)
+    np.testing.assert_allclose(routing.probs.sum(-1), 1.0, atol=1e-5)
+    # top-2 of the float32 softmax is exactly what the model dispatched, highest first
+    ours = np.argsort(-routing.probs, axis=-1, kind="stable")[..., :2]
+    np.testing.assert_array_equal(ours, routing.top_experts)
+    assert routing.score_function == "softmax" and routing.renormalized and routing.weight_scale == 1.0
+    np.testing.assert_allclose(routing.top_weights.sum(-1), 1.0, atol=1e-5)
+    assert routing.dispatch_rule() == "top-2 of softmax, renormalised to sum to 1"
+
+
+@torch.no_grad()
+def test_mixtral_layer_output_recomputed_from_captured_routing():
+    model = tiny_mixtral()
+    routing, seen = capture(model, torch.randint(0, 128, (1, 20)))
+    rule = moe.DispatchRule("softmax", True, 1.0)
+    for layer, site in enumerate(moe.router_sites(model)):
+        x, y = seen[site.block_name]
+        x = x.reshape(-1, x.shape[-1])
+        weights = weights_from_probs(routing, layer, rule)
+        recomputed = torch.zeros_like(x)
+        for t in range(x.shape[0]):
+            for e, w in zip(routing.top_experts[layer, t], weights[t]):
+                recomputed[t] += float(w) * swiglu_expert(site.block.experts, int(e), x[t])
+        torch.testing.assert_close(recomputed, y.reshape(-1, y.shape[-1]), atol=1e-5, rtol=1e-4)
+
+
+@torch.no_grad()
+def test_switch_top1_with_capacity_recomputed_from_captured_routing():
+    model = tiny_switch(capacity=4)
+    routing, seen = capture(model, torch.randint(2, 128, (1, 16)), encoder_only=True)
+    assert routing.stack == "encoder" and routing.top_k == 1 and routing.capacity == 4
+    assert routing.score_function == "softmax" and not routing.renormalized
+    np.testing.assert_allclose(routing.probs.sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(routing.top1, routing.probs.argmax(-1))
+    assert (~routing.kept).any(), "16 tokens over 4 experts of capacity 4 must overflow somewhere"
+    for layer, site in enumerate(s for s in moe.router_sites(model) if s.stack == "encoder"):
+        counts = np.bincount(routing.top1[layer][routing.kept[layer, :, 0]], minlength=4)
+        assert counts.max() <= 4
+        x, y = seen[site.block_name]
+        x, y = x.reshape(-1, x.shape[-1]), y.reshape(-1, y.shape[-1])
+        for t in range(x.shape[0]):
+            e = int(routing.top1[layer, t])
+            expected = torch.zeros_like(x[t])
+            if routing.kept[layer, t, 0]:  # a dropped token skips its expert: the layer adds nothing
+                expected = float(routing.probs[layer, t, e]) * site.block.experts[f"expert_{e}"](x[t][None])[0]
+            torch.testing.assert_close(y[t], expected, atol=1e-5, rtol=1e-4)
+
+
+@torch.no_grad()
+def test_qwen2_moe_shared_expert_and_unnormalised_top_k():
+    model = tiny_qwen2_moe()
+    routing, seen = capture(model, torch.randint(0, 128, (1, 12)))
+    assert not routing.renormalized and routing.num_shared_experts == 1 and routing.shared_weight is not None
+    for layer, site in enumerate(moe.router_sites(model)):
+        x, y = seen[site.block_name]
+        x = x.reshape(-1, x.shape[-1])
+        recomputed = torch.from_numpy(routing.shared_weight[layer])[:, None] * site.block.shared_expert(x)
+        for t in range(x.shape[0]):
+            for e in routing.top_experts[layer, t]:
+                recomputed[t] += float(routing.probs[layer, t, e]) * swiglu_expert(site.block.experts, int(e), x[t])
+        torch.testing.assert_close(recomputed, y.reshape(-1, y.shape[-1]), atol=1e-5, rtol=1e-4)
+
+
+@torch.no_grad()
+def test_deepseek_v3_sigmoid_scores_scaling_and_shared_experts():
+    model = tiny_deepseek_v3()
+    routing, seen = capture(model, torch.randint(0, 128, (1, 12)))
+    assert routing.score_function == "sigmoid" and routing.renormalized
+    assert routing.weight_scale == pytest.approx(2.5) and routing.num_shared_experts == 1
+    assert routing.layer_indices == [1, 2]  # the first block is dense (first_k_dense_replace=1)
+    for layer, site in enumerate(moe.router_sites(model)):
+        x, y = seen[site.block_name]
+        x = x.reshape(-1, x.shape[-1])
+        logits = x.float() @ site.router.weight.float().T
+        chosen = torch.from_numpy(routing.top_experts[layer])
+        weights = moe.dispatch_weights(torch.sigmoid(logits), chosen, moe.DispatchRule("sigmoid", True, 2.5))
+        recomputed = site.block.shared_experts(x)
+        for t in range(x.shape[0]):
+            for e, w in zip(chosen[t], weights[t]):
+                recomputed[t] += w * swiglu_expert(site.block.experts, int(e), x[t])
+        torch.testing.assert_close(recomputed, y.reshape(-1, y.shape[-1]), atol=1e-5, rtol=1e-4)
+
+
+def test_hooks_are_removed_even_when_the_forward_fails():
+    model = tiny_mixtral()
+    routers = [site.router for site in moe.router_sites(model)]
+    with pytest.raises(RuntimeError):
+        with moe.recording(model):
+            raise RuntimeError("boom")
+    assert all(not router._forward_hooks for router in routers)
+    with pytest.raises(ValueError, match="no mixture-of-experts"):
+        with moe.recording(torch.nn.Linear(2, 2)):
+            pass
+
+
+def test_concurrent_recordings_on_one_model_do_not_mix():
+    model = tiny_mixtral()
+    inputs = [torch.randint(0, 128, (1, 10 + 5 * i)) for i in range(4)]
+    reference = [capture(model, ids)[0].top_experts for ids in inputs]
+    barrier, results, errors = threading.Barrier(4), {}, []
+
+    def work(i):
+        try:
+            with moe.recording(model) as recorder, torch.inference_mode():
+                barrier.wait()
+                for _ in range(3):
+                    model(input_ids=inputs[i])
+            assert all(len(calls) == 3 for calls in recorder.calls.values())
+            ids = inputs[i][0].tolist()
+            results[i] = moe.routing_from_recorder(recorder, [str(t) for t in ids], ids, None, model.config)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    for i in range(4):
+        np.testing.assert_array_equal(results[i].top_experts, reference[i])
+
+
+def test_infer_dispatch_rule_rejects_weights_no_rule_explains():
+    logits = torch.randn(6, 4)
+    experts = torch.topk(logits, 2).indices
+    calls = [moe.RouterCall(logits, experts, torch.rand(6, 2), torch.ones(6, 2, dtype=torch.bool))]
+    assert moe.infer_dispatch_rule(calls) is None
+
+
+# --- running through the app's loader -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_tokenizer():
+    from models.minis.moe import data, train
+
+    return train.build_tokenizer(data.corpus(20_000, seed=3), vocab_size=128)
+
+
+@pytest.fixture(scope="module")
+def saved_mixtral(tmp_path_factory, tiny_tokenizer):
+    folder = tmp_path_factory.mktemp("models") / "tiny-mixtral"
+    tiny_mixtral(vocab=len(tiny_tokenizer)).save_pretrained(folder)
+    tiny_tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _load_local(folder: Path, monkeypatch):
+    from models import loading, registry
+
+    monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(folder.parent))
+    return loading.load(registry.custom("moe", str(folder)), "cpu", "float32")
+
+
+def test_run_on_a_saved_model_through_the_loader(saved_mixtral, monkeypatch):
+    loaded = _load_local(saved_mixtral, monkeypatch)
+    text = "def add(a, b):\n    return a + b\n\nThe cat sat on 12 mats."
+    result = moe.run(loaded, text)
+    routing = result.extras["routing"]
+    assert result.tokens == routing.tokens and len(routing.tokens) == routing.probs.shape[1]
+    assert "".join(routing.raw_tokens) == text  # offsets cover the text exactly
+    np.testing.assert_allclose(routing.probs.sum(-1), 1.0, atol=1e-5)
+    assert result.model.family == "moe" and "hooks" in result.model.capture
+
+    long = moe.run(loaded, "word " * 400, max_tokens=32)
+    assert long.extras["routing"].probs.shape[1] == 32
+    assert any("only the first 32" in notice for notice in long.notices)
+    for bad in ("", "   \n"):
+        with pytest.raises(ValueError, match="empty"):
+            moe.run(loaded, bad)
+    odd = moe.run(loaded, "\u202e<b>bold</b>\u200b\t😀")
+    assert any("⟨U+202E⟩" in token for token in odd.tokens)  # bidi override made visible, not applied
+
+
+def test_switch_loads_through_the_loader_and_routes_its_encoder(tmp_path, tiny_tokenizer, monkeypatch):
+    folder = tmp_path / "tiny-switch"
+    model = tiny_switch(capacity=64)
+    model.resize_token_embeddings(len(tiny_tokenizer))
+    model.save_pretrained(folder)
+    tiny_tokenizer.save_pretrained(folder)
+    loaded = _load_local(folder, monkeypatch)
+    assert loaded.model.config.is_encoder_decoder
+    result = moe.run(loaded, "Numbers like 42 and words.")
+    routing = result.extras["routing"]
+    assert routing.stack == "encoder" and routing.num_layers == 2 and routing.top_k == 1
+    assert any("encoder" in notice for notice in result.notices)
+
+
+# --- statistics -------------------------------------------------------------------------------------------------
+
+def test_balance_figures_for_even_and_collapsed_routing():
+    even = np.arange(16)[None, :, None] % 4  # (1, 16, 1): each of 4 experts gets 4 tokens
+    load = stats.expert_load(even, 4)
+    np.testing.assert_allclose(load, 0.25)
+    assert stats.coefficient_of_variation(load)[0] == pytest.approx(0.0)
+    uniform_probs = np.full((1, 16, 4), 0.25)
+    assert stats.switch_aux_loss(load, uniform_probs)[0] == pytest.approx(1.0)
+    collapsed = np.zeros((1, 16, 1), dtype=int)
+    load_c = stats.expert_load(collapsed, 4)
+    assert stats.coefficient_of_variation(load_c)[0] == pytest.approx(np.sqrt(3))
+    certain = np.zeros((1, 16, 4))
+    certain[..., 0] = 1.0
+    assert stats.switch_aux_loss(load_c, certain)[0] == pytest.approx(4.0)
+    assert stats.router_entropy(uniform_probs)[0, 0] == pytest.approx(np.log(4))
+    assert stats.router_entropy(certain)[0, 0] == pytest.approx(0.0)
+
+
+def test_coactivation_and_cross_layer_consistency():
+    top = np.array([[0, 1], [0, 1], [2, 3], [1, 0]])
+    matrix = stats.coactivation(top, 4)
+    np.testing.assert_allclose(matrix, matrix.T)
+    assert matrix[0, 1] == pytest.approx(0.75) and matrix[2, 3] == pytest.approx(0.25)
+    np.testing.assert_allclose(np.diag(matrix), [0.75, 0.75, 0.25, 0.25])
+    rng = np.random.default_rng(0)
+    layer0 = rng.integers(0, 4, 400)
+    renamed = (layer0 + 1) % 4  # the same decision under other expert numbers
+    independent = rng.integers(0, 4, 400)
+    nmi = stats.cross_layer_consistency(np.stack([layer0, renamed, independent]))
+    assert nmi[0, 1] == pytest.approx(1.0) and nmi[0, 2] < 0.05
+    observed, chance = stats.consecutive_repeat_rate(np.stack([np.repeat(np.arange(4), 100)]))
+    assert observed[0] > 0.99 and chance[0] == pytest.approx(0.25)
+
+
+def test_specialisation_against_shuffled_routing():
+    rng = np.random.default_rng(0)
+    categories = list(rng.choice(stats.CATEGORIES, 400))
+    specialised = np.array([[[stats.CATEGORIES.index(c) * 2, stats.CATEGORIES.index(c) * 2 + 1]
+                             for c in categories]])  # (1, 400, 2): each category owns two experts
+    random_routes = rng.integers(0, 8, (1, 400, 2))
+    strong = stats.specialisation(specialised, categories, shuffles=50)
+    weak = stats.specialisation(random_routes, categories, shuffles=50)
+    assert strong.observed[0] == pytest.approx(strong.category_entropy, rel=1e-6)
+    assert strong.observed[0] > strong.shuffled_p95[0] + 1.0
+    assert weak.observed[0] < weak.shuffled_p95[0] + 0.05
+    assert sum(strong.counts.values()) == 400
+
+
+def test_token_categories_and_code_lines():
+    text = "The cat sat.\ndef f(x):\n    return x + 1\n2024-01-05 3.5"
+    raw = ["The", " cat", " sat", ".", "\n", "def", " f", "(", "x", "):", "\n", "    ", "return", " x", " +", " 1",
+           "\n", "2024", "-", "01", "-", "05", " 3", ".", "5"]
+    assert "".join(raw) == text
+    offsets, start = [], 0
+    for token in raw:
+        offsets.append((start, start + len(token)))
+        start += len(token)
+    cats = stats.token_categories(text, raw, offsets)
+    assert cats[:4] == ["word", "word", "word", "punctuation"]
+    assert cats[5:10] == ["code"] * 5 and cats[12:15] == ["code"] * 3 and cats[15] == "number"
+    assert cats[4] == stats.OTHER and cats[11] == stats.OTHER
+    assert cats[17] == "number" and cats[18] == "punctuation"
+
+
+def test_code_line_heuristic_agrees_with_the_generator():
+    from models.minis.moe import data
+
+    correct = total = 0
+    for segment in data.segments(60_000, seed=5):
+        for line in segment.text.split("\n"):
+            if line.strip():
+                total += 1
+                correct += stats.is_code_line(line) == (segment.kind == "code")
+    assert correct / total > 0.98
+    for prose in ("If you go, for example, to the market in town.", "For all we know it was there.",
+                  "Return the book when you are done, please."):
+        assert not stats.is_code_line(prose)
+
+
+# --- the mini ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not (MINI / "model.safetensors").exists(), reason="mini MoE not trained")
+def test_the_mini_loads_routes_and_has_its_card():
+    from models import loading, registry
+
+    assert (MINI / "model.safetensors").stat().st_size < 20 * 2**20
+    spec = next(s for s in registry.specs("moe") if s.source == "mini")
+    loaded = loading.load(spec, "cpu", "float32")
+    config = loaded.model.config
+    assert config.num_local_experts >= 4 and config.num_experts_per_tok == 2 and config.num_hidden_layers >= 3
+    result = moe.run(loaded, "def mean(values):\n    return sum(values) / len(values)\n\nAnna sang 3 songs.")
+    routing = result.extras["routing"]
+    np.testing.assert_allclose(routing.probs.sum(-1), 1.0, atol=1e-5)
+    assert routing.num_layers == config.num_hidden_layers and routing.renormalized
+    measured = json.loads((MINI / "metrics.json").read_text())
+    assert measured["perplexity"] < 20
+    assert measured["mean_mi_category_bits"] > measured["mean_mi_category_shuffled_bits"]
+    card = (MINI / "card.md").read_text()
+    assert "Perplexity" in card and "python -m models.minis.moe.train" in card
+
+
+# --- views ------------------------------------------------------------------------------------------------------
+
+def test_views_build_and_keep_token_text_as_data():
+    from viz import moe as viz
+
+    tokens = ["<b>hi</b>", "␣", "x"]
+    chart = viz.routed_text(tokens, ["<b>hi</b>", " ", "x\n"], np.array([0, 1, 9]), np.array([0.6, 0.5, 0.7]),
+                            num_experts=10, selected=1)
+    spec = chart.to_dict()
+    rows = next(iter(spec["datasets"].values()))
+    assert [row["token"] for row in rows] == tokens and rows[2]["expert"] == "E9"
+    with pytest.raises(ValueError):
+        viz.routed_text(tokens, tokens, np.array([0, 1]), np.array([0.5, 0.5]), 4)
+    probs = np.array([0.1, 0.5, 0.3, 0.1])
+    bars = viz.gate_bars(probs, np.array([1, 2]), np.array([0.625, 0.375]), float(stats.router_entropy(probs)))
+    marks = [row["mark"] for row in next(iter(bars.to_dict()["datasets"].values()))]
+    assert marks[1].startswith("top-1") and marks[2].startswith("top-2") and marks[0] == ""
+    load = np.array([[0.5, 0.25, 0.25, 0.0], [0.25] * 4])
+    viz.load_heatmap(load, ["b0", "b1"], stats.coefficient_of_variation(load), np.ones(2)).to_dict()
+    viz.load_difference(load, load[::-1], ["b0", "b1"], "A", "B").to_dict()
+    viz.layer_strip(tokens, np.array([[0, 1, 2], [3, 0, 1]]), ["b0", "b1"], 4, selected=2).to_dict()
+    assert viz.expert_colours(12)[9] == viz.expert_colours(12)[0]  # colours repeat; the E-number tells them apart
+    big = viz.coactivation_chart(np.random.default_rng(0).random((128, 128)))
+    assert big.size[0] >= 128  # 16k cells: an image, not a chart
