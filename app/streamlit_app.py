@@ -10,18 +10,19 @@ import streamlit as st  # noqa: E402
 
 from app import sidebar  # noqa: E402
 
-st.set_page_config(page_title="Attention explorer", page_icon="🔎", layout="wide")
+st.set_page_config(page_title="Attention explorer", page_icon=":material/visibility:", layout="wide")
 
-# (file in app/views, title, icon). A page whose file does not exist yet is simply not listed.
+# (file in app/views, title, icon). Material icons ship with Streamlit (emoji need a font the machine may lack).
+# The first page is the default and lives at the root URL; a page whose file does not exist yet is not listed.
 PAGES = [
-    ("gpt", "Language model (GPT)", "💬"),
-    ("encoder", "Encoder (BERT)", "🧩"),
-    ("translation", "Translation", "🌍"),
-    ("vit", "Vision Transformer", "🖼️"),
-    ("swin", "Swin Transformer", "🪟"),
-    ("moe", "Mixture of experts", "🔀"),
-    ("positional", "Positional encodings", "📐"),
-    ("mechanics", "How attention works", "🧮"),
+    ("gpt", "Language model (GPT)", ":material/chat:"),
+    ("encoder", "Encoder (BERT)", ":material/swap_horiz:"),
+    ("translation", "Translation", ":material/translate:"),
+    ("vit", "Vision Transformer", ":material/image:"),
+    ("swin", "Swin Transformer", ":material/grid_view:"),
+    ("moe", "Mixture of experts", ":material/call_split:"),
+    ("positional", "Positional encodings", ":material/straighten:"),
+    ("mechanics", "How attention works", ":material/calculate:"),
 ]
 
 VIEWS = Path(__file__).resolve().parent / "views"

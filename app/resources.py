@@ -1,0 +1,134 @@
+"""The only caching in the app.
+
+- Models: ``st.cache_resource``; one loaded model serves every browser session, so it is never mutated after loading
+  and capture keeps its per-call state out of it (models/capture.py).
+- Runs: ``st.cache_resource`` too, not ``st.cache_data``: ``cache_data`` unpickles a fresh copy on every rerun, and for
+  long inputs that copy (the kept queries and keys) costs more than the 200 ms a slider move may take. Results are
+  immutable (arrays are handed out read-only), so sharing them is safe; ``max_entries`` and ``ttl`` bound the memory.
+"""
+from __future__ import annotations
+
+import threading
+
+import streamlit as st
+
+from models import causal_lm, encoder, loading
+from models.analysis import heads
+from models.loading import LoadedModel
+from models.registry import ModelSpec
+from models.results import RunResult
+
+RUN_CACHE = dict(max_entries=8, ttl=3600, show_spinner=False)
+
+
+@st.cache_resource(max_entries=6, show_spinner=False)
+def load_model(spec: ModelSpec, device: str, dtype: str) -> LoadedModel:
+    """The cached model, with a progress bar naming each step the first time it loads.
+
+    The bar is created inside the cached function: Streamlit replays a cached function's elements on a cache hit,
+    which only works for elements the function itself created.
+    """
+    bar = st.progress(0.0, text=f"Loading {spec.key}…")
+    try:
+        return loading.load(spec, device, dtype, lambda step, fraction: bar.progress(
+            min(max(fraction, 0.0), 1.0), text=f"{spec.key}: {step}"))
+    finally:
+        bar.empty()
+
+
+def run_key(loaded: LoadedModel) -> tuple:
+    """What identifies a loaded model in the run caches (the object itself is not hashed)."""
+    return loaded.spec, loaded.device, loaded.dtype
+
+
+# --- text families -----------------------------------------------------------------------------------------------
+
+@st.cache_resource(**RUN_CACHE)
+def run_causal_lm(_loaded: LoadedModel, key: tuple, prompt: str, max_tokens: int) -> RunResult:
+    return causal_lm.run(_loaded, prompt, max_tokens)
+
+
+@st.cache_resource(**RUN_CACHE)
+def generate_causal_lm(_loaded: LoadedModel, key: tuple, prompt: str, settings: causal_lm.GenerationSettings,
+                       max_tokens: int) -> RunResult:
+    return causal_lm.generate(_loaded, prompt, settings, max_tokens)
+
+
+@st.cache_resource(**RUN_CACHE)
+def run_encoder(_loaded: LoadedModel, key: tuple, sentence: str, max_tokens: int) -> RunResult:
+    return encoder.run(_loaded, sentence, max_tokens)
+
+
+@st.cache_resource(**RUN_CACHE)
+def head_summary(_result: RunResult, key: tuple, kind: str) -> heads.HeadSummary:
+    """Thumbnails and statistics of every head; ``key`` identifies the run (model key + input + settings)."""
+    return heads.summarize(_result.maps(kind))
+
+
+# --- mechanics (how attention works, what it costs) --------------------------------------------------------------
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def mechanics_embeddings(sentence: str, d_model: int, source: str, seed: int):
+    """(tokens, X float64 (N, D)) for the step-by-step layer; small, so cached by value."""
+    from models import mechanics
+
+    return mechanics.embed(sentence, d_model, source, seed)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def mechanics_entropy_curve(sentence: str, d_model: int, source: str, seed: int, heads: int):
+    from models import mechanics
+
+    _, x = mechanics.embed(sentence, d_model, source, seed)
+    return mechanics.softmax_entropy_by_d_k(x, heads=heads)
+
+
+@st.cache_resource(show_spinner=False)
+def kv_cache_presets():
+    """KV-cache specs of the app's own models (read from their configs) and of published ones, read once."""
+    from models import cost
+
+    report = cost.app_model_kv_specs()
+    return report.specs, cost.published_kv_specs(), report.skipped
+
+
+# --- positional encodings ----------------------------------------------------------------------------------------
+
+@st.cache_resource(max_entries=1, show_spinner="Creating an untrained ViT…")
+def untrained_vit_positions():
+    """The random initial ``pos_embed`` grid of timm's vit_tiny (no weights downloaded); read-only, shared."""
+    from models import positional
+
+    return positional.untrained_vit_positions()
+
+
+# --- mixture of experts ------------------------------------------------------------------------------------------
+
+@st.cache_resource(**RUN_CACHE)
+def run_moe(_loaded: LoadedModel, key: tuple, text: str, max_tokens: int) -> RunResult:
+    from models import moe
+
+    return moe.run(_loaded, text, max_tokens)
+
+
+@st.cache_resource(**RUN_CACHE)
+def moe_statistics(_result: RunResult, key: tuple):
+    """Balance, consistency and specialisation of one routing (the shuffled baseline takes about a second)."""
+    from models.analysis import routing as stats
+
+    routing = _result.extras["routing"]
+    return (stats.summarise(routing.probs, routing.top_experts, routing.kept),
+            stats.cross_layer_consistency(routing.top1), stats.consecutive_repeat_rate(routing.top1),
+            stats.specialisation(routing.top_experts, routing.categories, shuffles=100))
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def moe_mini_card(folder: str) -> tuple[dict, str] | None:
+    """The mini MoE's measured metrics and card, or None before it is trained."""
+    import json
+    from pathlib import Path
+
+    path = Path(folder)
+    if not (path / "metrics.json").is_file():
+        return None
+    return json.loads((path / "metrics.json").read_text()), (path / "card.md").read_text()

@@ -1,0 +1,85 @@
+"""Widgets every page shares: model picker, text input with presets and upload, token limit, errors, model card."""
+from __future__ import annotations
+
+import streamlit as st
+
+from app import resources, sidebar
+from models import registry, text
+from models.loading import LoadedModel
+from models.registry import ModelSpec
+from models.results import RunResult
+
+OTHER = "Other: a hub id or a local folder…"
+
+
+def show_error(error: Exception | str) -> None:
+    """A user-facing error as plain text (st.error renders no HTML from the message)."""
+    st.error(str(error), icon="⚠️")
+
+
+def model_picker(family: str) -> ModelSpec:
+    """Sidebar choice among the registry's models of ``family`` (offline first) or any id/folder the user types."""
+    specs = registry.specs(family)
+    labels = [spec.label for spec in specs] + [OTHER]
+    with st.sidebar:
+        st.caption("Model")
+        choice = st.selectbox("Model", labels, key=f"model_{family}", label_visibility="collapsed")
+        if choice != OTHER:
+            return specs[labels.index(choice)]
+        typed = st.text_input("Hub id or local folder", key=f"custom_model_{family}",
+                              placeholder="e.g. gpt2 or ~/models/my-model")
+    if not typed.strip():
+        st.info("Type a hub id or a local folder in the sidebar, or pick one of the listed models.")
+        st.stop()
+    return registry.custom(family, typed)
+
+
+def load_or_stop(spec: ModelSpec) -> LoadedModel:
+    """Load the model picked in the sidebar on the sidebar's device; a failure is shown and the page stops."""
+    device, dtype = sidebar.device_choice()
+    try:
+        return resources.load_model(spec, device, dtype)
+    except ValueError as error:
+        show_error(error)
+        st.stop()
+
+
+def token_limit(default: int = text.DEFAULT_MAX_TOKENS) -> int:
+    with st.sidebar:
+        return int(st.number_input("Token limit", min_value=8, max_value=8192, value=default, step=64,
+                                   key="max_tokens", help="Longer input is truncated, with a notice."))
+
+
+def text_source(presets: dict[str, str], key: str, label: str = "Text", height: int = 100) -> str:
+    """Presets to click, a text box, and a .txt upload; returns the text to run (may be empty)."""
+    state_key = f"{key}_text"
+    if state_key not in st.session_state:
+        st.session_state[state_key] = next(iter(presets.values()))
+    chosen = st.pills("Samples", list(presets), key=f"{key}_preset", label_visibility="collapsed")
+    if chosen and st.session_state.get(f"{key}_last_preset") != chosen:
+        st.session_state[state_key] = presets[chosen]
+    st.session_state[f"{key}_last_preset"] = chosen
+    upload = st.file_uploader("…or upload a .txt file (UTF-8)", type=["txt"], key=f"{key}_upload")
+    if upload is not None and st.session_state.get(f"{key}_last_upload") != upload.file_id:
+        st.session_state[f"{key}_last_upload"] = upload.file_id
+        try:
+            st.session_state[state_key] = text.decode_upload(upload.getvalue())
+        except ValueError as error:
+            show_error(error)
+    return st.text_area(label, key=state_key, height=height)
+
+
+def model_card(result_or_spec: RunResult | ModelSpec) -> None:
+    """One caption line saying what the model is, where its weights come from and how attention was captured."""
+    if isinstance(result_or_spec, RunResult):
+        info = result_or_spec.model
+        st.caption(f"**{info.key}** · source: {info.source} · licence: {info.licence} · trained on: {info.trained_on}"
+                   f" · {info.device}, {info.dtype} · capture: {info.capture}")
+    else:
+        spec = result_or_spec
+        st.caption(f"**{spec.key}** · source: {spec.source} · licence: {spec.licence} · trained on: {spec.trained_on}")
+
+
+def show_notices(result: RunResult) -> None:
+    for notice in result.notices:
+        st.warning(notice, icon="✂️")

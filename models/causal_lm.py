@@ -1,0 +1,114 @@
+"""GPT-style causal language models: one forward with attention capture, next-token probabilities, generation.
+
+Generation runs ``model.generate`` (greedy, beam search or sampling) without recording; then one teacher-forced
+forward over prompt + generated tokens records the attention every generated token paid, and the model's raw
+next-token distribution at each step (before temperature / top-k / top-p / repetition penalty).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from models import capture, text
+from models.loading import LoadedModel, friendly_out_of_memory
+from models.results import GenerationStep, ModelInfo, RunResult, TokenProbability
+
+STRATEGIES = ("greedy", "beam search", "sampling")
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    max_new_tokens: int = 20
+    strategy: str = "greedy"
+    num_beams: int = 4  # beam search only
+    temperature: float = 0.8  # sampling only
+    top_k: int = 50  # sampling only; 0 = off
+    top_p: float = 0.95  # sampling only; 1.0 = off
+    repetition_penalty: float = 1.0  # 1.0 = off
+    seed: int = 0  # sampling is reproducible: the same settings give the same text
+
+    def validate(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        if not 1 <= self.max_new_tokens <= 512:
+            raise ValueError("Max new tokens must be between 1 and 512.")
+        if self.strategy == "sampling" and self.temperature <= 0:
+            raise ValueError("Temperature must be above 0 (use greedy decoding for temperature 0).")
+        if not 0 < self.top_p <= 1:
+            raise ValueError("top-p must be in (0, 1].")
+        if self.repetition_penalty <= 0:
+            raise ValueError("The repetition penalty must be above 0 (1.0 = off).")
+
+
+def model_info(loaded: LoadedModel) -> ModelInfo:
+    spec = loaded.spec
+    return ModelInfo(spec.key, spec.family, spec.source, loaded.device, loaded.dtype, capture.CAPTURE_DESCRIPTION,
+                     spec.licence, spec.trained_on)
+
+
+def _top(probabilities: torch.Tensor, tokenizer, k: int) -> list[TokenProbability]:
+    values, indices = probabilities.topk(min(k, probabilities.shape[-1]))
+    return [TokenProbability(text.display_token(tokenizer.decode([int(i)])), int(i), float(v))
+            for v, i in zip(values, indices)]
+
+
+def _forward(loaded: LoadedModel, ids: list[int]):
+    """Teacher-forced forward over ``ids`` with capture: (self-attention maps, next-token probabilities per position)."""
+    input_ids = torch.tensor([ids], device=loaded.device)
+    with friendly_out_of_memory(loaded.device, len(ids)), torch.inference_mode(), \
+            capture.recording(loaded.model) as recorder:
+        logits = loaded.model(input_ids=input_ids, use_cache=False).logits[0]
+    probabilities = torch.softmax(logits.float(), dim=-1).cpu()  # (n, vocab)
+    tokens = text.display_tokens(loaded.tokenizer, ids)
+    maps = recorder.attention_maps("self", 0, query_tokens=tokens, key_tokens=tokens)
+    return maps, probabilities, tokens
+
+
+def run(loaded: LoadedModel, prompt: str, max_tokens: int = text.DEFAULT_MAX_TOKENS, top_k: int = 10) -> RunResult:
+    """Attention of every layer and head for ``prompt`` and the top-``top_k`` next tokens after it."""
+    tokenized = text.tokenize(loaded.tokenizer, prompt, _limit(loaded, max_tokens))
+    maps, probabilities, tokens = _forward(loaded, tokenized.ids)
+    return RunResult(model_info(loaded), tokens, {"self": maps}, next_token=_top(probabilities[-1], loaded.tokenizer,
+                     top_k), notices=list(tokenized.notices))
+
+
+def generate(loaded: LoadedModel, prompt: str, settings: GenerationSettings,
+             max_tokens: int = text.DEFAULT_MAX_TOKENS, candidates: int = 5) -> RunResult:
+    """Generate a continuation, then capture the attention of every generated token over prompt + generated."""
+    settings.validate()
+    limit = _limit(loaded, max_tokens)
+    tokenized = text.tokenize(loaded.tokenizer, prompt, max(2, limit - settings.max_new_tokens))
+    input_ids = torch.tensor([tokenized.ids], device=loaded.device)
+    kwargs = dict(max_new_tokens=settings.max_new_tokens, repetition_penalty=settings.repetition_penalty,
+                  pad_token_id=loaded.tokenizer.pad_token_id or loaded.tokenizer.eos_token_id,
+                  attention_mask=torch.ones_like(input_ids))
+    if settings.strategy == "greedy":
+        kwargs.update(do_sample=False, num_beams=1)
+    elif settings.strategy == "beam search":
+        kwargs.update(do_sample=False, num_beams=settings.num_beams, early_stopping=True)
+    else:
+        kwargs.update(do_sample=True, temperature=settings.temperature, top_k=settings.top_k or None,
+                      top_p=settings.top_p, num_beams=1)
+    with friendly_out_of_memory(loaded.device, limit), torch.inference_mode():
+        torch.manual_seed(settings.seed)  # generate() samples from the global generator
+        output = loaded.model.generate(input_ids, **kwargs)[0].tolist()
+    prompt_length = len(tokenized.ids)
+    maps, probabilities, tokens = _forward(loaded, output)
+    steps = []
+    for position in range(prompt_length, len(output)):
+        distribution = probabilities[position - 1]
+        chosen = output[position]
+        steps.append(GenerationStep(position, tokens[position], float(distribution[chosen]),
+                                    _top(distribution, loaded.tokenizer, candidates)))
+    notices = list(tokenized.notices)
+    if len(output) - prompt_length < settings.max_new_tokens:
+        notices.append("Generation stopped early at the end-of-text token.")
+    return RunResult(model_info(loaded), tokens, {"self": maps}, next_token=_top(probabilities[-1], loaded.tokenizer,
+                     10), generation=steps, notices=notices,
+                     extras={"prompt_length": prompt_length, "text": loaded.tokenizer.decode(output[prompt_length:])})
+
+
+def _limit(loaded: LoadedModel, max_tokens: int) -> int:
+    """The user's token limit, capped by the model's own context length."""
+    return min(max_tokens, loaded.max_positions) if loaded.max_positions else max_tokens

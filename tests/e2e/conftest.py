@@ -1,0 +1,130 @@
+"""Browser end-to-end fixtures: the app started as the README does, driven by Debian's Chromium through Playwright.
+
+Skipped (with the reason) where Chromium or Playwright is missing; `.ci/run` installs both, so CI always runs them.
+Screenshots go to ``$SCREENSHOT_DIR`` (default ``artifacts/screenshots``) and are listed at the end of the run.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+SCREENSHOTS = Path(os.environ.get("SCREENSHOT_DIR", ROOT / "artifacts" / "screenshots"))
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+_taken: list[Path] = []
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def app_url():
+    """Start `streamlit run app/streamlit_app.py` on a free loopback port; stop it after the session."""
+    port = _free_port()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
+    (ROOT / "artifacts").mkdir(parents=True, exist_ok=True)
+    log = open(ROOT / "artifacts" / "e2e-streamlit.log", "w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "streamlit_app.py"), "--server.headless", "true",
+         "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).status == 200:
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        process.kill()
+        pytest.fail("the app did not start within 90 s (see artifacts/e2e-streamlit.log)")
+    yield url
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    log.close()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium)")
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    yield page
+    context.close()
+
+
+def wait_until_idle(page, timeout_s: float = 180) -> None:
+    """Wait until Streamlit has finished running the script (the status widget is gone) and charts are drawn."""
+    page.wait_for_selector('[data-testid="stApp"]', timeout=timeout_s * 1000)
+    deadline = time.time() + timeout_s
+    time.sleep(1.0)
+    while time.time() < deadline:
+        running = page.locator('[data-testid="stStatusWidget"]').count()
+        progress = page.locator('[data-testid="stProgress"]').count()
+        if not running and not progress:
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError(f"the page was still running after {timeout_s} s")
+    time.sleep(1.0)  # Vega charts render after the script finishes
+
+
+def open_page(page, app_url: str, path: str, timeout_s: float = 240) -> None:
+    page.goto(f"{app_url}/{path}")
+    wait_until_idle(page, timeout_s)
+
+
+def assert_healthy(page) -> None:
+    """No exception box, no traceback on the page."""
+    exceptions = page.locator('[data-testid="stException"]')
+    assert exceptions.count() == 0, exceptions.first.inner_text()[:2000]
+    assert "Traceback" not in page.locator('[data-testid="stMain"]').inner_text()
+
+
+def charts_visible(page) -> int:
+    """How many charts (Vega) and images are visible."""
+    return (page.locator('[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg').count()
+            + page.locator('[data-testid="stImage"] img').count())
+
+
+def screenshot(page, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    _taken.append(path)
+    return path
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _taken:
+        terminalreporter.write_sep("-", "browser screenshots")
+        for path in _taken:
+            terminalreporter.write_line(str(path))

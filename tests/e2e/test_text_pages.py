@@ -1,0 +1,35 @@
+"""The GPT and encoder pages in a real browser on the offline models: charts render, input works, no exception."""
+from tests.e2e.conftest import assert_healthy, charts_visible, open_page, screenshot, wait_until_idle
+
+
+def test_gpt_page_shows_smollm2_attention(page, app_url):
+    open_page(page, app_url, "", timeout_s=300)  # first run may dequantise SmolLM2 (~30 s)
+    assert_healthy(page)
+    assert charts_visible(page) >= 2
+    assert "SmolLM2" in page.inner_text("body")
+    screenshot(page, "gpt")
+
+
+def test_gpt_page_takes_new_text_and_hostile_input(page, app_url):
+    open_page(page, app_url, "", timeout_s=300)
+    box = page.get_by_label("Prompt")
+    box.fill("<script>alert('x')</script> ‮evil‬ zero\u200bwidth 🙂")
+    box.press("Control+Enter")
+    wait_until_idle(page)
+    assert_healthy(page)
+    assert page.locator("script:has-text(\"alert('x')\")").count() == 0
+    assert charts_visible(page) >= 2
+    box.fill("   ")
+    box.press("Control+Enter")
+    wait_until_idle(page)
+    assert_healthy(page)
+    assert "Type a prompt" in page.inner_text("body")
+    screenshot(page, "gpt-empty-input")
+
+
+def test_encoder_page_shows_minilm_attention(page, app_url):
+    open_page(page, app_url, "encoder")
+    assert_healthy(page)
+    assert charts_visible(page) >= 2
+    assert "[CLS]" in page.inner_text("body")
+    screenshot(page, "encoder")

@@ -1,0 +1,172 @@
+"""Attention heatmaps: Altair for small maps (tooltips per cell), PIL images for large ones.
+
+Masked cells (a future token under a causal mask, a padded key) are drawn in a neutral grey that no value of the
+colour scale produces, so "not allowed" never looks like "near zero". Token strings are data, never markup or code:
+labels are made unique (a repeated token gets " (2)", " (3)") and passed as sort lists, not as expressions.
+"""
+from __future__ import annotations
+
+import altair as alt
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from PIL import Image, ImageDraw
+
+MASKED_RGB = (200, 200, 200)
+MASKED_HEX = "#c8c8c8"
+# Streamlit defaults charts to autosize "fit", which squeezes the plot so that labels, legend and title fit inside
+# width × height; "pad" keeps the plot at the size asked for and adds room for the decorations.
+PAD = alt.AutoSizeParams(type="pad", contains="padding")
+MAX_CHART_TOKENS = 64  # beyond this a side, a chart has too many rows for the browser: draw an image
+COLOR_SCHEMES = ("viridis", "magma", "cividis", "blues", "greys")
+
+
+def token_labels(tokens: list[str]) -> list[str]:
+    """Unique, readable axis labels: the 2nd occurrence of "the" becomes "the (2)"."""
+    seen: dict[str, int] = {}
+    labels = []
+    for token in tokens:
+        token = token if token.strip() else "␣"
+        seen[token] = seen.get(token, 0) + 1
+        labels.append(token if seen[token] == 1 else f"{token} ({seen[token]})")
+    return labels
+
+
+def _check(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str]) -> None:
+    if weights.ndim != 2:
+        raise ValueError(f"expected one head's (queries, keys) map, got shape {weights.shape}")
+    if weights.shape != (len(query_tokens), len(key_tokens)):
+        raise ValueError(f"map {weights.shape} does not match {len(query_tokens)} query and {len(key_tokens)} key tokens")
+
+
+def attention_chart(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str],
+                    allowed: np.ndarray | None = None, title: str = "", scheme: str = "viridis",
+                    query_offset: int = 0, key_offset: int = 0, size: int = 640) -> alt.Chart:
+    """A heatmap of one ``(queries, keys)`` map: keys on x, queries on y, weight and both tokens in the tooltip.
+
+    ``query_offset``/``key_offset``: positions of the first row/column in the full input (for zoomed ranges).
+    """
+    _check(weights, query_tokens, key_tokens)
+    q_labels, k_labels = token_labels(query_tokens), token_labels(key_tokens)
+    q_index, k_index = np.meshgrid(np.arange(weights.shape[0]), np.arange(weights.shape[1]), indexing="ij")
+    visible = np.ones_like(weights, dtype=bool) if allowed is None else allowed.astype(bool)
+    frame = pd.DataFrame({
+        "query": np.asarray(q_labels, dtype=object)[q_index.ravel()],
+        "key": np.asarray(k_labels, dtype=object)[k_index.ravel()],
+        "query position": q_index.ravel() + query_offset,
+        "key position": k_index.ravel() + key_offset,
+        "weight": weights.ravel().astype(float),
+        "state": np.where(visible.ravel(), "visible", "masked"),
+    })
+    color = alt.Color("weight:Q", scale=alt.Scale(scheme=scheme, domain=[0, float(max(weights.max(), 1e-9))]),
+                      legend=alt.Legend(title="weight"))
+    side = max(200, min(size, 24 * max(weights.shape)))
+    chart = alt.Chart(frame).mark_rect().encode(
+        x=alt.X("key:N", sort=k_labels, title="key (attended to)", axis=alt.Axis(labelAngle=-60, labelLimit=90)),
+        y=alt.Y("query:N", sort=q_labels, title="query (attending)", axis=alt.Axis(labelLimit=90)),
+        color=alt.condition(alt.datum.state == "masked", alt.value(MASKED_HEX), color),
+        tooltip=["query", "query position", "key", "key position", alt.Tooltip("weight:Q", format=".4f"), "state"],
+    )
+    return chart.properties(width=side, height=side, title=title, autosize=PAD)
+
+
+def _colormap(name: str) -> np.ndarray:
+    """256 × 3 uint8 lookup table of a matplotlib colormap ("blues" -> "Blues")."""
+    cmap = colormaps[{"blues": "Blues", "greys": "Greys"}.get(name, name)]
+    return (cmap(np.linspace(0, 1, 256))[:, :3] * 255).round().astype(np.uint8)
+
+
+def attention_rgb(weights: np.ndarray, allowed: np.ndarray | None = None, scheme: str = "viridis",
+                  vmax: float | None = None) -> np.ndarray:
+    """``(q, k)`` weights -> ``(q, k, 3)`` uint8 colours, one pixel per cell, masked cells grey."""
+    top = float(weights.max()) if vmax is None else vmax
+    scaled = np.clip(weights / max(top, 1e-12), 0, 1)
+    rgb = _colormap(scheme)[(scaled * 255).round().astype(np.int64)]
+    if allowed is not None:
+        rgb[~allowed.astype(bool)] = MASKED_RGB
+    return rgb
+
+
+def attention_image(weights: np.ndarray, allowed: np.ndarray | None = None, scheme: str = "viridis",
+                    max_px: int = 900) -> Image.Image:
+    """A large map as an image: each cell an integer block of pixels (nearest neighbour), at most ``max_px`` a side."""
+    rgb = attention_rgb(weights, allowed, scheme)
+    scale = max(1, max_px // max(weights.shape))
+    return Image.fromarray(rgb).resize((rgb.shape[1] * scale, rgb.shape[0] * scale), Image.NEAREST)
+
+
+def head_grid_image(thumbnails: np.ndarray, scheme: str = "viridis", cell: int = 56, gap: int = 4,
+                    selected: tuple[int, int] | None = None) -> Image.Image:
+    """All heads of all layers, ``thumbnails (layers, heads, s, s)``, as one image; each head scaled to its own max.
+
+    Row = layer (labelled L0, L1, ...), column = head (H0, H1, ...). The selected head gets a red frame.
+    """
+    layers, heads = thumbnails.shape[:2]
+    margin = 30
+    width = margin + heads * (cell + gap)
+    height = margin + layers * (cell + gap)
+    canvas = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(canvas)
+    for h in range(heads):
+        draw.text((margin + h * (cell + gap) + cell // 2 - 8, 8), f"H{h}", fill="black")
+    for layer in range(layers):
+        draw.text((2, margin + layer * (cell + gap) + cell // 2 - 6), f"L{layer}", fill="black")
+        for h in range(heads):
+            tile = Image.fromarray(attention_rgb(thumbnails[layer, h], scheme=scheme)).resize((cell, cell),
+                                                                                              Image.NEAREST)
+            x, y = margin + h * (cell + gap), margin + layer * (cell + gap)
+            canvas.paste(tile, (x, y))
+            if selected == (layer, h):
+                draw.rectangle([x - 2, y - 2, x + cell + 1, y + cell + 1], outline=(220, 20, 60), width=3)
+    return canvas
+
+
+def head_statistic_chart(values: np.ndarray, label: str, selected: tuple[int, int] | None = None,
+                         scheme: str = "viridis") -> alt.Chart:
+    """A clickable layer × head heatmap of one statistic ``(layers, heads)``; the point selection is named "pick"."""
+    layers, heads = values.shape
+    layer_index, head_index = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
+    frame = pd.DataFrame({"layer": layer_index.ravel(), "head": head_index.ravel(),
+                          "value": values.ravel().astype(float)})
+    pick = alt.selection_point(name="pick", fields=["layer", "head"], on="click", clear=False)
+    chart = alt.Chart(frame).mark_rect(stroke="white", strokeWidth=0.5).encode(
+        x=alt.X("head:O", title="head"),
+        y=alt.Y("layer:O", title="layer"),
+        color=alt.Color("value:Q", scale=alt.Scale(scheme=scheme), title=label),
+        tooltip=["layer", "head", alt.Tooltip("value:Q", title=label, format=".3f")],
+        opacity=alt.condition(pick, alt.value(1.0), alt.value(0.85)),
+    ).add_params(pick)
+    if selected is not None:
+        marker = alt.Chart(pd.DataFrame({"layer": [selected[0]], "head": [selected[1]]})).mark_rect(
+            fill=None, stroke="crimson", strokeWidth=3).encode(x="head:O", y="layer:O")
+        chart = chart + marker
+    return chart.properties(width=min(700, 34 * heads + 40), height=min(700, 20 * layers + 20), autosize=PAD)
+
+
+def token_bars(weights: np.ndarray, key_tokens: list[str], title: str = "", allowed: np.ndarray | None = None
+               ) -> alt.Chart:
+    """One query's attention over the keys ``(k,)`` as bars in token order; masked keys are left out."""
+    labels = token_labels(key_tokens)
+    keep = np.ones(len(labels), dtype=bool) if allowed is None else allowed.astype(bool)
+    frame = pd.DataFrame({"key": np.asarray(labels, dtype=object)[keep], "position": np.arange(len(labels))[keep],
+                          "weight": weights[keep].astype(float)})
+    return alt.Chart(frame).mark_bar().encode(
+        x=alt.X("key:N", sort=list(frame["key"]), title=None, axis=alt.Axis(labelAngle=-60, labelLimit=90)),
+        y=alt.Y("weight:Q", title="attention weight"),
+        color=alt.Color("weight:Q", scale=alt.Scale(scheme="blues"), legend=None),
+        tooltip=["key", "position", alt.Tooltip("weight:Q", format=".4f")],
+    ).properties(title=title, height=260)
+
+
+def probability_bars(tokens: list[str], probabilities: list[float], title: str = "",
+                     highlight: str | None = None) -> alt.Chart:
+    """Top candidates as horizontal bars, most likely first; ``highlight`` marks the chosen token."""
+    labels = token_labels(tokens)
+    frame = pd.DataFrame({"token": labels, "probability": probabilities,
+                          "chosen": [token == highlight for token in tokens]})
+    return alt.Chart(frame).mark_bar().encode(
+        y=alt.Y("token:N", sort=labels, title=None, axis=alt.Axis(labelLimit=140)),
+        x=alt.X("probability:Q", scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")),
+        color=alt.condition(alt.datum.chosen, alt.value("crimson"), alt.value("steelblue")),
+        tooltip=["token", alt.Tooltip("probability:Q", format=".2%")],
+    ).properties(title=title, height=24 * len(labels) + 20)
