@@ -28,6 +28,22 @@ from typing import Any
 import numpy as np
 import torch
 
+# The formulas as implemented below, in LaTeX, for the page to show next to the numbers they produce.
+LATEX = {
+    "equivariance": r"F(\sigma(X)) = \sigma(F(X)) \quad\text{for self-attention } F \text{ and any permutation }"
+                    r" \sigma",
+    "sinusoidal": r"PE_{(pos,\,2k)} = \sin\!\left(\frac{pos}{b^{2k/d}}\right),\qquad PE_{(pos,\,2k+1)} = "
+                  r"\cos\!\left(\frac{pos}{b^{2k/d}}\right)",
+    "rope": r"\theta_i = b^{-2i/d},\quad R_m \begin{pmatrix}x_{2i}\\ x_{2i+1}\end{pmatrix} = \begin{pmatrix}"
+            r"\cos m\theta_i & -\sin m\theta_i\\ \sin m\theta_i & \cos m\theta_i\end{pmatrix}\begin{pmatrix}"
+            r"x_{2i}\\ x_{2i+1}\end{pmatrix},\quad (R_m q)^\top (R_n k) = q^\top R_{n-m}\, k",
+    "alibi": r"\mathrm{softmax}\big(q_i K^\top + m_h \cdot [-(i-1), \dots, -2, -1, 0]\big),\qquad "
+             r"m_h = 2^{-8h/H}",
+    "t5": r"b(\delta) = \begin{cases} |\delta| & |\delta| < e \\ e + \left\lfloor \frac{\ln(|\delta|/e)}"
+          r"{\ln(D/e)}\,(n - e)\right\rfloor & \text{otherwise, at most } n-1 \end{cases}\quad e = n/2,\ "
+          r"\delta = j - i",
+}
+
 # --- sinusoidal (Vaswani et al. 2017) ----------------------------------------------------------------------------
 
 
@@ -191,6 +207,17 @@ def position_scheme(config: Any) -> str:
     if getattr(config, "n_positions", None) or getattr(config, "position_embedding_type", None) == "absolute":
         return "learned absolute positions"
     return "an unknown scheme"
+
+
+UNTRAINED_VIT = "vit_tiny_patch16_224"
+
+
+def untrained_vit_positions() -> LearnedPositions:
+    """``pos_embed`` of timm's ``vit_tiny_patch16_224`` as created, untrained (truncated normal, std 0.02): what a
+    ViT's grid looks like before training — no spatial structure at all. 14 × 14 patches, 192 channels."""
+    import timm
+
+    return learned_positions(timm.create_model(UNTRAINED_VIT, pretrained=False, depth=1))
 
 
 def hub_model_cached(model_id: str) -> bool:
@@ -482,12 +509,17 @@ class EquivarianceDemo:
 
 def tiny_self_attention(x: torch.Tensor, seed: int = 0, head_dim: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
     """One single-head self-attention layer with fixed random weights: ``x`` ``(L, d)`` -> output ``(L, head_dim)``,
-    attention ``(L, L)``. Weights are drawn from a generator seeded with ``seed`` (scale ``1/√d``)."""
+    attention ``(L, L)``.
+
+    As in a (pre-LN) transformer block, each token is layer-normalised first (a per-token operation, so it keeps the
+    symmetry); that puts the scores at a scale where softmax is not uniform. Weights ``N(0, 1/d)`` come from a
+    generator seeded with ``seed``.
+    """
     length, dim = x.shape
     generator = torch.Generator().manual_seed(seed)
     w_query, w_key, w_value = (torch.randn(dim, head_dim, generator=generator, dtype=torch.float64) / dim ** 0.5
                                for _ in range(3))
-    x = x.to(torch.float64)
+    x = torch.nn.functional.layer_norm(x.to(torch.float64), (dim,))
     query, key, value = x @ w_query, x @ w_key, x @ w_value  # (L, head_dim) each
     attention = torch.softmax(query @ key.T / head_dim ** 0.5, dim=-1)  # (L, L)
     return attention @ value, attention

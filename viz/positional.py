@@ -19,13 +19,14 @@ from PIL import Image, ImageDraw
 from viz.heatmap import MASKED_HEX, MASKED_RGB, token_labels
 
 MAX_CHART_CELLS = 6_000  # beyond this many cells a rect chart gets slow in the browser: draw an image
-_MPL_NAMES = {"redblue": "RdBu_r", "viridis": "viridis", "sinebow": "twilight", "blues": "Blues", "turbo": "turbo",
-              "tableau20": "tab20"}
+# Vega scheme -> (matplotlib colormap with the same colours, reverse the Vega scale?). Vega's "redblue" runs red to
+# blue; reversed it matches RdBu_r: blue for −1, red for +1, as in the ViT paper's figures.
+_SCHEMES = {"redblue": ("RdBu_r", True), "viridis": ("viridis", False), "turbo": ("turbo", False)}
 
 
 def _lut(scheme: str) -> np.ndarray:
     """256 × 3 uint8 colours matching the Vega scheme of the same name (so images and legends agree)."""
-    cmap = colormaps[_MPL_NAMES[scheme]]
+    cmap = colormaps[_SCHEMES[scheme][0]]
     return (cmap(np.linspace(0, 1, 256))[:, :3] * 255).round().astype(np.uint8)
 
 
@@ -65,7 +66,8 @@ def matrix_chart(matrix: np.ndarray, x_title: str, y_title: str, value_title: st
         domain = (domain[0], domain[0] + 1e-9)
     x_scale = alt.Scale(domain=[0, cols], nice=False, zero=False)
     y_scale = alt.Scale(domain=[0, rows], nice=False, zero=False, reverse=True)
-    color = alt.Color("value:Q", scale=alt.Scale(scheme=scheme, domain=list(domain), clamp=True), title=value_title)
+    color = alt.Color("value:Q", title=value_title,
+                      scale=alt.Scale(scheme=scheme, reverse=_SCHEMES[scheme][1], domain=list(domain), clamp=True))
     if rows * cols <= MAX_CHART_CELLS:
         row_index, col_index = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
         frame = pd.DataFrame({"col": col_index.ravel(), "row": row_index.ravel(), "value": matrix.ravel()})
@@ -111,7 +113,8 @@ def wavelength_chart(wavelengths: np.ndarray, length: int) -> alt.Chart:
     return (line + rule).properties(height=260, title="Wavelength per channel (red: sequence length)")
 
 
-def similarity_profile_chart(similarity: np.ndarray, anchors: list[int], value_title: str) -> alt.Chart:
+def similarity_profile_chart(similarity: np.ndarray, anchors: list[int], value_title: str,
+                             title: str = "Similarity of PE(p) with every other position") -> alt.Chart:
     """Rows ``similarity[p]`` of a ``(P, P)`` matrix for a few anchor positions p, against the other position."""
     frames = [pd.DataFrame({"position": np.arange(similarity.shape[1]), "similarity": similarity[p],
                             "anchor": f"p = {p}"}) for p in anchors]
@@ -120,28 +123,35 @@ def similarity_profile_chart(similarity: np.ndarray, anchors: list[int], value_t
         y=alt.Y("similarity:Q", title=value_title),
         color=alt.Color("anchor:N", sort=[f"p = {p}" for p in anchors], title=None),
         tooltip=["anchor", "position", alt.Tooltip("similarity:Q", format=".3f")],
-    ).properties(height=260, title="Similarity of PE(p) with every other position")
+    ).properties(height=260, title=title)
 
 
 # --- learned grids -----------------------------------------------------------------------------------------------
 
+def mosaic_range(similarity: np.ndarray) -> tuple[float, float]:
+    """Colour range of a mosaic: from the lowest similarity (or −1 … 1 when it reaches below 0) up to 1."""
+    low = float(similarity.min())
+    return (-1.0, 1.0) if low < 0 else (low, 1.0)
+
+
 def patch_similarity_mosaic(similarity: np.ndarray, step: int = 1, tile: int | None = None,
                             gap: int = 2, max_px: int = 900) -> Image.Image:
     """The ViT paper's Fig. 7: for every ``step``-th patch (r, c), a tile showing the cosine similarity of its position
-    vector with all patches. ``similarity`` ``(rows, cols, rows, cols)``; colours -1 (blue) … 1 (red); each tile has
-    a dark dot on its own patch."""
+    vector with all patches. ``similarity`` ``(rows, cols, rows, cols)``; colours over ``mosaic_range`` (blue low,
+    red high); each tile has a dark dot on its own patch."""
     rows, cols = similarity.shape[:2]
     if step < 1:
         raise ValueError("the step between shown patches must be at least 1")
     shown_rows, shown_cols = range(0, rows, step), range(0, cols, step)
     if tile is None:
         tile = max(cols, (max_px // max(len(shown_rows), len(shown_cols)) - gap) // cols * cols)
+    domain = mosaic_range(similarity)
     canvas = Image.new("RGB", (len(shown_cols) * (tile + gap) + gap, len(shown_rows) * (tile + gap) + gap), "white")
     draw = ImageDraw.Draw(canvas)
     cell_w, cell_h = tile / cols, tile / rows
     for i, r in enumerate(shown_rows):
         for j, c in enumerate(shown_cols):
-            rgb = colorize(similarity[r, c], "redblue", (-1.0, 1.0))
+            rgb = colorize(similarity[r, c], "redblue", domain)
             x, y = gap + j * (tile + gap), gap + i * (tile + gap)
             canvas.paste(Image.fromarray(rgb).resize((tile, tile), Image.NEAREST), (x, y))
             cx, cy = x + (c + 0.5) * cell_w, y + (r + 0.5) * cell_h
@@ -169,7 +179,7 @@ def rope_score_chart(offsets: np.ndarray, scores: dict[str, np.ndarray]) -> alt.
 def decay_bound_chart(offsets: np.ndarray, bound: np.ndarray) -> alt.Chart:
     frame = pd.DataFrame({"offset": offsets, "bound": bound})
     return alt.Chart(frame).mark_line(color="darkorange").encode(
-        x=alt.X("offset:Q", title="relative distance |n − m|"),
+        x=alt.X("offset:Q", title="relative distance |n − m|", scale=alt.Scale(nice=False)),
         y=alt.Y("bound:Q", title="(1/(d/2)) Σ |S_j|"),
         tooltip=["offset", alt.Tooltip("bound:Q", format=".3f")],
     ).properties(height=260, title="Long-range decay bound (Su et al. §3.4.3)")
@@ -178,15 +188,16 @@ def decay_bound_chart(offsets: np.ndarray, bound: np.ndarray) -> alt.Chart:
 # --- ALiBi and T5 ------------------------------------------------------------------------------------------------
 
 def slopes_chart(slopes: np.ndarray) -> alt.Chart:
-    frame = pd.DataFrame({"head": np.arange(len(slopes)), "slope": slopes,
+    frame = pd.DataFrame({"head": np.arange(len(slopes)), "slope": slopes, "floor": slopes.min() / 2,
                           "as power of 2": [f"2^{np.log2(s):.2f}" for s in slopes]})
-    return alt.Chart(frame).mark_bar().encode(
-        x=alt.X("head:O", title="head h (0-based)"), y=alt.Y("slope:Q", scale=alt.Scale(type="log"), title="slope m_h"),
+    return alt.Chart(frame).mark_bar().encode(  # bars start at `floor`: a log axis has no zero
+        x=alt.X("head:O", title="head h (0-based)"), y2="floor:Q",
+        y=alt.Y("slope:Q", scale=alt.Scale(type="log"), title="slope m_h"),
         tooltip=["head", alt.Tooltip("slope:Q", format=".6f"), "as power of 2"],
     ).properties(height=220, title="ALiBi slope per head")
 
 
-def bias_small_multiples(bias: np.ndarray, heads: list[int], columns: int = 4, size: int = 150) -> alt.Chart:
+def bias_small_multiples(bias: np.ndarray, heads: list[int], columns: int = 4, size: int = 140) -> alt.Chart:
     """One small heatmap per chosen head of an ALiBi bias ``(H, L, L)``, sharing one colour scale (masked = grey)."""
     charts = [matrix_chart(bias[h], "key j", "query i", "bias", scheme="viridis",
                            domain=(float(np.min(bias[heads][np.isfinite(bias[heads])])), 0.0),
@@ -205,12 +216,15 @@ def bucket_chart(buckets: np.ndarray, title: str, size: int = 360) -> alt.Chart:
 def output_gap_chart(tokens: list[str], gaps: dict[str, np.ndarray]) -> alt.Chart:
     """Per token, ``‖F(σX)[σ⁻¹] − F(X)‖ / ‖F(X)‖`` for each setting (bars side by side, log scale)."""
     labels = token_labels(tokens)
+    floor = 1e-17  # a log axis has no zero: bars start here, and an exact 0 is drawn at the floor
     frames = [pd.DataFrame({"token": labels, "position": np.arange(len(labels)), "setting": setting,
-                            "gap": np.maximum(values.astype(float), 1e-17)}) for setting, values in gaps.items()]
+                            "gap": np.maximum(values.astype(float), floor), "floor": floor})
+              for setting, values in gaps.items()]
     return alt.Chart(pd.concat(frames)).mark_bar().encode(
         x=alt.X("token:N", sort=labels, title=None, axis=alt.Axis(labelAngle=-60, labelLimit=90)),
         xOffset=alt.XOffset("setting:N", sort=list(gaps)),
-        y=alt.Y("gap:Q", scale=alt.Scale(type="log", domain=[1e-17, 10]), title="relative output change"),
+        y=alt.Y("gap:Q", scale=alt.Scale(type="log", domain=[floor, 10]), title="relative output change"),
+        y2="floor:Q",
         color=alt.Color("setting:N", sort=list(gaps), title=None),
         tooltip=["token", "position", "setting", alt.Tooltip("gap:Q", format=".2e")],
-    ).properties(height=260, title="Does the output just shuffle along? (bars at 1e-16 = exactly)")
+    ).properties(height=260, title="Does the output just shuffle along? (tiny bars: yes, up to rounding)")
