@@ -132,3 +132,67 @@ def moe_mini_card(folder: str) -> tuple[dict, str] | None:
     if not (path / "metrics.json").is_file():
         return None
     return json.loads((path / "metrics.json").read_text()), (path / "card.md").read_text()
+
+
+# --- vision transformers (ViT) -----------------------------------------------------------------------------------
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _vit_slot(spec: ModelSpec, device: str, dtype: str) -> dict:
+    """A cached holder the ViT is loaded into, outside any cached function, so the progress bar is never replayed
+    into a page that no longer has it; the lock makes concurrent sessions load once."""
+    return {"lock": threading.Lock(), "model": None}
+
+
+def load_vit(spec: ModelSpec, device: str, dtype: str):
+    """The cached timm ViT (``models.vit.LoadedVision``), loaded once per (spec, device, dtype) with a progress bar."""
+    from models import vit
+
+    slot = _vit_slot(spec, device, dtype)
+    with slot["lock"]:
+        if slot["model"] is None:
+            bar = st.progress(0.0, text=f"Loading {spec.key}…")
+            try:
+                slot["model"] = vit.load(spec, device, dtype, lambda step, fraction: bar.progress(
+                    min(max(fraction, 0.0), 1.0), text=f"{spec.key}: {step}"))
+            finally:
+                bar.empty()
+    return slot["model"]
+
+
+@st.cache_resource(**RUN_CACHE)
+def run_vit(_loaded: LoadedModel, key: tuple, image_key: str, _image) -> RunResult:
+    """One image through one ViT; ``image_key`` (a digest of the pixels) identifies the image."""
+    from models import vit
+
+    return vit.run(_loaded, _image)
+
+
+@st.cache_resource(max_entries=32, ttl=3600, show_spinner=False)
+def vit_rollout(_result: RunResult, key: tuple, image_key: str, head_fusion: str, discard_ratio: float):
+    """[CLS] rollout over the patch grid ``(rows, cols)`` for the chosen head fusion and discard ratio."""
+    from models.analysis import rollout
+
+    info = _result.image
+    query = 0 if info.num_prefix_tokens and info.prefix_names[0] == "[CLS]" else None
+    maps = _result.maps("self")
+    return rollout.cls_rollout([maps.layer(i) for i in range(maps.num_layers)], info.num_prefix_tokens,
+                               info.patch_grid, head_fusion, discard_ratio, query)
+
+
+@st.cache_resource(max_entries=8, ttl=3600, show_spinner=False)
+def vit_distances(_result: RunResult, key: tuple, image_key: str):
+    """Mean attention distance ``(layers, heads)`` in pixels."""
+    from models.analysis import attention_distance
+
+    info = _result.image
+    maps = _result.maps("self")
+    return attention_distance.mean_attention_distance([maps.layer(i) for i in range(maps.num_layers)],
+                                                      info.patch_grid, info.patch_size, info.num_prefix_tokens)
+
+
+@st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)
+def vit_attribution(_loaded: LoadedModel, key: tuple, image_key: str, _image, target: int, method: str, steps: int):
+    """A captum attribution of class ``target`` (``models.vit_attribution.Attribution``)."""
+    from models import vit_attribution
+
+    return vit_attribution.attribute(_loaded, _image, target, method, steps)

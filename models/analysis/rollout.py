@@ -58,7 +58,8 @@ def rollout_steps(layers: Sequence, head_fusion: str = "mean", discard_ratio: fl
     steps = []
     result = None
     for attention in layers:
-        attention = torch.as_tensor(attention).float()  # (heads, N, N)
+        attention = (torch.tensor(attention, dtype=torch.float32) if as_numpy  # a copy: shared arrays are read-only
+                     else attention.float())  # (heads, N, N)
         if attention.dim() != 3 or attention.shape[1] != attention.shape[2]:
             raise ValueError(f"each layer must be (heads, N, N) self-attention; got {tuple(attention.shape)}")
         fused = discard_lowest(fuse_heads(attention, head_fusion), discard_ratio)  # (N, N)

