@@ -196,3 +196,34 @@ def vit_attribution(_loaded: LoadedModel, key: tuple, image_key: str, _image, ta
     from models import vit_attribution
 
     return vit_attribution.attribute(_loaded, _image, target, method, steps)
+
+
+# --- Swin Transformer --------------------------------------------------------------------------------------------
+
+@st.cache_resource(max_entries=3, show_spinner=False)
+def load_swin(spec: ModelSpec, device: str, dtype: str):
+    """The cached timm Swin (eager window attention per module), with a progress bar the first time it loads."""
+    from models import swin
+
+    bar = st.progress(0.0, text=f"Loading {spec.key}…")
+    try:
+        return swin.load(spec, device, dtype, lambda step, fraction: bar.progress(
+            min(max(fraction, 0.0), 1.0), text=f"{spec.key}: {step}"))
+    finally:
+        bar.empty()
+
+
+@st.cache_resource(**RUN_CACHE)
+def run_swin(_loaded: LoadedModel, key: tuple, image_key: str, _image) -> RunResult:
+    """One image through one Swin with every block's window attention captured; ``image_key`` names the pixels."""
+    from models import swin
+
+    return swin.run(_loaded, _image)
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def swin_card(spec: ModelSpec) -> tuple[str, dict | None]:
+    """The mini Swin's card and measured metrics; ``("", None)`` for hub and local models."""
+    from models import swin
+
+    return swin.model_card(spec)

@@ -82,6 +82,17 @@ _SPECS: list[ModelSpec] = [
               "LVD-142M, self-supervised (DINOv2, Oquab et al. 2023)",
               "self-supervised DINOv2 backbone, no ImageNet classifier; created at 224 px (16 × 16 patches) so all "
               "attention maps fit in memory.", library="timm"),
+    # --- Swin Transformer (timm) ----------------------------------------------------------------------------------
+    ModelSpec("swin", "mini Swin shapes", "mini", "swin_shapes", "this project's licence",
+              "this project's generated coloured shapes on textured backgrounds (models/minis/swin_shapes)",
+              "8 classes; 64 px, 4 px patches, M = 4: stages of 16², 8², 4² tokens, shifted windows in stages 1–2; "
+              "card with measured accuracy: sample_data/swin_shapes/card.md.", library="timm"),
+    ModelSpec("swin", "swin_tiny_patch4_window7_224", "hub", "swin_tiny_patch4_window7_224", "MIT",
+              "ImageNet-1k (Liu et al. 2021)",
+              "Swin-T: 4 stages (2, 2, 6, 2 blocks), 56² → 7² tokens, M = 7, 3–24 heads.", library="timm"),
+    ModelSpec("swin", "swin_small_patch4_window7_224", "hub", "swin_small_patch4_window7_224", "MIT",
+              "ImageNet-22k, fine-tuned on ImageNet-1k (Liu et al. 2021)",
+              "Swin-S: 4 stages (2, 2, 18, 2 blocks), M = 7.", library="timm"),
 ]
 
 

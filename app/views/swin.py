@@ -1,0 +1,175 @@
+"""Swin Transformer: windows, the cyclic shift, attention masks and relative position bias on your own image
+(Liu et al. 2021). Every structure shown is read from the loaded model's own buffers; attention is captured."""
+import hashlib
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from app import image_input, resources, sidebar, widgets
+from models import swin
+from viz import heatmap, swin as swin_viz
+
+st.title("Swin Transformer: shifted windows")
+spec = widgets.model_picker("swin")
+spec = spec if spec.library == "timm" else replace(spec, library="timm")
+widgets.model_card(spec)
+device, dtype = sidebar.device_choice()
+try:
+    loaded = resources.load_swin(spec, device, dtype)
+except ValueError as error:
+    widgets.show_error(error)
+    st.stop()
+card, metrics = resources.swin_card(spec)
+if metrics is not None:
+    st.caption(f"Measured on {metrics['test_images']:,} held-out generated images: accuracy "
+               f"**{metrics['accuracy']:.1%}** (chance {1 / len(metrics['per_class']):.1%}).")
+    with st.expander("Model card"):
+        st.markdown(card)
+
+picture = image_input.image_picker("swin")
+if picture is None:
+    st.stop()
+image_key = hashlib.sha1(picture.tobytes()).hexdigest() + f"{picture.size}"
+key = resources.run_key(loaded)
+try:
+    result = resources.run_swin(loaded, key, image_key, picture)
+except ValueError as error:
+    widgets.show_error(error)
+    st.stop()
+run: swin.SwinRun = result.extras["swin"]
+structure, attention, crop = run.structure, run.attention, result.image.image
+scale = swin_viz.display_scale(crop)
+
+left, right = st.columns([1, 1])
+left.image(swin_viz.stage_grid(crop, structure.stages[0], structure.blocks[0].window, scale),
+           caption=f"What the model saw: {crop.shape[1]} × {crop.shape[0]} px, {structure.patch_size[0]} px patches "
+                   f"(white), {structure.blocks[0].window[0]} × {structure.blocks[0].window[1]}-token windows (yellow)")
+with right:
+    for notice in result.notices:
+        st.caption(notice)
+    if run.predictions:
+        st.altair_chart(heatmap.probability_bars([p.token for p in run.predictions],
+                                                 [p.probability for p in run.predictions],
+                                                 f"Top predictions ({run.label_source})"))
+    else:
+        st.info(f"No class names for this head ({run.label_source}); the attention views work all the same.")
+
+c1, c2 = st.columns(2)
+stage_index = c1.selectbox("Stage", range(len(structure.stages)), key="swin_stage",
+                           format_func=lambda s: f"stage {s + 1}: {structure.stages[s].resolution[0]} × "
+                                                 f"{structure.stages[s].resolution[1]} tokens")
+stage = structure.stages[stage_index]
+head_options = ["average of heads"] + [f"head {h}" for h in range(stage.heads)]
+head_choice = c2.selectbox("Head", head_options, key=f"swin_head_{stage_index}")
+head = None if head_choice == head_options[0] else head_options.index(head_choice) - 1
+stage_blocks = [b for b in structure.blocks if b.stage == stage_index]
+shifted = next((b for b in stage_blocks if b.kind == "SW-MSA"), None)
+no_shift = (f"Stage {stage_index + 1} has no shifted block: its {stage.resolution[0]} × {stage.resolution[1]} tokens "
+            f"fit in one window, so timm sets the shift to 0 (nothing to displace). Pick an earlier stage.")
+
+tabs = st.tabs(["Hierarchy", "Cyclic shift", "Masks", "Relative position bias", "Window attention", "Cost"])
+
+with tabs[0]:
+    c1, c2 = st.columns([1, 1])
+    c1.image(swin_viz.stage_grid(crop, stage, stage_blocks[0].window, scale),
+             caption=f"stage {stage_index + 1}: one token = {stage.token_px} × {stage.token_px} px (white), "
+                     f"windows of {stage_blocks[0].window[0]} × {stage_blocks[0].window[1]} tokens (yellow)")
+    c2.dataframe(pd.DataFrame([{"stage": s.index + 1, "tokens": f"{s.resolution[0]} × {s.resolution[1]}",
+                                "token px": s.token_px, "C": s.dim, "heads": s.heads, "blocks": s.depth,
+                                "windows": structure.blocks[[b.stage for b in structure.blocks].index(s.index)]
+                                .num_windows, "merge (in → out)": "—" if s.merge is None else
+                                f"{s.merge[0]} → {s.merge[1]}"} for s in structure.stages]), hide_index=True)
+    if stage.merge is not None:
+        c2.image(swin_viz.merge_picture(stage), caption="Patch merging (read from the model's reduction layer): "
+                 "2 × 2 neighbours concatenated (4C), LayerNorm, linear to 2C — half the resolution, twice the width.")
+
+with tabs[1]:
+    if shifted is None:
+        st.info(no_shift)
+    else:
+        step = st.select_slider("Step", swin_viz.SHIFT_STEPS, key="swin_shift_step")
+        s = shifted.shift[0]
+        explain = {
+            "original layout": f"{stage_blocks[0].label} attends inside these regular windows.",
+            "shifted windows": f"{shifted.label} displaces the windows by ⌊M/2⌋ = {s} tokens (red). Border windows "
+                               "are partial: more windows, of unequal size, would be wasteful to batch.",
+            "rolled feature map": f"Instead, the map is rolled by −{s} tokens (torch.roll): the top {s} rows and left "
+                                  f"{s} columns wrap round to the bottom/right. Colours travel with the pixels.",
+            "region ids": "Regular windows on the rolled map now mix pieces that were not neighbours. Each token gets "
+                          "a region id (0–8) from the model's own mask construction.",
+            "regrouped windows": "Windows of the rolled map: those framed red hold several regions, and the mask "
+                                 "stops attention between them; afterwards the map is rolled back by +"
+                                 f"{s}.",
+        }
+        st.caption(explain[step])
+        st.image(swin_viz.shift_step(crop, shifted, step, scale))
+
+with tabs[2]:
+    if shifted is None:
+        st.info(no_shift)
+    else:
+        regions = shifted.regions()
+        window_regions = swin.window_partition(regions, shifted.window)
+        rebuilt = swin.shifted_window_mask(regions, shifted.window)
+        st.caption(f"{shifted.label}: the model's `attn_mask` buffer {tuple(shifted.attn_mask.shape)} is added to "
+                   "the scores before softmax; −100 makes a weight ≈ 4·10⁻⁴⁴. Rebuilt from the region ids it is "
+                   f"{'identical' if np.array_equal(rebuilt, shifted.attn_mask) else 'DIFFERENT'}.")
+        for name, index in swin.window_types(shifted.window_grid).items():
+            c1, c2 = st.columns([1, 2])
+            c1.altair_chart(swin_viz.region_chart(window_regions[index], f"{name} (window {index}): region ids"))
+            c2.altair_chart(swin_viz.mask_chart(shifted.attn_mask[index], window_regions[index], shifted.window,
+                                                f"{name}: mask added to the scores"))
+
+with tabs[3]:
+    block = st.radio("Block", stage_blocks, key=f"swin_bias_block_{stage_index}", horizontal=True,
+                     format_func=lambda b: b.label)
+    m = block.window[0]
+    st.markdown(f"B is gathered from a learned table of (2M−1)² = {(2 * m - 1) ** 2} rows × {block.heads} heads at "
+                f"s(Δx, Δy) = (Δx + M − 1)(2M − 1) + (Δy + M − 1) with M = {m}; Δx, Δy ∈ [−{m - 1}, {m - 1}] are the "
+                "row and column offsets query − key. Shown: the model's `relative_position_bias_table` per head, "
+                "and `table[relative_position_index]` for one head.")
+    st.altair_chart(swin_viz.bias_tables_chart(swin.bias_table_images(block.bias_table, block.window), block.window))
+    bias_head = 0 if head is None else head
+    c1, c2 = st.columns(2)
+    c1.altair_chart(swin_viz.bias_matrix_chart(block.bias()[bias_head], block.window, f"B for head {bias_head}"))
+    c2.altair_chart(swin_viz.bias_matrix_chart(block.relative_position_index.astype(float), block.window,
+                                               "relative_position_index s (buffer)"))
+
+with tabs[4]:
+    block = st.radio("Block", stage_blocks, key=f"swin_attn_block_{stage_index}", horizontal=True,
+                     format_func=lambda b: b.label)
+    rows, cols = block.resolution
+    c1, c2 = st.columns(2)
+    row = c1.slider("Patch row", 0, rows - 1, rows // 2 - 1, key=f"swin_row_{stage_index}")
+    col = c2.slider("Patch column", 0, cols - 1, cols // 2 - 1, key=f"swin_col_{stage_index}")
+    columns = st.columns(len(stage_blocks))
+    for column, other in zip(columns, stage_blocks):
+        values = attention.patch_map(other.index, head, (row, col))
+        column.image(swin_viz.patch_attention_picture(crop, values, other, (row, col), scale),
+                     caption=f"{other.label}: where token ({row}, {col}) attends ({head_choice}), roll undone")
+    window_index, within = swin.window_of((row, col), block)
+    weights = attention.window_head(block.index, head)
+    allowed = block.allowed()
+    c1, c2 = st.columns([1, 1])
+    c1.image(swin_viz.all_windows_image(weights, allowed, block.window_grid, window_index),
+             caption=f"All {block.num_windows} windows of {block.label} on the rolled map, {head_choice}; grey = "
+                     "blocked by the mask; red frame = the patch's window")
+    c2.altair_chart(swin_viz.window_attention_chart(weights[window_index], allowed[window_index], block.window,
+                                                    f"window {window_index}, query slot {within}"))
+    blocked = float(weights[:, ~allowed].max(initial=0.0)) if block.kind == "SW-MSA" else 0.0
+    st.caption(f"Rows sum to 1 (max deviation {np.abs(weights.sum(-1) - 1).max():.1e}); largest weight on a blocked "
+               f"pair: {blocked:.1e}. Captured at WindowAttention.softmax, i.e. after bias and mask.")
+
+with tabs[5]:
+    lecture = swin.stage_cost(0, (56, 56), 96, (7, 7), 3)
+    st.markdown(f"Full attention over 56 × 56 tokens: (56²)² = 56⁴ = **{lecture.full_entries:,}** ≈ 9.8 M entries "
+                f"per head; in 7 × 7 windows M²·H·W = 49 · 3,136 = **{lecture.window_entries:,}** "
+                f"({lecture.saving:.0f}× fewer). Paper, eq. 1–2: Ω(MSA) = 4hwC² + 2(hw)²C, Ω(W-MSA) = 4hwC² + 2M²hwC.")
+    costs = structure.costs()
+    st.altair_chart(swin_viz.cost_chart(costs))
+    st.dataframe(pd.DataFrame([{"stage": c.stage + 1, "h × w": f"{c.resolution[0]} × {c.resolution[1]}", "C": c.channels,
+                                "M": c.window[0], "full (hw)²": c.full_entries, "windowed M²hw": c.window_entries,
+                                "Ω(MSA)": c.full_flops, "Ω(W-MSA)": c.window_flops, "saving": f"{c.saving:.0f}×"}
+                               for c in costs]), hide_index=True)

@@ -1,0 +1,285 @@
+"""Swin internals: masks, windows, the roll and the bias equal independent constructions and the model's own tensors."""
+import json
+import threading
+
+import numpy as np
+import pytest
+import timm
+import torch
+
+from models import capture_timm, swin
+from models.registry import ModelSpec
+
+
+def tiny_swin(seed: int = 0, **overrides):
+    """16 × 16 tokens, M = 4: stage 1 has 4 × 4 windows, stage 2 (8 × 8 tokens) 2 × 2; both shift by 2."""
+    torch.manual_seed(seed)
+    args = dict(img_size=32, patch_size=2, window_size=4, embed_dim=16, depths=(2, 2), num_heads=(2, 4),
+                num_classes=5)
+    args.update(overrides)
+    model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, **args).eval()
+    capture_timm.disable_fused_attention(model)
+    return model
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_swin()
+
+
+@pytest.fixture(scope="module")
+def captured(model):
+    torch.manual_seed(1)
+    pixels = torch.randn(1, 3, 32, 32)
+    logits, windows = swin.capture_windows(model, pixels)
+    return pixels, logits, windows
+
+
+def original_window_mask(size, window, shift):
+    """Independent construction: tokens may attend iff they lie in the same *displaced* window of the original map.
+
+    Displaced windows start at −s, so original row r belongs to displaced window ⌊(r + s) / M⌋ … except that the
+    roll makes rows [0, s) and [H − M + s, H) share a rolled window though they were not neighbours: numbering
+    displaced windows without wrap-around, ⌊(r + M − s) / M⌋, keeps them apart, as the paper intends.
+    """
+    (height, width), (mh, mw), (sh, sw) = size, window, shift
+    rows = (np.arange(height) + mh - sh) // mh
+    cols = (np.arange(width) + mw - sw) // mw
+    group = rows[:, None] * (width + 1) + cols[None, :]  # (H, W): displaced-window id in the original layout
+    rolled = np.roll(group, (-sh, -sw), axis=(0, 1))
+    ids = swin.window_partition(rolled, window).reshape(-1, mh * mw)
+    return np.where(ids[:, :, None] == ids[:, None, :], 0.0, -100.0).astype(np.float32)
+
+
+# --- geometry ----------------------------------------------------------------------------------------------------
+
+def test_partition_reverse_round_trip_and_timm_order():
+    x = np.random.default_rng(0).normal(size=(12, 8, 3)).astype(np.float32)
+    windows = swin.window_partition(x, (4, 4))
+    assert windows.shape == (6, 4, 4, 3)
+    np.testing.assert_array_equal(windows[1], x[0:4, 4:8])  # row-major over the window grid
+    np.testing.assert_array_equal(swin.window_reverse(windows, (4, 4), 12, 8), x)
+    from timm.models.swin_transformer import window_partition as timm_partition
+
+    np.testing.assert_array_equal(timm_partition(torch.from_numpy(x)[None], (4, 4)).numpy(), windows)
+    with pytest.raises(ValueError, match="pad it first"):
+        swin.window_partition(x, (5, 4))
+
+
+def test_cyclic_shift_is_undone():
+    x = np.arange(7 * 7).reshape(7, 7)
+    rolled = swin.cyclic_shift(x, (3, 3))
+    assert rolled[0, 0] == x[3, 3]  # the token at (s, s) moves to the top-left corner
+    np.testing.assert_array_equal(swin.undo_cyclic_shift(rolled, (3, 3)), x)
+
+
+def test_mask_equals_independent_construction_and_model_buffer(model):
+    shifted = [b for b in model.modules() if isinstance(b, timm.models.swin_transformer.SwinTransformerBlock)
+               and any(b.shift_size)]
+    assert len(shifted) == 2
+    for block in shifted:
+        size, window, shift = tuple(block.input_resolution), tuple(block.window_size), tuple(block.shift_size)
+        ours = swin.shifted_window_mask(swin.region_ids(size, window, shift), window)
+        independent = original_window_mask(size, window, shift)
+        np.testing.assert_array_equal(ours, independent)
+        np.testing.assert_array_equal(ours, block.attn_mask.numpy())
+    # the paper's 224-px case: 56 × 56 tokens, M = 7, s = 3 — against a freshly built swin_tiny's real buffer
+    tiny224 = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, depths=(2, 2, 2, 2))
+    block = tiny224.layers[0].blocks[1]
+    ours = swin.shifted_window_mask(swin.region_ids((56, 56), (7, 7), (3, 3)), (7, 7))
+    np.testing.assert_array_equal(ours, block.attn_mask.numpy())
+    np.testing.assert_array_equal(ours, original_window_mask((56, 56), (7, 7), (3, 3)))
+
+
+def test_four_window_types_differ():
+    regions = swin.region_ids((8, 8), (4, 4), (2, 2))
+    mask = swin.shifted_window_mask(regions, (4, 4))
+    kinds = swin.window_types((2, 2))
+    assert kinds == {"interior": 0, "right edge": 1, "bottom edge": 2, "corner": 3}
+    regions_per_window = [len(np.unique(w)) for w in swin.window_partition(regions, (4, 4))]
+    assert regions_per_window == [1, 2, 2, 4]
+    assert (mask[0] == 0).all()  # interior: nothing masked
+    blocked = [(mask[i] < 0).sum() for i in range(4)]
+    assert 0 < blocked[1] == blocked[2] < blocked[3]  # edges block half-pairs, the corner most
+    assert len({mask[i].tobytes() for i in range(4)}) == 4
+
+
+def test_relative_position_index_and_bias_equal_model(model):
+    attn = model.layers[0].blocks[0].attn
+    index = swin.relative_position_index((4, 4))
+    np.testing.assert_array_equal(index, attn.relative_position_index.numpy())
+    # s(Δx, Δy) = (Δx + M − 1)(2M − 1) + (Δy + M − 1): query (0, 0) vs key (3, 3) is Δ = (−3, −3) -> 0
+    assert index[0, 15] == 0 and index[15, 0] == 48 and index[5, 5] == 3 * 7 + 3
+    table = attn.relative_position_bias_table.detach().numpy()
+    bias = swin.relative_position_bias(table, index)
+    np.testing.assert_allclose(bias, attn._get_rel_pos_bias()[0].detach().numpy(), atol=0)
+    images = swin.bias_table_images(table, (4, 4))
+    assert images.shape == (2, 7, 7) and images[1, 3, 3] == table[24, 1]  # Δ = (0, 0) is the table's centre
+
+
+# --- capture -----------------------------------------------------------------------------------------------------
+
+def eager_window_attention(model, pixels):
+    """softmax(q kᵀ/√d + B + mask) per block, by hand from each block's input with our own roll, partition, index
+    and mask (no timm attention code, no hooks on softmax)."""
+    inputs = []
+    handles = [b.register_forward_pre_hook(lambda m, a: inputs.append(a[0].detach()))
+               for layer in model.layers for b in layer.blocks]
+    try:
+        with torch.no_grad():
+            model(pixels)
+    finally:
+        for h in handles:
+            h.remove()
+    maps = []
+    blocks = [b for layer in model.layers for b in layer.blocks]
+    for block, x in zip(blocks, inputs):
+        window, shift = tuple(block.window_size), tuple(block.shift_size)
+        h = block.norm1(x)[0].detach().numpy()  # (H, W, C)
+        windows = swin.window_partition(swin.cyclic_shift(h, shift), window).reshape(-1, window[0] * window[1],
+                                                                                     h.shape[-1])
+        heads = block.attn.num_heads
+        qkv = windows @ block.attn.qkv.weight.detach().numpy().T + block.attn.qkv.bias.detach().numpy()
+        q, k, _ = np.split(qkv, 3, axis=-1)
+        d = q.shape[-1] // heads
+        q = q.reshape(*q.shape[:2], heads, d).transpose(0, 2, 1, 3)  # (nW, heads, N, d)
+        k = k.reshape(*k.shape[:2], heads, d).transpose(0, 2, 1, 3)
+        scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(d)
+        table = block.attn.relative_position_bias_table.detach().numpy()
+        scores = scores + swin.relative_position_bias(table, swin.relative_position_index(window))[None]
+        if any(shift):
+            size = tuple(block.input_resolution)
+            scores = scores + swin.shifted_window_mask(swin.region_ids(size, window, shift), window)[:, None]
+        scores = np.exp(scores - scores.max(-1, keepdims=True))
+        maps.append(scores / scores.sum(-1, keepdims=True))
+    return maps
+
+
+def test_capture_equals_eager_reference(model, captured):
+    pixels, logits, windows = captured
+    reference = eager_window_attention(model, pixels)
+    assert [w.shape for w in windows] == [(16, 2, 16, 16)] * 2 + [(4, 4, 16, 16)] * 2
+    for got, expected in zip(windows, reference):
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+    fused = tiny_swin()  # same seed, fused attention back on: same logits, so capture changed only the path
+    for module in fused.modules():
+        if hasattr(module, "fused_attn"):
+            module.fused_attn = True
+    with torch.no_grad():
+        torch.testing.assert_close(fused(pixels), logits, atol=1e-5, rtol=1e-5)
+    assert not any(m._forward_hooks for m in model.modules())  # hooks removed
+
+
+def test_rows_sum_to_one_and_cross_region_weights_vanish(model, captured):
+    structure = swin.read_structure(model)
+    _, _, windows = captured
+    for geometry, maps in zip(structure.blocks, windows):
+        np.testing.assert_allclose(maps.sum(-1), 1.0, atol=1e-5)
+        blocked = ~geometry.allowed()  # (nW, N, N)
+        assert blocked.any() == (geometry.kind == "SW-MSA")
+        assert np.abs(maps.transpose(1, 0, 2, 3)[:, blocked]).max(initial=0) < 1e-30
+
+
+def test_reassembled_patch_attention_lands_on_the_right_pixels():
+    size, window, shift = (8, 8), (4, 4), (2, 2)
+    # synthetic attention: in every window, query i puts all weight on key (N − 1 − i) (point reflection in the window)
+    n = 16
+    reflect = np.zeros((4, n, n), dtype=np.float32)
+    reflect[:, np.arange(n), n - 1 - np.arange(n)] = 1.0
+    # query (2, 2) sits at rolled (0, 0): window 0 slot 0 -> key slot 15 = rolled (3, 3) -> original (5, 5)
+    got = swin.patch_attention_map(reflect, (2, 2), size, window, shift)
+    assert got[5, 5] == 1.0 and got.sum() == 1.0
+    # query (0, 0) is rolled to (6, 6): window 3 slot 10 -> key slot 5 = rolled (5, 5) -> original (7, 7)
+    got = swin.patch_attention_map(reflect, (0, 0), size, window, shift)
+    assert got[7, 7] == 1.0
+    # no shift: window of (0, 0) is window 0, key slot 15 = (3, 3)
+    assert swin.patch_attention_map(reflect, (0, 0), size, window, (0, 0))[3, 3] == 1.0
+    with pytest.raises(ValueError, match="outside"):
+        swin.patch_attention_map(reflect, (8, 0), size, window, shift)
+
+
+def test_shifted_block_reaches_across_the_old_window_border(model, captured):
+    structure = swin.read_structure(model)
+    attention = swin.SwinAttention("self", [], [], captured[2], structure.blocks)
+    # token (3, 3): in W-MSA its window is rows/cols 0..3; in SW-MSA its window is rows/cols 2..5 (displaced by 2)
+    regular = attention.patch_map(0, 0, (3, 3))
+    shifted = attention.patch_map(1, 0, (3, 3))
+    assert regular[4:, :].sum() == 0 and regular[:, 4:].sum() == 0
+    assert shifted[4:6, 4:6].sum() > 0.05 and shifted[:2].sum() < 1e-30 and shifted[6:].sum() < 1e-30
+    # token (0, 0) in SW-MSA: the corner window, but only its own region [0, 2) × [0, 2) is visible
+    corner = attention.patch_map(1, 1, (0, 0))
+    assert abs(corner[:2, :2].sum() - 1.0) < 1e-5
+    # the dense contract matrix agrees with the per-window maps, and with allowed()
+    dense = attention.layer(1)
+    np.testing.assert_allclose(dense[0, 3 * 16 + 3].reshape(16, 16), shifted, atol=0)
+    assert not (dense[:, ~attention.allowed(1)] > 1e-30).any()
+    np.testing.assert_allclose(dense.sum(-1), 1.0, atol=1e-5)
+
+
+def test_capture_keeps_threads_apart(model):
+    inputs = [torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(s)) for s in range(2)]
+    alone = [swin.capture_windows(model, x)[1][1] for x in inputs]
+    results = [None, None]
+
+    def work(i):
+        for _ in range(3):
+            results[i] = swin.capture_windows(model, inputs[i])[1][1]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for got, expected in zip(results, alone):
+        np.testing.assert_array_equal(got, expected)
+
+
+# --- structure, cost, loading ------------------------------------------------------------------------------------
+
+def test_structure_of_swin_tiny_224():
+    model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False)
+    structure = swin.read_structure(model)
+    assert [s.resolution for s in structure.stages] == [(56, 56), (28, 28), (14, 14), (7, 7)]
+    assert [s.merge for s in structure.stages] == [None, (384, 192), (768, 384), (1536, 768)]  # 4C -> 2C
+    assert [s.token_px for s in structure.stages] == [4, 8, 16, 32]
+    kinds = [b.kind for b in structure.blocks]
+    assert kinds[:2] == ["W-MSA", "SW-MSA"] and kinds[-2:] == ["W-MSA", "W-MSA"]  # 7 × 7 = one window: no shift
+    cost = structure.costs()[0]
+    assert cost.full_entries == 56 ** 4 == 9_834_496
+    assert cost.window_entries == 49 * 56 * 56 and cost.saving == 64
+    assert cost.full_flops == 4 * 3136 * 96 ** 2 + 2 * 3136 ** 2 * 96
+
+
+def test_run_local_checkpoint_through_the_load_path(tmp_path, monkeypatch):
+    model = tiny_swin(seed=3)
+    model.pretrained_cfg = {**model.pretrained_cfg, "input_size": (3, 32, 32), "crop_pct": 1.0,
+                            "interpolation": "bilinear", "hf_hub_id": None, "url": None}
+    timm.models.save_for_hf(model, str(tmp_path / "tiny"), model_config={"label_names": list("abcde")},
+                            model_args=dict(img_size=32, patch_size=2, window_size=4, embed_dim=16, depths=[2, 2],
+                                            num_heads=[2, 4], num_classes=5), safe_serialization=True)
+    monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tmp_path))
+    loaded = swin.load(ModelSpec("swin", str(tmp_path / "tiny"), "local", str(tmp_path / "tiny"), "", "",
+                                 library="timm"))
+    from PIL import Image
+
+    photo = Image.fromarray(np.random.default_rng(0).integers(0, 255, (50, 70, 3), dtype=np.uint8))
+    result = swin.run(loaded, photo)
+    extras = result.extras["swin"]
+    assert result.image.image.shape == (32, 32, 3) and result.image.patch_grid == (16, 16)
+    assert [p.token for p in extras.predictions][:1] and {p.token for p in extras.predictions} <= set("abcde")
+    from models import images
+
+    pixels = images.preprocess(photo, images.data_config(loaded.model)).tensor
+    _, windows = swin.capture_windows(model, pixels)  # the in-memory model before saving
+    np.testing.assert_allclose(extras.attention.windows[1], windows[1], atol=1e-6)
+    with pytest.raises(ValueError, match="outside the folders"):
+        swin.load(ModelSpec("swin", "/etc", "local", "/etc", "", "", library="timm"))
+
+
+def test_unknown_or_non_swin_names_give_actionable_errors():
+    with pytest.raises(ValueError, match="not a timm Swin"):
+        swin.load(ModelSpec("swin", "vit_base_patch16_224", "hub", "vit_base_patch16_224", "", ""))
+    with pytest.raises(ValueError, match="not a timm Swin"):
+        swin.load(ModelSpec("swin", "swin_tinyy", "hub", "swin_tinyy", "", ""))
+    with pytest.raises(ValueError, match="not a Swin"):
+        swin.read_structure(torch.nn.Linear(2, 2))
