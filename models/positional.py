@@ -158,8 +158,10 @@ def learned_positions(model: Any) -> LearnedPositions:
     pos_embed = getattr(model, "pos_embed", None)
     if isinstance(pos_embed, torch.Tensor) and hasattr(model, "patch_embed"):
         table = _as_numpy(pos_embed)[0]
-        grid = tuple(int(g) for g in model.patch_embed.grid_size)
         prefix_count = 0 if getattr(model, "no_embed_class", False) else int(getattr(model, "num_prefix_tokens", 1))
+        grid = tuple(int(g) for g in model.patch_embed.grid_size)
+        if grid[0] * grid[1] != len(table) - prefix_count:  # dynamic_img_size models keep their training grid
+            grid = _grid_from_count(len(table) - prefix_count)
         return LearnedPositions("pos_embed", table[prefix_count:], grid, table[:prefix_count])
 
     for path in ("transformer.wpe", "wpe"):  # GPT-2 with or without the LM head wrapper
@@ -220,12 +222,12 @@ def untrained_vit_positions() -> LearnedPositions:
     return learned_positions(timm.create_model(UNTRAINED_VIT, pretrained=False, depth=1))
 
 
-def hub_model_cached(model_id: str) -> bool:
+def hub_model_cached(model_id: str, cache_dir: str | None = None) -> bool:
     """Whether a hub model's config and weights are already in the local Hugging Face cache (no network used)."""
     from huggingface_hub import try_to_load_from_cache
 
     def cached(filename: str) -> bool:
-        return isinstance(try_to_load_from_cache(model_id, filename), str)
+        return isinstance(try_to_load_from_cache(model_id, filename, cache_dir=cache_dir), str)
 
     return cached("config.json") and (cached("model.safetensors") or cached("pytorch_model.bin"))
 
@@ -400,6 +402,29 @@ def rope_settings(config: Any) -> RopeSettings:
     )
 
 
+@dataclass(frozen=True)
+class RopeInModel:
+    """RoPE as a loaded model uses it: its settings, and whether its ``inv_freq`` buffer is ``b^{-2i/d}``."""
+
+    settings: RopeSettings
+    buffer_name: str | None  # None when the model keeps no inv_freq buffer
+    max_relative_error: float | None  # max |buffer / formula − 1|
+    slowest_wavelength: float  # positions per turn of the slowest pair, 2π / θ_{d/2−1}
+    fastest_wavelength: float  # 2π / θ_0 = 2π
+
+
+def rope_in_model(model: Any) -> RopeInModel:
+    """Read RoPE settings from ``model.config`` and check the model's own frequencies against the formula."""
+    settings = rope_settings(model.config)
+    formula = rope_frequencies(settings.rotary_dim, settings.theta)
+    found = model_inv_freq(model)
+    error = None
+    if found is not None and found[1].shape == formula.shape:
+        error = float(np.abs(found[1] / formula - 1).max())
+    return RopeInModel(settings, None if found is None else found[0], error, float(2 * np.pi / formula[-1]),
+                       float(2 * np.pi / formula[0]))
+
+
 def model_inv_freq(model: Any) -> tuple[str, np.ndarray] | None:
     """The ``inv_freq`` buffer (``θ_i``, ``(rotary_dim // 2,)``) a transformers RoPE model actually uses, or None."""
     for name, buffer in model.named_buffers():
@@ -545,6 +570,20 @@ def token_embeddings(model: Any, tokenizer: Any, text: str, max_tokens: int = MA
                          "shuffle.")
     weight = model.get_input_embeddings().weight  # (vocab, d)
     return display_tokens(tokenizer, ids), _as_numpy(weight[torch.tensor(ids, device=weight.device)]), notices
+
+
+def equivariance_comparison(embeddings: np.ndarray, tokens: list[str], learned_table: np.ndarray | None,
+                            learned_name: str = "learned", seed: int = 0) -> dict[str, EquivarianceDemo]:
+    """The demo three ways: no positions; sinusoidal (``X·√d + PE``, Vaswani et al.); a model's learned table
+    (``X + P``, as BERT adds them) when given. Keys are labels for the page."""
+    dim = embeddings.shape[1]
+    runs = {"no positions": permutation_equivariance(embeddings, tokens, None, seed),
+            "sinusoidal (X·√d + PE)": permutation_equivariance(embeddings, tokens,
+                                                               sinusoidal_encoding(len(tokens), dim), seed,
+                                                               math.sqrt(dim))}
+    if learned_table is not None:
+        runs[f"{learned_name} (X + P)"] = permutation_equivariance(embeddings, tokens, learned_table, seed)
+    return runs
 
 
 def permutation_equivariance(embeddings: np.ndarray, tokens: list[str], position_table: np.ndarray | None = None,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -151,7 +152,8 @@ def test_alibi_bias_is_linear_in_distance_and_causal():
 
 
 @pytest.mark.parametrize("bidirectional", [True, False])
-@pytest.mark.parametrize("num_buckets,max_distance", [(32, 128), (16, 64), (8, 20), (64, 512), (18, 128), (108, 128)])
+@pytest.mark.parametrize("num_buckets,max_distance",
+                         [(32, 128), (16, 64), (8, 20), (64, 512), (18, 128), (108, 128)])
 def test_t5_buckets_match_transformers(bidirectional, num_buckets, max_distance):
     # (18, 128) and (108, 128) put an offset exactly on a bucket boundary: only float32 logs, as T5 computes them,
     # land it in T5's bucket
@@ -248,3 +250,90 @@ def test_attention_is_equivariant_only_without_positions():
         pe.permutation_equivariance(embeddings[:1], tokens[:1])
     with pytest.raises(ValueError, match="does not cover"):
         pe.permutation_equivariance(embeddings, tokens, pe.sinusoidal_encoding(4, 32))
+
+
+def test_dynamic_size_vit_keeps_its_training_grid():
+    import timm
+
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, depth=1)
+    vit.pos_embed = torch.nn.Parameter(torch.zeros(1, 1 + 36, 192))  # trained at 6 × 6, created at 4 × 4
+    assert pe.learned_positions(vit).grid == (6, 6)
+
+
+def test_hub_cache_check_needs_config_and_weights(tmp_path):
+    snapshot = tmp_path / "models--openai-community--gpt2" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (tmp_path / "models--openai-community--gpt2" / "refs").mkdir()
+    (tmp_path / "models--openai-community--gpt2" / "refs" / "main").write_text("abc123")
+    (snapshot / "config.json").write_text("{}")
+    assert not pe.hub_model_cached("openai-community/gpt2", cache_dir=str(tmp_path))  # no weights yet
+    (snapshot / "model.safetensors").write_bytes(b"")
+    assert pe.hub_model_cached("openai-community/gpt2", cache_dir=str(tmp_path))
+    assert not pe.hub_model_cached("someone/absent-model", cache_dir=str(tmp_path))
+
+
+# --- the page (AppTest, tiny models) -----------------------------------------------------------------------------
+
+@pytest.fixture
+def positional_page(patched_loader, tiny_folders, monkeypatch):
+    """The page with tiny BERT / Llama models and a tiny untrained timm ViT in place of the registered ViTs."""
+    import timm
+    from streamlit.testing.v1 import AppTest
+
+    from app import resources
+
+    monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tiny_folders["bert"].parent))  # the tiny models' folder
+
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, depth=1)
+    monkeypatch.setattr(resources, "load_vit", lambda spec, device, dtype: type(
+        "FakeVision", (), {"model": vit, "notes": ("created at 64 px for the test",)})())
+    return AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app" / "views" / "positional.py"),
+                             default_timeout=120)
+
+
+def _image_captions(node) -> list[str]:
+    """Captions of every st.image in the app tree (AppTest has no accessor for images)."""
+    captions = []
+    for child in getattr(node, "children", {}).values():
+        if getattr(child, "type", None) == "image":
+            captions += [img.caption for img in child.proto.imgs]
+        captions += _image_captions(child)
+    return captions
+
+
+def _page_text(app) -> str:
+    parts = [e.value for e in app.markdown] + [e.value for e in app.caption] + [e.value for e in app.text]
+    return "\n".join(str(p) for p in parts)
+
+
+def test_page_shows_every_view_and_reads_the_models(positional_page):
+    app = positional_page.run()
+    assert not app.exception, app.exception
+    assert not app.error, [e.value for e in app.error]
+    assert len(app.latex) == 5
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["rope_theta"] == "10000" and metrics["Head dimension"] == "8"  # the tiny Llama's config
+    text = _page_text(app)
+    assert "inv_freq` equals b^(−2i/d)" in text
+    assert "embeddings.position_embeddings.weight" in text  # the tiny BERT's learned table was read
+    assert "Shuffled:" in text and "created at 64 px for the test" in text
+
+
+def test_page_user_mistakes_are_messages_and_the_page_keeps_working(positional_page):
+    app = positional_page.run()
+    app.text_input(key="perm_sentence").set_value("hello").run()
+    assert not app.exception
+    assert any("fewer than two tokens" in e.value for e in app.error)
+    assert len(app.latex) == 5  # every other view still renders
+    app.text_input(key="perm_sentence").set_value("<script>alert(1)</script> **bold** [x](http://e.com)").run()
+    assert not app.exception and not app.error
+    shuffled = [t.value for t in app.text if t.value.startswith("Shuffled:")]
+    assert shuffled and "<" in shuffled[0]  # shown as plain text, never as HTML or markdown
+    app.select_slider(key="t5_buckets").set_value(8)
+    app.select_slider(key="t5_distance").set_value(16)
+    app.toggle(key="alibi_causal").set_value(False)
+    app.radio(key="learned_grid").set_value("2-D sinusoidal (formula)")
+    app.slider(key="learned_resize").set_value(5).run()
+    assert not app.exception and not app.error
+    captions = _image_captions(app._tree)
+    assert any("14 × 14 patches" in c for c in captions) and any("5 × 5 patches" in c for c in captions)

