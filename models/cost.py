@@ -403,3 +403,28 @@ def ratio_text(a: int, b: int) -> str:
     """``a / b`` for a slide: '64×'."""
     value = a / b
     return f"{value:,.0f}×" if value >= 10 or math.isclose(value, round(value)) else f"{value:,.2f}×"
+
+
+def example_table(example: WorkedExample) -> list[dict[str, str]]:
+    """Rows of a worked example for a table: entries and bytes with separators, decimal and binary units."""
+    return [{"what": row.label,
+             "entries": thousands(row.entries) if row.entries is not None else "—",
+             "bytes": thousands(row.bytes) if row.bytes is not None else "—",
+             "decimal": decimal_bytes(row.bytes) if row.bytes is not None else "—",
+             "binary": binary_bytes(row.bytes) if row.bytes is not None else "—"} for row in example.rows]
+
+
+def kv_table(specs: list[KVCacheSpec], tokens: int, dtype: str = "float16") -> list[dict[str, str]]:
+    """One row per model: its attention kind, heads, what one token and one ``tokens``-long sequence cost."""
+    rows = []
+    for spec in specs:
+        per_token = spec.bytes_per_token(dtype)
+        per_sequence = spec.bytes_per_sequence(tokens, dtype)
+        heads = f"{spec.heads} q / latent {spec.latent_dim} + rope {spec.rope_dim}" if spec.kind == "MLA" else \
+            f"{spec.heads} q / {spec.kv_heads} kv"
+        rows.append({"model": spec.name, "kind": spec.kind, "layers": str(spec.layers), "heads": heads,
+                     "head width": str(spec.head_dim),
+                     "per token": f"{thousands(per_token)} B = {binary_bytes(per_token)}",
+                     f"per {tokens:,}-token sequence": f"{decimal_bytes(per_sequence)} = {binary_bytes(per_sequence)}",
+                     "numbers from": spec.source + (f" ({spec.note})" if spec.note else "")})
+    return rows

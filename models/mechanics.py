@@ -146,6 +146,8 @@ class Step:
     shape: str  # e.g. "[N×D]·[D×3HD_H] → [N×3HD_H]"
     value: np.ndarray
     per_head: bool = False  # value is (H, ...) and is shown head by head
+    rows: str = "query"  # what the (per-head) value's rows are: "query", "key" or "feature"
+    cols: str = "feature"  # what its columns are: "query", "key", "feature" or "qkv" (Q|K|V column blocks)
 
 
 @dataclass
@@ -193,42 +195,44 @@ class AttentionTrace:
         steps = [Step("x", "Token embeddings X", r"X", f"[N×D] = [{n}×{D}]", self.x_query)]
         if self.cross:
             steps.append(Step("x_key", "Embeddings of the other sequence (keys and values)", r"Y",
-                              f"[M×D] = [{m}×{D}]", self.x_key))
+                              f"[M×D] = [{m}×{D}]", self.x_key, rows="key"))
             w_q, w_k, w_v = self.weights_used.split(H)
             steps += [
                 Step("w_qkv", "Projection weights [W_Q | W_K | W_V] (seeded)", r"W_{QKV} = [W_Q\,|\,W_K\,|\,W_V]",
-                     f"[D×3HD_H] = [{D}×{3 * H * Dh}]", self.weights_used.w_qkv),
+                     f"[D×3HD_H] = [{D}×{3 * H * Dh}]", self.weights_used.w_qkv, rows="feature", cols="qkv"),
                 Step("q", "Queries from X, split into heads", r"Q = X W_Q",
                      f"[{n}×{D}]·[{D}×{H * Dh}] → [{n}×{H * Dh}] → [H×N×D_H] = [{H}×{n}×{Dh}]", self.q, True),
                 Step("k", "Keys from Y", r"K = Y W_K",
-                     f"[{m}×{D}]·[{D}×{H * Dh}] → [H×M×D_H] = [{H}×{m}×{Dh}]", self.k, True),
+                     f"[{m}×{D}]·[{D}×{H * Dh}] → [H×M×D_H] = [{H}×{m}×{Dh}]", self.k, True, rows="key"),
                 Step("v", "Values from Y", r"V = Y W_V",
-                     f"[{m}×{D}]·[{D}×{H * Dh}] → [H×M×D_H] = [{H}×{m}×{Dh}]", self.v, True),
+                     f"[{m}×{D}]·[{D}×{H * Dh}] → [H×M×D_H] = [{H}×{m}×{Dh}]", self.v, True, rows="key"),
             ]
         else:
             steps += [
                 Step("w_qkv", "Projection weights [W_Q | W_K | W_V] (seeded)", r"W_{QKV} = [W_Q\,|\,W_K\,|\,W_V]",
-                     f"[D×3HD_H] = [{D}×{3 * H * Dh}]", self.weights_used.w_qkv),
+                     f"[D×3HD_H] = [{D}×{3 * H * Dh}]", self.weights_used.w_qkv, rows="feature", cols="qkv"),
                 Step("qkv", "① One matrix multiplication makes Q, K and V", r"[Q\,|\,K\,|\,V] = X\,W_{QKV}",
                      f"[N×D]·[D×3HD_H] → [N×3HD_H]: [{n}×{D}]·[{D}×{3 * H * Dh}] → [{n}×{3 * H * Dh}]",
-                     self.qkv),
+                     self.qkv, cols="qkv"),
                 Step("q", "Split: queries per head", r"Q_h", f"→ [H×N×D_H] = [{H}×{n}×{Dh}]", self.q, True),
-                Step("k", "Split: keys per head", r"K_h", f"→ [H×N×D_H] = [{H}×{n}×{Dh}]", self.k, True),
-                Step("v", "Split: values per head", r"V_h", f"→ [H×N×D_H] = [{H}×{n}×{Dh}]", self.v, True),
+                Step("k", "Split: keys per head", r"K_h", f"→ [H×N×D_H] = [{H}×{n}×{Dh}]", self.k, True, rows="key"),
+                Step("v", "Split: values per head", r"V_h", f"→ [H×N×D_H] = [{H}×{n}×{Dh}]", self.v, True, rows="key"),
             ]
         steps += [
             Step("scores", "② Scores: every query against every key", r"S_h = Q_h K_h^{\top}",
-                 f"[H×N×D_H]·[H×D_H×M] → [H×N×M] = [{H}×{n}×{m}]", self.scores, True),
-            Step("scaled_scores", "Scaled", rf"S_h {scale_text}", f"[{H}×{n}×{m}]", self.scaled_scores, True),
+                 f"[H×N×D_H]·[H×D_H×M] → [H×N×M] = [{H}×{n}×{m}]", self.scores, True, cols="key"),
+            Step("scaled_scores", "Scaled", rf"S_h {scale_text}", f"[{H}×{n}×{m}]", self.scaled_scores, True,
+                 cols="key"),
             Step("masked_scores", "Masked", rf"S_h + M,\quad M_{{ij}} = {mask_text}\ \text{{where }} j"
-                 r"\text{ is hidden from } i", f"[{H}×{n}×{m}]", self.masked_scores, True),
+                 r"\text{ is hidden from } i", f"[{H}×{n}×{m}]", self.masked_scores, True, cols="key"),
             Step("weights", "Softmax over each row (rows sum to 1; masked entries are 0)",
-                 r"A_h = \operatorname{softmax}_{\text{row}}(\cdot)", f"[{H}×{n}×{m}]", self.weights, True),
+                 r"A_h = \operatorname{softmax}_{\text{row}}(\cdot)", f"[{H}×{n}×{m}]", self.weights, True, cols="key"),
             Step("head_outputs", "③ Weighted sum of values", r"O_h = A_h V_h",
                  f"[H×N×M]·[H×M×D_H] → [H×N×D_H] = [{H}×{n}×{Dh}]", self.head_outputs, True),
             Step("concatenated", "Heads concatenated", r"O = [O_1\,|\,\dots\,|\,O_H]",
                  f"→ [N×HD_H] = [{n}×{H * Dh}]", self.concatenated),
-            Step("w_o", "Output weights W_O (seeded)", r"W_O", f"[HD_H×D] = [{H * Dh}×{D}]", self.weights_used.w_o),
+            Step("w_o", "Output weights W_O (seeded)", r"W_O", f"[HD_H×D] = [{H * Dh}×{D}]", self.weights_used.w_o,
+                 rows="feature"),
             Step("output", "④ Output projection", r"\text{MultiHead}(X) = O\,W_O",
                  f"[N×HD_H]·[HD_H×D] → [N×D]: [{n}×{H * Dh}]·[{H * Dh}×{D}] → [{n}×{D}]", self.output),
         ]
@@ -535,6 +539,20 @@ def _swin_for_sequence(n: int, parameters: dict) -> np.ndarray:
     if rows < 1 or n % rows:
         raise ValueError(f"{n} tokens do not fill a grid with {rows} rows; pick a number of rows that divides {n}")
     return swin_shifted_window_mask(rows, n // rows, parameters.get("window", 2), parameters.get("shift", 1))
+
+
+def zoo(n: int) -> dict[str, np.ndarray]:
+    """Every mask of the zoo for ``n`` tokens with illustrative settings (window 3, stride 3, prefix n/3, [PAD] on
+    the last quarter, Swin on the squarest grid that has a window > 1, shifted by M // 2); kinds that cannot be
+    drawn for this ``n`` (Swin on a prime length) are left out."""
+    settings = {"padding": {"real_tokens": max(1, n - n // 4)}, "prefix_lm": {"prefix": n // 3},
+                "sliding_window": {"window": 3}, "strided": {"stride": 3}, "global_local": {"window": 3}}
+    fitting = [(r, c, common_windows(r, c)) for r, c in grid_shapes(n) if common_windows(r, c)]
+    if fitting:
+        rows, _, windows = fitting[0]
+        settings["swin"] = {"grid_rows": rows, "window": windows[0], "shift": windows[0] // 2}
+    return {kind: build_mask(kind, n, **settings.get(kind, {})) for kind in MASK_KINDS
+            if kind != "swin" or "swin" in settings}
 
 
 def grid_shapes(n: int) -> list[tuple[int, int]]:

@@ -17,18 +17,20 @@ def unique_labels(tokens: list[str]) -> list[str]:
     return [f"{i} {t}" for i, t in enumerate(tokens)]
 
 
-def _cell_size(rows: int, cols: int, width: int) -> int:
-    return int(max(14, min(44, width / max(cols, 1))))
+def _cell_size(cols: int, width: int) -> int:
+    return int(max(12, min(56, width / max(cols, 1))))
 
 
 def matrix_chart(values: np.ndarray, row_labels: list[str], col_labels: list[str], title: str = "",
                  masked: np.ndarray | None = None, masked_text: str = "−∞", probabilities: bool = False,
-                 decimals: int = 2, width: int = 520, annotate: bool | None = None) -> alt.Chart:
+                 decimals: int = 2, width: int = 900, annotate: bool | None = None,
+                 colour_max: float | None = None) -> alt.Chart:
     """A 2-D array ``(rows, cols)`` as an annotated heatmap.
 
     ``masked`` bool ``(rows, cols)``: cells shown grey with ``masked_text`` (the −∞ a mask adds). Signed values get a
     diverging scale centred on 0; ``probabilities`` a 0..1 sequential scale. Numbers are printed in the cells when
-    they fit (``annotate`` None: up to 20 columns).
+    they fit (``annotate`` None: when a cell is at least 34 px wide within ``width``). ``width``: pixels for the
+    cells; ``colour_max``: top of the probability scale (default 1) so faint patterns show.
     """
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 2:
@@ -37,33 +39,41 @@ def matrix_chart(values: np.ndarray, row_labels: list[str], col_labels: list[str
     if len(row_labels) != rows or len(col_labels) != cols:
         raise ValueError(f"{len(row_labels)}×{len(col_labels)} labels for a {rows}×{cols} matrix")
     masked = np.zeros_like(values, dtype=bool) if masked is None else np.asarray(masked, dtype=bool)
-    annotate = cols <= 20 if annotate is None else annotate
+    cell = _cell_size(cols, width)
+    annotate = cell >= 34 if annotate is None else annotate
     r, c = np.indices((rows, cols))
     shown = np.where(masked, np.nan, values)
-    text = np.where(masked, masked_text, np.char.mod(f"%.{decimals}f", np.nan_to_num(values)))
-    strongest = 1.0 if probabilities else (float(np.nanmax(np.abs(shown))) if np.isfinite(shown).any() else 1.0)
+    rounded = np.round(np.nan_to_num(values, posinf=0.0, neginf=0.0), decimals) + 0.0  # + 0.0: no "-0.00"
+    text = np.where(masked, masked_text, np.char.mod(f"%.{decimals}f", rounded))
+    strongest = (colour_max or 1.0) if probabilities else (float(np.nanmax(np.abs(shown))) if np.isfinite(shown).any() else 1.0)
     frame = pd.DataFrame({
         "row": np.asarray(row_labels, dtype=object)[r.ravel()], "col": np.asarray(col_labels, dtype=object)[c.ravel()],
-        "value": shown.ravel(), "text": text.ravel(), "masked": masked.ravel(),
+        "value": np.nan_to_num(shown).ravel(),  # masked cells keep a number: Vega drops NaN rects
+        "text": text.ravel(), "masked": masked.ravel(),
         "dark": (~masked & (np.abs(np.nan_to_num(shown)) >= 0.6 * strongest)).ravel(),  # white text on dark cells
     })
-    cell = _cell_size(rows, cols, width)
     if probabilities:
-        scale = alt.Scale(scheme="blues", domain=[0, 1])
+        scale = alt.Scale(range=["#ffffff", "#08306b"], domain=[0, colour_max or 1.0])
     else:
-        scale = alt.Scale(scheme="redblue", domain=[strongest or 1.0, -(strongest or 1.0)])
-    x = alt.X("col:N", sort=list(col_labels), title=None, axis=alt.Axis(labelAngle=-60, labelFontSize=13))
-    y = alt.Y("row:N", sort=list(row_labels), title=None, axis=alt.Axis(labelFontSize=13))
+        scale = alt.Scale(scheme="redblue", domain=[-(strongest or 1.0), strongest or 1.0], reverse=True)
+    font = 13 if cell >= 18 else 10
+    x = alt.X("col:N", sort=list(col_labels), title=None,
+              axis=alt.Axis(labelAngle=-60, labelFontSize=font, labelOverlap=False))
+    y = alt.Y("row:N", sort=list(row_labels), title=None, axis=alt.Axis(labelFontSize=font, labelOverlap=False))
     base = alt.Chart(frame).encode(x=x, y=y)
     colour = alt.condition("datum.masked", alt.value(MASKED_COLOUR), alt.Color("value:Q", scale=scale, title=None))
     heat = base.mark_rect().encode(color=colour, tooltip=["row", "col", alt.Tooltip("text:N", title="value")])
     layers = [heat]
     if annotate:
-        size = 11 if cell < 34 else 13
+        size = 11 if cell < 44 else 13
         layers.append(base.mark_text(fontSize=size).encode(
             text="text:N",
             color=alt.condition("datum.dark", alt.value("white"), alt.value("black"))))
-    chart = alt.layer(*layers).properties(width=cell * cols, height=cell * rows)
+    # Streamlit fits the whole chart (axes, legend, title) into width × height: leave room for them
+    label_room = 8 * max(len(str(label)) for label in row_labels) + 70
+    chart = alt.layer(*layers).properties(width=cell * cols + label_room,
+                                          height=cell * rows + 6 * max(len(str(label)) for label in col_labels) + 30
+                                          + (24 if title else 0))
     return chart.properties(title=title) if title else chart
 
 
@@ -81,7 +91,8 @@ def entropy_chart(curve: dict[str, np.ndarray], current_d_k: int | None = None) 
               axis=alt.Axis(values=[int(v) for v in d_k], labelFontSize=14, titleFontSize=15))
     y = alt.Y("bits:Q", title="softmax row entropy (bits)", scale=alt.Scale(domain=[0, float(curve["ceiling"][0])]),
               axis=alt.Axis(labelFontSize=14, titleFontSize=15))
-    colour = alt.Color("scores:N", title=None, scale=alt.Scale(range=["#1f77b4", "#d62728"]),
+    colour = alt.Color("scores:N", title=None, scale=alt.Scale(domain=["QKᵀ / √d_k (scaled)", "QKᵀ (no scaling)"],
+                                                               range=["#1f77b4", "#d62728"]),
                        legend=alt.Legend(orient="bottom", labelFontSize=14))
     lines = alt.Chart(frame).mark_line(point=True, strokeWidth=3).encode(
         x=x, y=y, color=colour, tooltip=["d_k", alt.Tooltip("bits:Q", format=".2f"), "scores"])
@@ -114,7 +125,7 @@ def mask_chart(allowed: np.ndarray, labels: list[str] | None = None, title: str 
         color=alt.Color("allowed:N", scale=alt.Scale(domain=["may attend", "hidden (−∞)"],
                                                      range=["#08519c", "#eeeeee"]), legend=None),
         tooltip=["query", "key", "allowed"],
-    ).properties(width=size, height=size * rows / cols)
+    ).properties(width=size, height=size * rows / cols + (24 if title else 0))
     return chart.properties(title=title) if title else chart
 
 
@@ -127,17 +138,16 @@ def swin_regions_chart(region_ids: np.ndarray, window: int, cell_text: np.ndarra
     r, c = np.indices((rows, cols))
     frame = pd.DataFrame({"x0": c.ravel(), "x1": c.ravel() + 1, "y0": r.ravel(), "y1": r.ravel() + 1,
                           "xc": c.ravel() + 0.5, "yc": r.ravel() + 0.5, "region": region_ids.ravel(),
-                          "region_text": [f"region {v}" for v in region_ids.ravel()],
+                          "region_text": [f"id {v}" for v in region_ids.ravel()],
                           "token": (np.asarray(cell_text, dtype=str).ravel() if cell_text is not None
                                     else [""] * region_ids.size)})
-    cell = 64 if cols <= 8 else 36
+    cell = 72 if cols <= 8 else 40
     x_scale = alt.Scale(domain=[0, cols], nice=False)
     y_scale = alt.Scale(domain=[0, rows], nice=False, reverse=True)
     base = alt.Chart(frame)
     heat = base.mark_rect(stroke="white", strokeWidth=1).encode(
         x=alt.X("x0:Q", scale=x_scale, axis=None), x2="x1", y=alt.Y("y0:Q", scale=y_scale, axis=None), y2="y1",
-        color=alt.Color("region:N", scale=alt.Scale(scheme="pastel1"),
-                        legend=alt.Legend(title="region id", labelFontSize=13)),
+        color=alt.Color("region:N", scale=alt.Scale(scheme="pastel1"), legend=None),
         tooltip=["region", "token"])
     centre = dict(x=alt.X("xc:Q", scale=x_scale), y=alt.Y("yc:Q", scale=y_scale))
     layers = [heat, base.mark_text(fontSize=11 if cell < 50 else 12, dy=9 if cell_text is not None else 0,
@@ -149,7 +159,7 @@ def swin_regions_chart(region_ids: np.ndarray, window: int, cell_text: np.ndarra
         x=alt.X("at:Q", scale=x_scale)))
     layers.append(alt.Chart(lines[lines["at"] <= rows]).mark_rule(strokeWidth=3, color="black").encode(
         y=alt.Y("at:Q", scale=y_scale)))
-    chart = alt.layer(*layers).properties(width=cell * cols, height=cell * rows)
+    chart = alt.layer(*layers).properties(width=cell * cols + 8, height=cell * rows + 8 + (24 if title else 0))
     return chart.properties(title=title) if title else chart
 
 
@@ -158,25 +168,25 @@ def memory_curve_chart(tokens: np.ndarray, map_bytes: np.ndarray, flash_bytes: n
     """Bytes against N on log-log axes: materialised maps (∝ N²) vs FlashAttention (∝ N), with an optional memory
     budget line (e.g. one GPU)."""
     frame = pd.concat([
-        pd.DataFrame({"tokens": tokens, "GiB": np.asarray(map_bytes) / 2**30, "what": "attention maps (N²)"}),
-        pd.DataFrame({"tokens": tokens, "GiB": np.asarray(flash_bytes) / 2**30, "what": "FlashAttention (N)"}),
+        pd.DataFrame({"tokens": tokens, "bytes": np.asarray(map_bytes, dtype=float), "what": "attention maps (N²)"}),
+        pd.DataFrame({"tokens": tokens, "bytes": np.asarray(flash_bytes, dtype=float), "what": "FlashAttention (N)"}),
     ])
     x = alt.X("tokens:Q", scale=alt.Scale(type="log"), title="tokens N",
               axis=alt.Axis(labelFontSize=14, titleFontSize=15, format="~s"))
-    y = alt.Y("GiB:Q", scale=alt.Scale(type="log"), title="memory (GiB)",
-              axis=alt.Axis(labelFontSize=14, titleFontSize=15, format="~g"))
+    y = alt.Y("bytes:Q", scale=alt.Scale(type="log"), title="memory (bytes: k, M, G, T = powers of 1000)",
+              axis=alt.Axis(labelFontSize=14, titleFontSize=14, format="~s"))
     lines = alt.Chart(frame).mark_line(strokeWidth=3).encode(
         x=x, y=y, color=alt.Color("what:N", title=None, legend=alt.Legend(orient="bottom", labelFontSize=14),
-                                  scale=alt.Scale(range=["#d62728", "#1f77b4"])),
-        tooltip=[alt.Tooltip("tokens:Q", format=","), alt.Tooltip("GiB:Q", format=",.4g"), "what"])
+                                  scale=alt.Scale(domain=["attention maps (N²)", "FlashAttention (N)"],
+                                                  range=["#d62728", "#1f77b4"])),
+        tooltip=[alt.Tooltip("tokens:Q", format=","), alt.Tooltip("bytes:Q", format=",.0f"), "what"])
     layers = [lines]
     if budget_bytes:
-        gib = budget_bytes / 2**30
-        layers.append(alt.Chart(pd.DataFrame({"GiB": [gib]})).mark_rule(strokeDash=[6, 4], color="gray").encode(
-            y="GiB:Q"))
-        layers.append(alt.Chart(pd.DataFrame({"GiB": [gib], "tokens": [float(np.min(tokens))],
+        layers.append(alt.Chart(pd.DataFrame({"bytes": [float(budget_bytes)]})).mark_rule(
+            strokeDash=[6, 4], color="gray").encode(y="bytes:Q"))
+        layers.append(alt.Chart(pd.DataFrame({"bytes": [float(budget_bytes)], "tokens": [float(np.min(tokens))],
                                               "text": [budget_label]})).mark_text(
-            align="left", dy=-8, fontSize=13).encode(x="tokens:Q", y="GiB:Q", text="text:N"))
+            align="left", dy=-8, fontSize=13).encode(x="tokens:Q", y="bytes:Q", text="text:N"))
     return alt.layer(*layers).properties(width=560, height=320)
 
 
@@ -186,12 +196,11 @@ def kv_cache_chart(names: list[str], kinds: list[str], bytes_per_sequence: list[
     frame["label"] = [f"{v:,.1f} MiB" if v < 1024 else f"{v / 1024:,.2f} GiB" for v in frame["MiB"]]
     order = list(frame.sort_values("MiB", ascending=False)["model"])
     base = alt.Chart(frame).encode(
-        y=alt.Y("model:N", sort=order, title=None, axis=alt.Axis(labelFontSize=14, labelLimit=320)),
+        y=alt.Y("model:N", sort=order, title=None, axis=alt.Axis(labelFontSize=14, labelLimit=320, labelOverlap=False)),
         x=alt.X("MiB:Q", title=f"KV cache of one {tokens:,}-token sequence (MiB)",
                 axis=alt.Axis(labelFontSize=13, titleFontSize=14)))
     bars = base.mark_bar().encode(color=alt.Color("kind:N", scale=alt.Scale(domain=["MHA", "GQA", "MQA", "MLA"]),
                                                   legend=alt.Legend(orient="bottom", labelFontSize=14)),
                                   tooltip=["model", "kind", "label"])
     text = base.mark_text(align="left", dx=4, fontSize=13).encode(text="label:N")
-    height = 34 * len(names)
-    return alt.layer(bars, text).properties(width=520, height=max(height, 80))
+    return alt.layer(bars, text).properties(width=760, height=34 * len(names) + 90)
