@@ -227,3 +227,35 @@ def swin_card(spec: ModelSpec) -> tuple[str, dict | None]:
     from models import swin
 
     return swin.model_card(spec)
+
+
+# --- mixture of experts ------------------------------------------------------------------------------------------
+
+@st.cache_resource(**RUN_CACHE)
+def run_moe(_loaded: LoadedModel, key: tuple, text: str, max_tokens: int) -> RunResult:
+    from models import moe
+
+    return moe.run(_loaded, text, max_tokens)
+
+
+@st.cache_resource(**RUN_CACHE)
+def moe_statistics(_result: RunResult, key: tuple):
+    """Balance, cross-layer consistency and specialisation of one routing (the shuffled baseline takes ~1 s)."""
+    from models.analysis import routing as stats
+
+    routing = _result.extras["routing"]
+    return (stats.summarise(routing.probs, routing.top_experts, routing.kept),
+            stats.cross_layer_consistency(routing.top1), stats.consecutive_repeat_rate(routing.top1),
+            stats.specialisation(routing.top_experts, routing.categories, shuffles=100))
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def moe_mini_card(folder: str, modified: float) -> tuple[dict, str] | None:
+    """The mini MoE's measured metrics and card (None before it is trained); ``modified`` keys the cache."""
+    import json
+    from pathlib import Path
+
+    path = Path(folder)
+    if not (path / "metrics.json").is_file():
+        return None
+    return json.loads((path / "metrics.json").read_text()), (path / "card.md").read_text()
