@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from models import text as text_utils
+from models.analysis.routing import token_categories
 from models.loading import friendly_out_of_memory
 from models.results import ModelInfo, RunResult
 
@@ -73,6 +74,7 @@ class Routing:
     stack: str = "decoder"  # "decoder" (causal LM) or "encoder" (Switch: the encoder reads the text)
     token_offsets: list[tuple[int, int]] | None = None  # character span of each token in the input text
     special_positions: list[int] = field(default_factory=list)  # BOS/EOS and the like
+    categories: list[str] = field(default_factory=list)  # word / code / number / punctuation / other per token
 
     @property
     def num_layers(self) -> int:
@@ -105,7 +107,9 @@ class Routing:
         return rule
 
     def layer_label(self, layer: int) -> str:
-        return f"{self.stack} block {self.layer_indices[layer]}"
+        """'block 3' (the transformer block the MoE layer sits in), 'encoder block 3' for encoder-decoders."""
+        prefix = "encoder " if self.stack == "encoder" else ""
+        return f"{prefix}block {self.layer_indices[layer]}"
 
 
 # --- finding the routers ----------------------------------------------------------------------------------------
@@ -365,6 +369,7 @@ def run(loaded, text: str, max_tokens: int = MAX_TOKENS) -> RunResult:
     routing = routing_from_recorder(recorder, raw, ids, offsets, model.config)
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
     routing.special_positions = [i for i, token_id in enumerate(ids) if token_id in special]
+    routing.categories = token_categories(text, raw, offsets, set(routing.special_positions))
     if routing.capacity is not None and not routing.kept.all():
         dropped = int((~routing.kept).sum())
         notices.append(f"{dropped} token-layer routes overflowed an expert's capacity ({routing.capacity} tokens) "

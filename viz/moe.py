@@ -26,6 +26,8 @@ EXPERT_COLOURS = ["#77AADD", "#EE8866", "#44BB99", "#EEDD88", "#FFAABB", "#99DDF
 DROPPED_COLOUR = "#FFFFFF"
 MAX_CHART_CELLS = 4096  # a matrix with more cells becomes an image
 CHAR_PX = 7.8  # width of one character of the 13 px monospace font used for token text
+# Explicit sizes are the plot area: without this Streamlit fits axes, labels and title *into* the height.
+PAD = alt.AutoSizeParams(type="pad")
 
 
 def expert_colours(num_experts: int) -> list[str]:
@@ -47,7 +49,7 @@ def expert_legend(num_experts: int) -> alt.Chart:
         color=alt.Color("expert:N", scale=_expert_scale(num_experts), legend=None))
     labels = base.mark_text(fontSize=12, font="monospace").encode(text="expert:N")
     return (boxes + labels).properties(width=min(per_row, num_experts) * 40, height=24 * int(frame["row"].max() + 1),
-                                       title="expert colours")
+                                       title="expert colours", autosize=PAD)
 
 
 def _layout(tokens: list[str], raw_tokens: list[str], width_chars: int) -> pd.DataFrame:
@@ -99,7 +101,8 @@ def routed_text(tokens: list[str], raw_tokens: list[str], top1: np.ndarray, top1
         x=alt.X("centre:Q", scale=x_scale, axis=None), text="token:N")
     numbers = base.mark_text(font="monospace", fontSize=8, dy=9, color="#333333").encode(
         x=alt.X("centre:Q", scale=x_scale, axis=None), text="label:N")
-    return (boxes + words + numbers).properties(width=int(width_chars * CHAR_PX), height=36 * lines, title=title)
+    return (boxes + words + numbers).properties(width=int(width_chars * CHAR_PX), height=36 * lines, title=title,
+                                               autosize=PAD)
 
 
 def layer_strip(tokens: list[str], top1: np.ndarray, layer_labels: list[str], num_experts: int,
@@ -135,7 +138,7 @@ def layer_strip(tokens: list[str], top1: np.ndarray, layer_labels: list[str], nu
         marker = alt.Chart(pd.DataFrame({"token": [labels[selected - offset]]})).mark_rule(
             color="black", strokeWidth=2, opacity=0.35).encode(x=alt.X("token:N", sort=labels))
         chart = chart + marker
-    return chart.properties(width=max(200, min(1100, 16 * count)), height=22 * layers)
+    return chart.properties(width=max(200, min(1100, 16 * count)), height=22 * layers, autosize=PAD)
 
 
 def gate_bars(probs: np.ndarray, chosen: np.ndarray, weights: np.ndarray, entropy: float,
@@ -175,7 +178,7 @@ def gate_bars(probs: np.ndarray, chosen: np.ndarray, weights: np.ndarray, entrop
     full_title = f"{title} · entropy {entropy:.2f} nats ({entropy / np.log(num_experts):.0%} of the maximum " \
                  f"log {num_experts})" if num_experts > 1 else title
     return (bars + marks + uniform).properties(height=240, width=max(300, min(1000, 44 * num_experts)),
-                                               title=full_title)
+                                               title=full_title, autosize=PAD)
 
 
 def _matrix_image(values: np.ndarray, cmap: str, vmin: float, vmax: float, max_px: int = 700) -> Image.Image:
@@ -188,17 +191,19 @@ def _matrix_image(values: np.ndarray, cmap: str, vmin: float, vmax: float, max_p
 
 def _matrix_chart(values: np.ndarray, rows: list[str], cols: list[str], row_title: str, col_title: str,
                   value_title: str, scale: alt.Scale, fmt: str, annotate: bool, cell: int = 26) -> alt.Chart:
+    """A small annotated heatmap; fields get plain names (a "." in a Vega field name means a nested field)."""
     r, c = np.meshgrid(np.arange(values.shape[0]), np.arange(values.shape[1]), indexing="ij")
-    frame = pd.DataFrame({row_title: np.asarray(rows, dtype=object)[r.ravel()],
-                          col_title: np.asarray(cols, dtype=object)[c.ravel()],
-                          value_title: values.ravel().astype(float)})
-    frame["text"] = [format(v, fmt) for v in frame[value_title]]
+    frame = pd.DataFrame({"row": np.asarray(rows, dtype=object)[r.ravel()],
+                          "col": np.asarray(cols, dtype=object)[c.ravel()],
+                          "value": values.ravel().astype(float)})
+    frame["text"] = [format(v, fmt) for v in frame["value"]]
+    flat = len(cols) <= 16 and max(len(str(label)) for label in cols) <= 4
     base = alt.Chart(frame).encode(
-        x=alt.X(f"{col_title}:N", sort=cols, title=col_title,
-                axis=alt.Axis(labelAngle=0 if len(cols) <= 16 else -90)),
-        y=alt.Y(f"{row_title}:N", sort=rows, title=row_title),
-        tooltip=[row_title, col_title, alt.Tooltip(f"{value_title}:Q", format=fmt)])
-    chart = base.mark_rect().encode(color=alt.Color(f"{value_title}:Q", scale=scale, title=value_title))
+        x=alt.X("col:N", sort=list(cols), title=col_title, axis=alt.Axis(labelAngle=0 if flat else -45)),
+        y=alt.Y("row:N", sort=list(rows), title=row_title),
+        tooltip=[alt.Tooltip("row:N", title=row_title), alt.Tooltip("col:N", title=col_title),
+                 alt.Tooltip("value:Q", title=value_title, format=fmt)])
+    chart = base.mark_rect().encode(color=alt.Color("value:Q", scale=scale, title=value_title))
     if annotate:
         chart = chart + base.mark_text(fontSize=9).encode(text="text:N")
     return chart.properties(width=min(900, cell * len(cols)), height=min(700, max(60, 22 * len(rows))))
@@ -226,7 +231,7 @@ def load_heatmap(load: np.ndarray, layer_labels: list[str], cv: np.ndarray, aux_
         text=alt.Text("Switch aux loss:Q", format=".2f"))
     side = (bars + text).properties(width=160, height=min(700, max(60, 22 * layers)),
                                     title="CV · label = aux loss")
-    return alt.hconcat(heat, side).resolve_scale(color="independent")
+    return alt.hconcat(heat, side).resolve_scale(color="independent").properties(autosize=PAD)
 
 
 def load_difference(load_a: np.ndarray, load_b: np.ndarray, layer_labels: list[str], name_a: str, name_b: str):
@@ -241,7 +246,7 @@ def load_difference(load_a: np.ndarray, load_b: np.ndarray, layer_labels: list[s
     return _matrix_chart(diff * 100, list(layer_labels), cols, "layer", "expert",
                          f"{name_a} − {name_b} (points)",
                          alt.Scale(domain=[-top * 100, 0.0, top * 100], range=scale.range), "+.0f",
-                         diff.shape[1] <= 16)
+                         diff.shape[1] <= 16).properties(autosize=PAD)
 
 
 def coactivation_chart(matrix: np.ndarray):
@@ -252,7 +257,7 @@ def coactivation_chart(matrix: np.ndarray):
     names = [f"E{i}" for i in range(num_experts)]
     return _matrix_chart(matrix, names, names, "expert i", "expert j", "share of tokens",
                          alt.Scale(scheme="blues", domain=[0, max(float(matrix.max()), 1e-6)]), ".0%",
-                         num_experts <= 12)
+                         num_experts <= 12).properties(autosize=PAD)
 
 
 def consistency_chart(nmi: np.ndarray, layer_labels: list[str]):
@@ -260,7 +265,8 @@ def consistency_chart(nmi: np.ndarray, layer_labels: list[str]):
     if nmi.size > MAX_CHART_CELLS:
         return _matrix_image(nmi, "viridis", 0.0, 1.0)
     return _matrix_chart(nmi, list(layer_labels), list(layer_labels), "layer a", "layer b", "NMI",
-                         alt.Scale(scheme="viridis", domain=[0, 1]), ".2f", len(layer_labels) <= 12)
+                         alt.Scale(scheme="viridis", domain=[0, 1]), ".2f", len(layer_labels) <= 12) \
+        .properties(autosize=PAD)
 
 
 def specialisation_chart(observed: np.ndarray, shuffled_mean: np.ndarray, shuffled_p95: np.ndarray,
@@ -271,7 +277,7 @@ def specialisation_chart(observed: np.ndarray, shuffled_mean: np.ndarray, shuffl
                           "shuffled mean": shuffled_mean.astype(float), "shuffled 95%": shuffled_p95.astype(float)})
     order = list(layer_labels)
     base = alt.Chart(frame).encode(
-        x=alt.X("layer:N", sort=order, title=None, axis=alt.Axis(labelAngle=-30)),
+        x=alt.X("layer:N", sort=order, title=None, axis=alt.Axis(labelAngle=-45, labelOverlap=False)),
         tooltip=["layer", alt.Tooltip("observed:Q", format=".4f"), alt.Tooltip("shuffled mean:Q", format=".4f"),
                  alt.Tooltip("shuffled 95%:Q", format=".4f")])
     bars = base.mark_bar(color="#4477AA").encode(
@@ -279,6 +285,6 @@ def specialisation_chart(observed: np.ndarray, shuffled_mean: np.ndarray, shuffl
             ceiling, float(observed.max()) * 1.1, 1e-3)])))
     mean_tick = base.mark_tick(color="#BB5566", thickness=3, size=30).encode(y="shuffled mean:Q")
     p95_tick = base.mark_tick(color="#BB5566", thickness=1, size=30, strokeDash=[3, 2]).encode(y="shuffled 95%:Q")
-    return (bars + mean_tick + p95_tick).properties(height=220, width=max(240, 60 * len(order)),
+    return (bars + mean_tick + p95_tick).properties(height=220, width=max(240, 70 * len(order)), autosize=PAD,
                                                     title=f"bars: measured · red ticks: shuffled routing "
                                                           f"(mean, 95th pct) · ceiling H(category) = {ceiling:.2f}")

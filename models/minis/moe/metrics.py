@@ -71,8 +71,7 @@ def collect_routing(loaded: loading.LoadedModel, segments: list[Segment]):
         tops.append(routing.top_experts)
         probs.append(routing.probs)
         kept.append(routing.kept)
-        categories += stats.token_categories(text, routing.raw_tokens, routing.token_offsets,
-                                            set(routing.special_positions))
+        categories += routing.categories
         for start, _ in routing.token_offsets:
             gold.append(next((kind for a, b, kind in spans if a <= start < b + 2), "prose"))
     return (np.concatenate(tops, axis=1), np.concatenate(probs, axis=1), np.concatenate(kept, axis=1),

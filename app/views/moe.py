@@ -1,0 +1,150 @@
+"""Mixture of experts: which experts each token is routed to, per layer, and how balanced and specialised that is."""
+import numpy as np
+import streamlit as st
+from PIL import Image
+
+from app import resources, widgets
+from models.analysis import routing as stats
+from models.loading import SAMPLE_DATA
+from viz import moe as viz
+
+PRESETS = {
+    "Prose": "The old man walked slowly to the harbour in the morning. He was glad that the boats had returned "
+             "before the storm, and he counted 12 of them.",
+    "Code": "def average(values):\n    total = sum(values)\n    if len(values) == 0:\n        return 0\n"
+            "    return total / len(values)",
+    "Numbers": "3 + 4 = 7\n12 * 7 = 84\n2, 4, 6, 8, 10, 12\n2024-03-15 17.25 381",
+    "Mixed": "Anna wrote a function to add the prices:\n\ndef add(prices):\n    return sum(prices)\n\n"
+             "It returned 42.50 for 3 items.",
+}
+
+
+def show(chart) -> None:
+    """Big matrices come back from viz as images, the rest as Altair charts."""
+    if isinstance(chart, Image.Image):
+        st.image(chart)
+    else:
+        st.altair_chart(chart, width="content")
+
+
+def run_or_stop(text: str):
+    try:
+        return resources.run_moe(loaded, key, text, max_tokens)
+    except ValueError as error:
+        widgets.show_error(error)
+        st.stop()
+
+
+st.title("🔀 Mixture of experts: where each token is routed")
+st.caption("Each MoE layer replaces the feed-forward block with E experts; a router sends every token to its top-k "
+           "and mixes their outputs by the router's weights (Shazeer et al. 2017, Switch, Mixtral).")
+spec = widgets.model_picker("moe")
+max_tokens = widgets.token_limit()
+widgets.model_card(spec)
+if spec.source == "hub":
+    st.info(f"{spec.key} downloads from the Hugging Face hub on first use. {spec.notes} Without internet it cannot "
+            "load here: pick the offline mini-moe in the sidebar, which always works.", icon="🌐")
+loaded = widgets.load_or_stop(spec)
+text = widgets.text_source(PRESETS, key="moe")
+if not text.strip():
+    st.info("Type some text above, pick a sample, or upload a .txt file.")
+    st.stop()
+
+key = resources.run_key(loaded)
+result = run_or_stop(text)
+widgets.show_notices(result)
+routing = result.extras["routing"]
+summary, consistency, (repeat, chance), special = resources.moe_statistics(result, (key, text, max_tokens))
+labels = [routing.layer_label(i) for i in range(routing.num_layers)]
+st.caption(f"{len(routing.tokens)} tokens · {routing.num_layers} MoE layers × {routing.num_experts} experts · "
+           f"dispatch: {routing.dispatch_rule()} · probabilities in float32")
+
+left, right = st.columns(2)
+layer = labels.index(left.selectbox("MoE layer", labels, key="moe_layer"))
+last = len(routing.tokens) - 1
+if st.session_state.get("moe_token", 0) > last:
+    st.session_state["moe_token"] = 0
+position = right.slider("Token", 0, max(last, 1), key="moe_token", disabled=last == 0)
+position = min(position, last)
+right.text(f"token {position}: {routing.tokens[position]}  ({routing.categories[position]})")
+
+tabs = st.tabs(["Tokens by expert", "One token's gate", "Load and balance", "Co-activation and layers",
+                "Specialisation", "Two prompts"])
+with tabs[0]:
+    show(viz.routed_text(routing.tokens, routing.raw_tokens, routing.top1[layer], routing.top_weights[layer, :, 0],
+                         routing.num_experts, routing.kept[layer, :, 0], selected=position,
+                         title=f"top-1 expert of each token, {labels[layer]}"))
+    show(viz.expert_legend(routing.num_experts))
+    start = max(0, min(position - 40, len(routing.tokens) - 80))
+    window = slice(start, start + 80)
+    st.caption(f"Every MoE layer for tokens {start}–{min(start + 80, len(routing.tokens)) - 1} (the token slider "
+               "scrolls): a column per token, a row per layer, the number is the top-1 expert; white = dropped.")
+    show(viz.layer_strip(routing.tokens[window], routing.top1[:, window], labels, routing.num_experts,
+                         routing.kept[:, window, 0], selected=position, offset=start))
+with tabs[1]:
+    show(viz.gate_bars(routing.probs[layer, position], routing.top_experts[layer, position],
+                       routing.top_weights[layer, position], float(summary.entropy[layer, position]),
+                       f"token {position}, {labels[layer]}", routing.kept[layer, position]))
+    st.caption("Bars: the router's probability for every expert. Coloured bars are the experts the token was "
+               "dispatched to, labelled with the weight that multiplied their output. Dashed line: uniform 1/E.")
+    if routing.shared_weight is not None:
+        st.metric("Weight of the shared expert(s), which every token uses",
+                  f"{float(routing.shared_weight[layer, position]):.3f}")
+with tabs[2]:
+    show(viz.load_heatmap(summary.load, labels, summary.cv, summary.aux_loss))
+    cols = st.columns(3)
+    cols[0].metric("Mean load CV", f"{summary.cv.mean():.3f}", help="std/mean of the load: 0 = perfectly even")
+    cols[1].metric("Mean Switch aux loss", f"{summary.aux_loss.mean():.3f}", help="E·Σ f·P: 1 = balanced, E = "
+                   "collapsed onto one expert (Fedus et al. 2021, eq. 4, without α)")
+    cols[2].metric("Mean router entropy", f"{summary.entropy.mean():.2f} nats",
+                   help=f"log E = {np.log(routing.num_experts):.2f} nats would be an undecided router")
+    if routing.capacity is not None:
+        st.caption("Routes dropped by the expert capacity, per layer: "
+                   + ", ".join(f"{d:.0%}" for d in summary.dropped_share))
+with tabs[3]:
+    a, b = st.columns(2)
+    a.markdown(f"**Co-activation, {labels[layer]}**")
+    with a:
+        show(viz.coactivation_chart(stats.coactivation(routing.top_experts[layer], routing.num_experts)))
+    a.caption("Share of tokens whose chosen experts include both i and j; the diagonal is each expert alone."
+              + (" Top-1 routing fills only the diagonal." if routing.top_k == 1 else ""))
+    b.markdown("**Cross-layer consistency**")
+    with b:
+        show(viz.consistency_chart(consistency, labels))
+    b.caption("Normalised mutual information between two layers' top-1 experts (1: one predicts the other, up to "
+              "renaming). Consecutive tokens keep their top-1 expert: "
+              + ", ".join(f"{o:.0%} (chance {c:.0%})" for o, c in zip(repeat, chance)) + " per layer (Mixtral §5).")
+with tabs[4]:
+    show(viz.specialisation_chart(special.observed, special.shuffled_mean, special.shuffled_p95, labels,
+                                  special.category_entropy))
+    st.caption(f"Mutual information between each token's category and its experts, against the same routes "
+               f"shuffled across tokens (100 times). Tokens counted: {special.counts}. Categories come from the "
+               "token's characters and whether its line reads as code (models/analysis/routing.py).")
+    folder = SAMPLE_DATA / spec.id
+    card = resources.moe_mini_card(str(folder), (folder / "metrics.json").stat().st_mtime) \
+        if spec.source == "mini" and (folder / "metrics.json").is_file() else None
+    if card is not None:
+        measured, card_text = card
+        cols = st.columns(3)
+        cols[0].metric("Held-out perplexity", f"{measured['perplexity']:.2f}")
+        cols[1].metric("Held-out load CV", f"{measured['mean_cv']:.3f}")
+        cols[2].metric("Held-out MI vs shuffled", f"{measured['mean_mi_category_bits']:.3f} vs "
+                       f"{measured['mean_mi_category_shuffled_bits']:.3f} bits")
+        with st.expander("Model card (measured when it was trained)"):
+            st.markdown(card_text)
+with tabs[5]:
+    a, b = st.columns(2)
+    text_a = a.text_area("Prompt A", PRESETS["Prose"], key="moe_prompt_a", height=120)
+    text_b = b.text_area("Prompt B", PRESETS["Code"], key="moe_prompt_b", height=120)
+    if text_a.strip() and text_b.strip():
+        routes = [run_or_stop(t).extras["routing"] for t in (text_a, text_b)]
+        for column, name, other in ((a, "A", routes[0]), (b, "B", routes[1])):
+            with column:
+                show(viz.routed_text(other.tokens, other.raw_tokens, other.top1[layer], other.top_weights[layer, :, 0],
+                                     other.num_experts, other.kept[layer, :, 0], width_chars=56,
+                                     title=f"prompt {name}, {labels[layer]}"))
+        loads = [stats.expert_load(r.top_experts, r.num_experts) for r in routes]
+        st.markdown("**Expert load of A minus B** (percentage points; orange: A uses the expert more)")
+        show(viz.load_difference(loads[0], loads[1], labels, "A", "B"))
+    else:
+        st.info("Type two prompts to compare their expert load.")
