@@ -1,6 +1,8 @@
 """Widgets every page shares: model picker, text input with presets and upload, token limit, errors, model card."""
 from __future__ import annotations
 
+import re
+
 import streamlit as st
 
 from app import resources, sidebar
@@ -12,9 +14,21 @@ from models.results import RunResult
 OTHER = "Other: a hub id or a local folder…"
 
 
+_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:=&])")
+
+
+def plain(text: str) -> str:
+    """``text`` with Markdown's punctuation backslash-escaped, so ``st.error``/``st.caption`` show it as typed.
+
+    Streamlit renders those bodies as Markdown (HTML is escaped, but not ``![img](http://…)``, links, ``**``,
+    ``$math$`` or ``:red[…]``), and messages echo what a user typed: a model id, a folder, a file name.
+    """
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", str(text))
+
+
 def show_error(error: Exception | str) -> None:
-    """A user-facing error as plain text (st.error renders no HTML from the message)."""
-    st.error(str(error), icon="⚠️")
+    """A user-facing error as plain text: no HTML and no Markdown from the message (it may echo user input)."""
+    st.error(plain(str(error)), icon="⚠️")
 
 
 def model_picker(family: str) -> ModelSpec:
@@ -73,11 +87,13 @@ def model_card(result_or_spec: RunResult | ModelSpec) -> None:
     """One caption line saying what the model is, where its weights come from and how attention was captured."""
     if isinstance(result_or_spec, RunResult):
         info = result_or_spec.model
-        st.caption(f"**{info.key}** · source: {info.source} · licence: {info.licence} · trained on: {info.trained_on}"
+        st.caption(f"**{plain(info.key)}** · source: {info.source} · licence: {info.licence} · "
+                   f"trained on: {info.trained_on}"
                    f" · {info.device}, {info.dtype} · capture: {info.capture}")
     else:
         spec = result_or_spec
-        st.caption(f"**{spec.key}** · source: {spec.source} · licence: {spec.licence} · trained on: {spec.trained_on}")
+        st.caption(f"**{plain(spec.key)}** · source: {spec.source} · licence: {spec.licence} · "
+                   f"trained on: {spec.trained_on}")
 
 
 def show_notices(result: RunResult) -> None:

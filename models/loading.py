@@ -93,6 +93,8 @@ def allowed_model_dirs() -> list[Path]:
 
 def resolve_local_folder(text: str) -> Path:
     """A user-typed folder, resolved (``..`` and symlinks followed) and checked to lie inside an allowed folder."""
+    if "\x00" in text:
+        raise ValueError("A folder name cannot contain a NUL character; type the folder's path again.")
     path = Path(text).expanduser().resolve()
     roots = allowed_model_dirs()
     if not any(path == root or root in path.parents for root in roots):
@@ -260,7 +262,10 @@ def _smollm2_safetensors(progress: Progress) -> Path:
 # --- running -----------------------------------------------------------------------------------------------------
 
 def is_out_of_memory(error: BaseException) -> bool:
-    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
+    """CUDA/MPS ("out of memory") and CPU allocator failures ("can't allocate memory", "not enough memory")."""
+    message = str(error).lower()
+    return isinstance(error, (torch.OutOfMemoryError, MemoryError)) or any(
+        phrase in message for phrase in ("out of memory", "can't allocate memory", "not enough memory"))
 
 
 @contextlib.contextmanager

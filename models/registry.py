@@ -6,6 +6,7 @@ is never misled about what it is looking at. The first offline spec of a family 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 FAMILIES = ("causal_lm", "encoder", "translation", "vit", "swin", "moe")
 SOURCES = ("hub", "package", "mini", "local")
@@ -125,11 +126,25 @@ def default(family: str) -> ModelSpec:
     return offline[0]
 
 
+def _exists(text: str) -> bool:
+    try:
+        return "\x00" not in text and Path(text).expanduser().exists()
+    except (OSError, ValueError):  # a name too long for the file system is no path
+        return False
+
+
 def custom(family: str, id_or_path: str) -> ModelSpec:
     """A spec for whatever the user typed: a hub id (``owner/name``) or a local folder (checked when loaded)."""
     text = id_or_path.strip()
     if not text:
         raise ValueError("Type a model id such as 'gpt2' or a local folder path.")
-    source = "local" if text.startswith(("/", ".", "~")) else "hub"
+    path_like = text.lower().startswith("local-dir:")  # timm's scheme for a folder: the folder check applies
+    if path_like:
+        text = text[len("local-dir:"):].strip()
+    # hub ids never hold ".." or backslashes, and transformers loads an existing folder before asking the hub:
+    # all of these are paths and must pass the allowed-folder check when loaded
+    path_like = path_like or text.startswith(("/", ".", "~")) or ".." in text or "\\" in text \
+        or _exists(text)
+    source = "local" if path_like else "hub"
     return ModelSpec(family, text, source, text, "see the model's own card", "see the model's own card",
                      "typed by the user")

@@ -50,6 +50,13 @@ def decode_upload(data: bytes) -> str:
                          "upload it again.") from None
 
 
+def replace_lone_surrogates(text: str) -> str:
+    """``text`` with each unpaired UTF-16 surrogate (which a browser string may carry) replaced by U+FFFD."""
+    if not any("\ud800" <= char <= "\udfff" for char in text):
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 @dataclass(frozen=True)
 class Tokenized:
     ids: list[int]
@@ -67,6 +74,10 @@ def tokenize(tokenizer, text: str, max_tokens: int, add_special_tokens: bool = T
     if len(text) > MAX_CHARACTERS:
         text = text[:MAX_CHARACTERS]
         notices.append(f"Only the first {MAX_CHARACTERS:,} characters were read.")
+    repaired = replace_lone_surrogates(text)
+    if repaired != text:  # the Rust tokenizers refuse them with a TypeError
+        text = repaired
+        notices.append("Broken characters (unpaired UTF-16 surrogates) were replaced by \ufffd.")
     ids = tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
     if len(ids) > max_tokens:
         notices.append(f"The input has {len(ids):,} tokens; only the first {max_tokens:,} are shown "
