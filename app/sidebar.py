@@ -1,7 +1,9 @@
 """The sidebar every page shares: device and dtype choice, and what the device has in memory."""
 import streamlit as st
 
+from app import share
 from models import loading
+from viz.heatmap import COLOR_SCHEMES
 
 
 def render() -> None:
@@ -12,6 +14,10 @@ def render() -> None:
         dtypes = loading.available_dtypes(device)
         st.selectbox("Precision", dtypes, key="dtype", help="Half precision is offered on GPUs only.")
         st.caption(loading.describe_device(device))
+        st.caption("Display")
+        st.selectbox("Colour scale", COLOR_SCHEMES, key="scheme",
+                     help="cividis is readable for colour-blind viewers and survives projectors.")
+    share.presentation_toggle()
 
 
 def device_choice() -> tuple[str, str]:

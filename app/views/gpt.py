@@ -1,7 +1,7 @@
 """GPT-style language model: causal self-attention per layer and head, next-token probabilities, generation."""
 import streamlit as st
 
-from app import attention_view, resources, widgets
+from app import attention_view, resources, share, widgets
 from models.causal_lm import STRATEGIES, GenerationSettings
 from viz import heatmap
 
@@ -13,6 +13,9 @@ PRESETS = {
     "Counting": "one two three four five six seven eight",
     "Question": "The capital of France is",
 }
+
+SHARED = ["model_causal_lm", "max_tokens", "gpt_text", "gpt_layer", "gpt_head", "gpt_statistic"]
+share.restore(SHARED, {"max_tokens": int, "gpt_layer": int})
 
 st.title("Causal self-attention in a language model")
 spec = widgets.model_picker("causal_lm")
@@ -36,7 +39,9 @@ with attention_tab:
     widgets.show_notices(result)
     st.caption(f"{len(result.tokens)} tokens · {result.maps('self').num_layers} layers × "
                f"{result.maps('self').num_heads} heads")
+    st.session_state["gpt_stem"] = (spec.short_name, prompt[:40])
     attention_view.explorer((key, prompt, max_tokens, "prompt"), result, "self", key="gpt")
+    share.publish(SHARED)
     st.subheader("Next token")
     top = result.next_token
     st.altair_chart(heatmap.probability_bars([t.token for t in top], [t.probability for t in top],

@@ -1,0 +1,92 @@
+"""Shareable state and presentation mode.
+
+- Shareable links: a page lists the widget keys that make its figure (model, input, layer, head, options); their
+  values live in the URL's query string (``st.query_params``), so a link reproduces the figure. On the first run of
+  a session the URL's values are copied into the widgets' state; afterwards every run writes the state back.
+- Downloads: ``downloads(...)`` offers a figure as PNG/SVG, its numbers as CSV/JSON and raw maps as ``.npz``, with
+  file names that say model, layer, head and input; files are produced only when clicked.
+- Presentation mode: larger type, sidebar tucked away, full-width figures, a colour-blind-safe colour scale.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import streamlit as st
+
+from viz import export
+
+MAX_URL_TEXT = 1500  # longer inputs are not put in the URL (browsers and chat apps cut long links)
+PRESENTATION_CSS = """
+<style>
+html, body, [data-testid="stAppViewContainer"] { font-size: 20px; }
+[data-testid="stMainBlockContainer"] { max-width: 100%; padding-left: 2rem; padding-right: 2rem; }
+h1 { font-size: 2.6rem !important; }
+[data-testid="stCaptionContainer"] { font-size: 1rem; }
+</style>
+"""  # static: no user text ever goes through unsafe_allow_html
+
+
+def restore(keys: list[str], coerce: dict[str, Callable] | None = None) -> None:
+    """Once per session and page: widget state from the URL for ``keys`` (values are strings in a URL)."""
+    marker = "_restored_" + "|".join(keys)
+    if st.session_state.get(marker):
+        return
+    st.session_state[marker] = True
+    coerce = coerce or {}
+    for key in keys:
+        if key in st.query_params:
+            value = st.query_params[key]
+            try:
+                st.session_state[key] = coerce.get(key, str)(value)
+            except (TypeError, ValueError):
+                pass  # a hand-edited link with a bad value: keep the default
+
+
+def publish(keys: list[str]) -> None:
+    """Write the current values of ``keys`` into the URL (text longer than the URL limit is left out)."""
+    for key in keys:
+        value = st.session_state.get(key)
+        if value is None or (isinstance(value, str) and len(value) > MAX_URL_TEXT):
+            st.query_params.pop(key, None)
+            continue
+        text = str(value)
+        if st.query_params.get(key) != text:
+            st.query_params[key] = text
+
+
+def presentation_toggle() -> bool:
+    """Sidebar switch; when on, larger type and full-width figures for a projector."""
+    with st.sidebar:
+        on = st.toggle("Presentation mode", key="presentation",
+                       help="Larger type, full-width figures and a colour-blind-safe colour scale for projectors.")
+    if on:
+        st.markdown(PRESENTATION_CSS, unsafe_allow_html=True)
+    return on
+
+
+def color_scheme() -> str:
+    """The heatmap colour scale: cividis (colour-blind safe, survives projectors) in presentation mode."""
+    return "cividis" if st.session_state.get("presentation") else st.session_state.get("scheme", "viridis")
+
+
+def downloads(stem: str, key: str, chart=None, image=None, table=None, payload: dict | None = None,
+              arrays: dict[str, np.ndarray] | None = None, metadata: dict | None = None) -> None:
+    """A row of download buttons; each file is made only when its button is clicked."""
+    buttons = []
+    if chart is not None:
+        buttons.append(("PNG", f"{stem}.png", "image/png", lambda: export.chart_png(chart)))
+        buttons.append(("SVG", f"{stem}.svg", "image/svg+xml", lambda: export.chart_svg(chart)))
+    elif image is not None:
+        buttons.append(("PNG", f"{stem}.png", "image/png", lambda: export.image_png(image)))
+    if table is not None:
+        buttons.append(("CSV", f"{stem}.csv", "text/csv", lambda: export.csv_bytes(table)))
+    if payload is not None:
+        buttons.append(("JSON", f"{stem}.json", "application/json", lambda: export.json_bytes(payload)))
+    if arrays:
+        buttons.append(("NPZ", f"{stem}.npz", "application/octet-stream",
+                        lambda: export.npz_bytes(arrays, **(metadata or {}))))
+    columns = st.columns(len(buttons) + 3)
+    for column, (label, name, mime, make) in zip(columns, buttons):
+        column.download_button(label, make, file_name=name, mime=mime, key=f"{key}_dl_{label}",
+                               icon=":material/download:", on_click="ignore")

@@ -1,0 +1,106 @@
+"""Export, shareable links and the command-line export: files are valid and carry the page's numbers."""
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+from streamlit.testing.v1 import AppTest
+
+from app import cli
+from models import causal_lm, loading, registry
+from tests.conftest import ROOT
+from viz import export
+
+
+def test_file_stem_is_safe_and_readable():
+    assert export.file_stem("gpt2", "The cat <sat>!", "layer 3", "head 5") == "gpt2_the-cat-sat_layer-3_head-5"
+    assert export.file_stem("../../etc/passwd", "‮evil") == "etc-passwd_evil"
+    assert export.file_stem("", None) == "attention"
+
+
+def test_csv_defuses_spreadsheet_formulas():
+    frame = pd.DataFrame({"key": ["=SUM(A1)", "+1", "ok"], "weight": [0.1, 0.2, 0.7]})
+    text = export.csv_bytes(frame).decode()
+    assert "'=SUM(A1)" in text and "'+1" in text and ",ok," in text
+
+
+@pytest.fixture
+def tiny_llama(tiny_folders, monkeypatch):
+    monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tiny_folders["llama"].parent))
+    return str(tiny_folders["llama"])
+
+
+def test_cli_writes_valid_files_with_the_model_numbers(tiny_llama, tmp_path):
+    text = "the cat sat on the mat"
+    code = cli.main(["--page", "gpt", "--model", tiny_llama, "--text", text, "--layer", "1", "--head", "2",
+                     "--format", "png,svg,json,csv,npz", "--out", str(tmp_path)])
+    assert code == 0
+    files = {p.suffix: p for p in tmp_path.iterdir()}
+    assert set(files) == {".png", ".svg", ".json", ".csv", ".npz"}
+    assert all("layer-1_head-2" in p.name for p in files.values())
+    image = Image.open(files[".png"])
+    assert image.format == "PNG" and min(image.size) > 300  # print resolution
+    assert files[".svg"].read_text().lstrip().startswith("<svg")
+    expected = causal_lm.run(loading.load(registry.custom("causal_lm", tiny_llama)), text).maps("self")
+    payload = json.loads(files[".json"].read_text())
+    np.testing.assert_allclose(payload["weights"], expected.head(1, 2), atol=1e-6)
+    assert payload["query_tokens"] == expected.query_tokens
+    csv = pd.read_csv(files[".csv"], index_col=0)
+    np.testing.assert_allclose(csv.to_numpy(), expected.head(1, 2), atol=1e-6)
+    arrays = np.load(files[".npz"])
+    np.testing.assert_allclose(arrays["weights"], expected.layer(1), atol=1e-6)
+    assert str(arrays["meta_text"]) == text
+
+
+def test_cli_grid_and_focus_views(tiny_llama, tmp_path):
+    assert cli.main(["--model", tiny_llama, "--text", "a b c d", "--view", "grid", "--format", "png,csv",
+                     "--out", str(tmp_path)]) == 0
+    assert cli.main(["--model", tiny_llama, "--text", "a b c d", "--view", "focus", "--query", "2",
+                     "--format", "svg,json", "--out", str(tmp_path)]) == 0
+    assert len(list(tmp_path.iterdir())) == 4
+
+
+def test_cli_reports_user_mistakes_without_a_traceback(tiny_llama, tmp_path, capsys):
+    assert cli.main(["--model", tiny_llama, "--text", "a b", "--layer", "9", "--out", str(tmp_path)]) == 2
+    assert "layer 9 does not exist" in capsys.readouterr().err
+    assert cli.main(["--model", tiny_llama, "--text", "   ", "--out", str(tmp_path)]) == 2
+
+
+def _gpt_page() -> AppTest:
+    return AppTest.from_file(str(ROOT / "app" / "views" / "gpt.py"), default_timeout=120)
+
+
+def test_url_round_trips_to_the_same_state(patched_loader):
+    at = _gpt_page()
+    at.query_params.update({"gpt_text": "hello shared world", "gpt_layer": "1", "gpt_head": "head 2"})
+    at.run()
+    assert not at.exception, at.exception
+    assert at.text_area(key="gpt_text").value == "hello shared world"
+    assert at.slider(key="gpt_layer").value == 1
+    assert at.selectbox(key="gpt_head").value == "head 2"
+    at.slider(key="gpt_layer").set_value(0).run()
+    assert at.query_params["gpt_layer"] == ["0"] or at.query_params["gpt_layer"] == "0"
+    assert at.query_params["gpt_text"] in ("hello shared world", ["hello shared world"])
+
+
+def test_page_downloads_carry_the_page_numbers(patched_loader, monkeypatch):
+    from app import share
+
+    offered = {}
+    monkeypatch.setattr(share, "downloads", lambda stem, key, **kw: offered.update(stem=stem, **kw))
+    at = _gpt_page()
+    at.run()
+    assert not at.exception, at.exception
+    layer, head = at.slider(key="gpt_layer").value, int(at.selectbox(key="gpt_head").value.split()[1])
+    prompt = at.text_area(key="gpt_text").value
+    loaded = loading.load(registry.default("causal_lm"))  # the patched tiny model, as the page loaded it
+    expected = causal_lm.run(loaded, prompt).maps("self")
+    np.testing.assert_allclose(offered["payload"]["weights"], expected.head(layer, head), atol=1e-6)
+    np.testing.assert_allclose(offered["table"].to_numpy(), expected.head(layer, head), atol=1e-6)
+    assert f"layer-{layer}_head-{head}" in offered["stem"]
+    png = export.chart_png(offered["chart"])
+    assert Image.open(io.BytesIO(png)).format == "PNG"
