@@ -16,7 +16,9 @@ GB: powers of 1000) and binary units (KiB, MiB, GiB: powers of 1024) with thousa
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1, "float64": 8}
@@ -358,9 +360,8 @@ def _read_config(spec, transformers, loading):
     if spec.source == "package":
         folder = loading.package_folder(spec.id)
         ggufs = sorted(folder.glob("*.gguf"))
-        if ggufs:  # read the header only; no dequantising
-            config = transformers.AutoConfig.from_pretrained(str(folder), gguf_file=ggufs[0].name)
-            return config, f"config read from the packaged {ggufs[0].name}"
+        if ggufs:  # the hyper-parameters at the front of the header; no tensors, no tokenizer, no dequantising
+            return gguf_attention_config(ggufs[0]), f"header of the packaged {ggufs[0].name}"
         for candidate in (folder / "model", folder):
             if (candidate / "config.json").is_file():
                 config = transformers.AutoConfig.from_pretrained(str(candidate), local_files_only=True)
@@ -374,6 +375,63 @@ def _read_config(spec, transformers, loading):
         config = transformers.AutoConfig.from_pretrained(spec.id, local_files_only=True, trust_remote_code=False)
         return config, "config from the local Hugging Face cache"
     raise ValueError(f"source {spec.source} is not read for presets")
+
+
+_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def gguf_attention_config(path) -> SimpleNamespace:
+    """Layers, heads, KV heads and widths from a GGUF file's metadata (GGUF spec: magic, version, tensor and key
+    counts, then typed key/value pairs), read in order and stopped as soon as they are known — the 49k-entry
+    tokenizer arrays that follow are never parsed. Attribute names follow transformers configs."""
+    wanted = {"block_count": "num_hidden_layers", "attention.head_count": "num_attention_heads",
+              "attention.head_count_kv": "num_key_value_heads", "embedding_length": "hidden_size",
+              "attention.key_length": "head_dim"}
+    found: dict[str, Any] = {}
+    with open(path, "rb") as handle:
+        def read(fmt):
+            size = struct.calcsize(fmt)
+            return struct.unpack(fmt, handle.read(size))[0]
+
+        def read_string():
+            return handle.read(read("<Q")).decode("utf-8", "replace")
+
+        def skip_value(kind):
+            if kind == 8:
+                handle.seek(read("<Q"), 1)
+            elif kind == 9:
+                item_kind, count = read("<I"), read("<Q")
+                if item_kind in _GGUF_SCALARS:
+                    handle.seek(struct.calcsize(_GGUF_SCALARS[item_kind]) * count, 1)
+                else:
+                    for _ in range(count):
+                        skip_value(item_kind)
+            else:
+                handle.seek(struct.calcsize(_GGUF_SCALARS[kind]), 1)
+
+        if handle.read(4) != b"GGUF":
+            raise ValueError(f"{path} is not a GGUF file")
+        version = read("<I")
+        if version < 2:
+            raise ValueError(f"{path} is GGUF version {version}; only versions 2 and later are read")
+        read("<Q")  # tensor count
+        arch = None
+        required = {"num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size"}
+        for _ in range(read("<Q")):
+            key = read_string()
+            in_arch_block = arch is not None and key.startswith(arch + ".")
+            if not in_arch_block and required <= found.keys():
+                break  # the architecture's keys are contiguous: past them, nothing more is needed
+            kind = read("<I")
+            if key == "general.architecture" and kind == 8:
+                arch = read_string()
+            elif in_arch_block and key[len(arch) + 1:] in wanted and kind in _GGUF_SCALARS:
+                found[wanted[key[len(arch) + 1:]]] = read(_GGUF_SCALARS[kind])
+            else:
+                skip_value(kind)
+    if "num_hidden_layers" not in found or "num_attention_heads" not in found:
+        raise ValueError(f"{path} does not say how many layers and heads it has")
+    return SimpleNamespace(model_type=arch, **found)
 
 
 def custom_kv_spec(kind: str, layers: int, heads: int, head_dim: int, kv_heads: int = 0, latent_dim: int = 0,
