@@ -72,7 +72,7 @@ class Recorder:
     module_names: dict[int, str]
     encoder_decoder: bool = False  # only then do "encoder." / "decoder." names mean different kinds
     records: dict[str, list[LayerRecord]] = field(default_factory=dict)
-    _mask_cache: dict[int, torch.Tensor] = field(default_factory=dict)
+    _mask_cache: dict = field(default_factory=dict)  # id(mask) or an implicit-mask shape -> (allowed, bias)
 
     def kind_of(self, module, name: str) -> str:
         if getattr(module, "is_cross_attention", False) or any(part in name for part in CROSS_ATTENTION_NAMES):
@@ -97,21 +97,24 @@ class Recorder:
             position_bias = position_bias[..., -k_len:].detach().to("cpu", torch.float32)
             bias = position_bias if bias is None else bias + position_bias
         self.records.setdefault(kind, []).append(LayerRecord(
-            name, query.detach().to("cpu", torch.float32), key.detach().to("cpu", torch.float32), scaling, allowed,
-            bias))
+            name, _compact_copy(query), _compact_copy(key), scaling, allowed, bias))
 
     def _mask(self, module, attention_mask, kwargs, q_len: int, k_len: int):
         """The mask exactly as ``sdpa_attention_forward`` applies it, as (allowed bool, additive bias or None)."""
         if attention_mask is None:
             is_causal = kwargs.get("is_causal")
             is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+            shape_key = ("implicit", q_len, k_len, bool(q_len > 1 and is_causal))
+            if shape_key in self._mask_cache:  # one (q, k) mask shared by every layer, not one per layer
+                return self._mask_cache[shape_key]
             if q_len > 1 and is_causal:
                 # SDPA's is_causal aligns top-left: query i sees keys 0..i (keys past q_len are cropped by SDPA)
                 key_index = torch.arange(k_len)
                 allowed = (key_index[None, :] <= torch.arange(q_len)[:, None]) & (key_index[None, :] < q_len)
             else:
                 allowed = torch.ones(q_len, k_len, dtype=torch.bool)
-            return allowed[None], None
+            self._mask_cache[shape_key] = (allowed[None], None)
+            return self._mask_cache[shape_key]
         cached = self._mask_cache.get(id(attention_mask))
         if cached is not None:
             return cached
@@ -143,8 +146,9 @@ class Recorder:
             raise ValueError(f"no {kind!r} attention was recorded (recorded: {', '.join(self.records) or 'none'})")
         layers = self.records[kind]
         q_len, k_len = layers[0].query.shape[2], layers[0].key.shape[2]
-        q_pos = torch.arange(q_len) if query_positions is None else torch.as_tensor(query_positions)
-        k_pos = torch.arange(k_len) if key_positions is None else torch.as_tensor(key_positions)
+        # all positions: a slice, so the maps share the recorded tensors' memory instead of copying every layer
+        q_pos = slice(None) if query_positions is None else torch.as_tensor(query_positions)
+        k_pos = slice(None) if key_positions is None else torch.as_tensor(key_positions)
         queries, keys, scalings, masks, mask_index, biases = [], [], [], [], [], []
         mask_ids: dict[int, int] = {}
         for rec in layers:
@@ -161,7 +165,8 @@ class Recorder:
                 bias = _item(rec.bias, batch_index)
                 heads = rec.query.shape[1]
                 biases.append(bias.expand(heads, -1, -1)[:, q_pos][:, :, k_pos].contiguous().numpy())
-        n_q, n_k = len(q_pos), len(k_pos)
+        n_q = q_len if query_positions is None else len(q_pos)
+        n_k = k_len if key_positions is None else len(k_pos)
         return RecomputedAttention(
             kind=kind,
             query_tokens=list(query_tokens) if query_tokens is not None else [str(i) for i in range(n_q)],
@@ -169,6 +174,15 @@ class Recorder:
             queries=queries, keys=keys, scalings=scalings, allowed_masks=masks, mask_index=mask_index,
             biases=biases if any(b is not None for b in biases) else [],
         )
+
+
+def _compact_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A contiguous CPU float32 copy of ``(B, H, n, d)`` q or k.
+
+    Always a copy: GPT-2's q and k are strided views into the fused ``c_attn`` output, so keeping the view would keep
+    q, k *and* v of every layer alive (1.5× the memory), and a static KV cache is overwritten in place later.
+    """
+    return tensor.detach().to("cpu", torch.float32, memory_format=torch.contiguous_format, copy=True)
 
 
 def _item(tensor: torch.Tensor, index: int) -> torch.Tensor:

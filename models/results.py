@@ -38,8 +38,10 @@ class ModelInfo:
 class AttentionMaps:
     """All layers of one kind of attention for one input.
 
-    Subclasses implement ``_compute(layer)``; ``layer(i)`` caches a few recent layers (thread-safe) so moving the
-    head slider does not recompute. ``num_layers``/``num_heads`` are known without computing anything.
+    Subclasses implement ``_compute(layer)``; ``layer(i)`` caches recent layers (thread-safe) so moving the head
+    slider does not recompute. The cache is bounded in bytes, not entries (``_cache_bytes``; the newest entry is always
+    kept): at 2,048 tokens one GPT-2 layer is 201 MB, so "four layers" would be 0.8 GB per result.
+    ``num_layers``/``num_heads`` are known without computing anything.
     """
 
     kind: str
@@ -47,28 +49,43 @@ class AttentionMaps:
     key_tokens: list[str]
     num_layers: int
     num_heads: int
-    _cache_size = 4
+    _cache_bytes = 256 * 2**20
 
     def _compute(self, layer: int) -> np.ndarray:
         raise NotImplementedError
+
+    def _cached(self, key: tuple, compute) -> np.ndarray:
+        """``compute()`` once per ``key``, kept read-only in the byte-bounded LRU cache shared by layers and heads."""
+        cache = self.__dict__.setdefault("_layer_cache", OrderedDict())
+        lock = self.__dict__.setdefault("_layer_lock", threading.Lock())
+        with lock:
+            if key in cache:
+                cache.move_to_end(key)
+                return cache[key]
+        weights = compute()
+        weights.setflags(write=False)  # shared between reruns and sessions: nobody edits it in place
+        with lock:
+            cache[key] = weights
+            while len(cache) > 1 and sum(a.nbytes for a in cache.values()) > self._cache_bytes:
+                cache.popitem(last=False)
+        return weights
+
+    def _cached_layer(self, layer: int) -> np.ndarray | None:
+        cache = self.__dict__.get("_layer_cache") or {}
+        return cache.get(("layer", layer))
 
     def layer(self, layer: int) -> np.ndarray:
         """Attention probabilities of one layer, float32 ``(heads, queries, keys)``."""
         if not 0 <= layer < self.num_layers:
             raise ValueError(f"layer {layer} does not exist: this model has layers 0..{self.num_layers - 1}")
-        cache = self.__dict__.setdefault("_layer_cache", OrderedDict())
-        lock = self.__dict__.setdefault("_layer_lock", threading.Lock())
-        with lock:
-            if layer in cache:
-                cache.move_to_end(layer)
-                return cache[layer]
-        weights = self._compute(layer)
-        weights.setflags(write=False)  # shared between reruns and sessions: nobody edits it in place
-        with lock:
-            cache[layer] = weights
-            while len(cache) > self._cache_size:
-                cache.popitem(last=False)
-        return weights
+        return self._cached(("layer", layer), lambda: self._compute(layer))
+
+    def iter_heads(self, layer: int):
+        """``(head, (queries, keys) map)`` for each head of ``layer``; subclasses may compute one head at a time so
+        that a pass over every head (the all-heads summary) never holds a whole layer."""
+        weights = self.layer(layer)
+        for head in range(self.num_heads):
+            yield head, weights[head]
 
     def head(self, layer: int, head: int | None) -> np.ndarray:
         """One head ``(queries, keys)``, or the mean over heads when ``head`` is None."""
@@ -152,11 +169,49 @@ class RecomputedAttention(AttentionMaps):
         bias = self.biases[layer] if layer < len(self.biases) else None
         return attention_probabilities(query, key, self.scalings[layer], self.allowed(layer), bias)
 
+    def _compute_head(self, layer: int, head: int) -> np.ndarray:
+        """One head ``(q, k)`` without computing the others: the key head it shares under GQA, its bias slice."""
+        group = self.num_heads // self.keys[layer].shape[0]
+        bias = self.biases[layer] if layer < len(self.biases) else None
+        return attention_probabilities(self.queries[layer][head:head + 1], self.keys[layer][head // group:][:1],
+                                       self.scalings[layer], self.allowed(layer),
+                                       None if bias is None else bias[head:head + 1])[0]
+
+    def head(self, layer: int, head: int | None) -> np.ndarray:
+        """One head ``(queries, keys)`` recomputed alone (a layer is ``heads`` times larger), or the head mean."""
+        if not 0 <= layer < self.num_layers:
+            raise ValueError(f"layer {layer} does not exist: this model has layers 0..{self.num_layers - 1}")
+        if self._cached_layer(layer) is not None:
+            return super().head(layer, head)
+        if head is None:  # accumulate head by head: the peak is two maps, not a whole layer
+            def mean() -> np.ndarray:
+                total = np.zeros((len(self.query_tokens), len(self.key_tokens)), dtype=np.float32)
+                for _, weights in self.iter_heads(layer):
+                    total += weights
+                return total / np.float32(self.num_heads)
+            return self._cached(("mean", layer), mean)
+        if not 0 <= head < self.num_heads:
+            raise ValueError(f"head {head} does not exist: this layer has heads 0..{self.num_heads - 1}")
+        return self._cached(("head", layer, head), lambda: self._compute_head(layer, head))
+
+    def iter_heads(self, layer: int):
+        cached = self._cached_layer(layer)
+        for head in range(self.num_heads):
+            yield head, cached[head] if cached is not None else self._compute_head(layer, head)
+
     def nbytes(self) -> int:
-        """Bytes held (queries, keys, masks, biases): what this result costs in memory."""
+        """Bytes held (queries, keys, masks, biases): what this result costs in memory, caches aside."""
         total = sum(a.nbytes for a in self.queries) + sum(a.nbytes for a in self.keys)
         total += sum(a.nbytes for a in self.allowed_masks)
         return total + sum(b.nbytes for b in self.biases if b is not None)
+
+    def head_peak_bytes(self) -> int:
+        """Bound on the bytes one head's recompute allocates (``head``/``iter_heads``): the float32 result (the
+        scores are computed in place in it), the boolean blocked mask, room for one more float32 ``(q, k)`` temporary,
+        row vectors and a float32 copy of q and k: ``q · k · (4 + 1 + 4) + 4 · (q + k) · (d + 4)``."""
+        n_q, n_k = len(self.query_tokens), len(self.key_tokens)
+        d = self.queries[0].shape[-1] if self.queries else 0
+        return n_q * n_k * 9 + 4 * (n_q + n_k) * (d + 4)
 
 
 def attention_probabilities(
@@ -174,15 +229,19 @@ def attention_probabilities(
     out = np.empty((heads, query.shape[1], key.shape[1]), dtype=np.float32)
     blocked = ~allowed
     any_allowed = allowed.any(axis=-1, keepdims=True)
+    scale = np.float32(scaling)
     for h in range(heads):
-        scores = (query[h].astype(np.float32) @ key[h // group].astype(np.float32).T) * np.float32(scaling)  # (q, k)
+        scores = out[h]  # computed in place in the output: one (q, k) float32 buffer per head, no temporaries
+        np.matmul(query[h].astype(np.float32, copy=False), key[h // group].astype(np.float32, copy=False).T,
+                  out=scores)
+        scores *= scale
         if bias is not None:
             scores += bias[h]
-        scores[blocked] = -np.inf
-        scores -= np.where(any_allowed, scores.max(axis=-1, keepdims=True), 0.0)
+        np.putmask(scores, blocked, -np.inf)
+        scores -= np.where(any_allowed, scores.max(axis=-1, keepdims=True), np.float32(0))
         np.exp(scores, out=scores)
         total = scores.sum(axis=-1, keepdims=True)
-        out[h] = np.divide(scores, total, out=np.zeros_like(scores), where=total > 0)
+        np.divide(scores, np.where(total > 0, total, np.float32(1)), out=scores)  # an all-masked row stays 0
     return out
 
 

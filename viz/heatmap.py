@@ -87,12 +87,66 @@ def attention_rgb(weights: np.ndarray, allowed: np.ndarray | None = None, scheme
     return rgb
 
 
+def block_max(weights: np.ndarray, allowed: np.ndarray | None, factor: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Shrink ``(q, k)`` by an integer ``factor``: each ``factor × factor`` block becomes its largest visible weight
+    (a lone strong cell stays visible, where a mean would wash it out); a block with no visible cell stays masked.
+    Edge blocks are partial. Returns ``(ceil(q / f), ceil(k / f))`` weights and visibility."""
+    if factor <= 1:
+        return weights, allowed
+    q, k = weights.shape
+    pad_q, pad_k = -q % factor, -k % factor
+    visible = np.ones_like(weights, dtype=bool) if allowed is None else allowed.astype(bool)
+    padded = np.pad(np.where(visible, weights, -1.0), ((0, pad_q), (0, pad_k)), constant_values=-1.0)
+    blocks = padded.reshape((q + pad_q) // factor, factor, (k + pad_k) // factor, factor).max(axis=(1, 3))
+    shown = blocks >= 0
+    return np.maximum(blocks, 0).astype(np.float32), (shown if allowed is not None else None)
+
+
 def attention_image(weights: np.ndarray, allowed: np.ndarray | None = None, scheme: str = "viridis",
                     max_px: int = 900) -> Image.Image:
-    """A large map as an image: each cell an integer block of pixels (nearest neighbour), at most ``max_px`` a side."""
+    """A large map as an image at most ``max_px`` a side: up to ``max_px`` tokens each cell is an integer block of
+    pixels (nearest neighbour, so pixels are exactly the cells' colours); beyond, each pixel is the largest weight of
+    an ``f × f`` block of cells, ``f = ceil(tokens / max_px)`` (``block_max``)."""
+    factor = -(-max(weights.shape) // max_px)
+    weights, allowed = block_max(weights, allowed, factor)
     rgb = attention_rgb(weights, allowed, scheme)
     scale = max(1, max_px // max(weights.shape))
     return Image.fromarray(rgb).resize((rgb.shape[1] * scale, rgb.shape[0] * scale), Image.NEAREST)
+
+
+def png_bytes(image: Image.Image) -> bytes:
+    """PNG (lossless: every pixel is the colour of its cell) with fast compression; Streamlit would send an RGB
+    image as JPEG, which smears a heatmap, and its default PNG level costs ~0.1 s per megapixel on a slider move."""
+    import io
+
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", compress_level=1)
+    return buffer.getvalue()
+
+
+def zoom_overview_chart(png: bytes, n_q: int, n_k: int, queries: tuple[int, int], keys: tuple[int, int],
+                        width: int = 560) -> alt.Chart:
+    """The whole map as one image inside a Vega-Lite chart, with a brush (interval selection named "zoom") whose
+    ``query``/``key`` extent, in token positions, picks the region to show cell by cell, and a red frame around the
+    region shown now (``queries``/``keys``: inclusive first and last positions). Axes are token positions."""
+    import base64
+
+    height = max(120, round(width * n_q / max(n_k, 1)))
+    url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+    x = alt.X("key:Q", scale=alt.Scale(domain=[0, n_k], nice=False, zero=False), title="key position")
+    y = alt.Y("query:Q", scale=alt.Scale(domain=[0, n_q], nice=False, reverse=True, zero=False),
+              title="query position")
+    picture = alt.Chart(pd.DataFrame({"key": [0], "query": [0], "url": [url]})).mark_image(
+        width=width, height=height, align="left", baseline="top", aspect=False).encode(x=x, y=y, url="url:N")
+    brush = alt.selection_interval(name="zoom", encodings=["x", "y"], fields=["key", "query"], clear=False)
+    # a transparent grid of points gives the brush something to select over the whole area
+    grid_q, grid_k = np.meshgrid(np.linspace(0, n_q, 16), np.linspace(0, n_k, 16), indexing="ij")
+    catcher = alt.Chart(pd.DataFrame({"key": grid_k.ravel(), "query": grid_q.ravel()})).mark_point(
+        opacity=0).encode(x=x, y=y).add_params(brush)
+    frame = alt.Chart(pd.DataFrame({"key": [keys[0]], "key2": [keys[1] + 1], "query": [queries[0]],
+                                    "query2": [queries[1] + 1]})).mark_rect(
+        fill=None, stroke="crimson", strokeWidth=2).encode(x=x, x2="key2:Q", y=y, y2="query2:Q")
+    return (picture + catcher + frame).properties(width=width, height=height, autosize=PAD)
 
 
 def head_grid_image(thumbnails: np.ndarray, scheme: str = "viridis", cell: int = 56, gap: int = 4,

@@ -26,6 +26,9 @@ STATISTICS = {
 }
 
 
+ROWS_PER_BLOCK = 256  # queries per step of the statistics: bounds their temporaries at 2,048+ tokens
+
+
 def _bin_edges(length: int, bins: int) -> np.ndarray:
     return np.linspace(0, length, bins + 1).round().astype(int)[:-1]
 
@@ -34,7 +37,8 @@ def pooled(weights: np.ndarray, size: int = 64) -> np.ndarray:
     """Block means of ``(heads, q, k)`` to ``(heads, min(q, size), min(k, size))``."""
     heads, q, k = weights.shape
     rows, cols = _bin_edges(q, min(q, size)), _bin_edges(k, min(k, size))
-    summed = np.add.reduceat(np.add.reduceat(weights, rows, axis=1), cols, axis=2)
+    # keys first: reduceat along the contiguous axis is ~20× faster than along rows at 4,096 tokens
+    summed = np.add.reduceat(np.add.reduceat(weights, cols, axis=2), rows, axis=1)
     row_counts = np.diff(np.append(rows, q))[None, :, None]
     col_counts = np.diff(np.append(cols, k))[None, None, :]
     return (summed / (row_counts * col_counts)).astype(np.float32)
@@ -46,11 +50,14 @@ def layer_statistics(weights: np.ndarray, query_offset: int = 0) -> dict[str, np
     ``query_offset``: position of query 0 among the keys (0 for self-attention over the same tokens).
     """
     heads, q, k = weights.shape
-    query_pos = np.arange(q)[:, None] + query_offset
-    distance = np.abs(query_pos - np.arange(k)[None, :]).astype(np.float32)  # (q, k)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        plogp = np.where(weights > 0, weights * np.log2(weights), 0.0)
-    entropy = -plogp.sum(axis=-1).mean(axis=-1)
+    entropy_sum, distance_sum = np.zeros(heads), np.zeros(heads)
+    for start in range(0, q, ROWS_PER_BLOCK):  # blocks of queries: temporaries stay (block, k), not (q, k)
+        block = weights[:, start:start + ROWS_PER_BLOCK]  # (heads, b, k)
+        query_pos = np.arange(start, start + block.shape[1])[:, None] + query_offset
+        distance = np.abs(query_pos - np.arange(k)[None, :]).astype(np.float32)  # (b, k) tokens
+        entropy_sum -= (block * np.log2(np.where(block > 0, block, 1))).sum(axis=(1, 2))  # 0 log 0 = 0
+        distance_sum += (block * distance).sum(axis=(1, 2))
+    entropy = entropy_sum / q
     rows = np.arange(q)
     diagonal_cols = rows + query_offset
     on_diag = diagonal_cols < k
@@ -61,7 +68,7 @@ def layer_statistics(weights: np.ndarray, query_offset: int = 0) -> dict[str, np
                       if has_previous.any() else np.zeros(heads))
     return {
         "entropy_bits": entropy.astype(np.float32),
-        "mean_distance": (weights * distance).sum(axis=-1).mean(axis=-1).astype(np.float32),
+        "mean_distance": (distance_sum / q).astype(np.float32),
         "first_token": weights[:, :, 0].mean(axis=-1).astype(np.float32),
         "previous_token": np.asarray(previous_score, dtype=np.float32),
         "diagonal": np.asarray(diagonal, dtype=np.float32),
@@ -75,11 +82,28 @@ class HeadSummary:
 
 
 def summarize(maps: AttentionMaps, size: int = 64) -> HeadSummary:
-    """Thumbnails and statistics of every head, computing one layer at a time (peak: one layer's maps)."""
-    thumbnails, stats = [], {name: [] for name in STATISTICS}
+    """Thumbnails and statistics of every head, one head at a time (``maps.iter_heads``): for recomputed text
+    attention the peak is one head's ``(q, k)`` map, not a layer's, so 2,048+ tokens stay within memory."""
+    thumbnails = np.zeros((maps.num_layers, maps.num_heads, *_pooled_shape(maps, size)), dtype=np.float32)
+    stats = {name: np.zeros((maps.num_layers, maps.num_heads), dtype=np.float32) for name in STATISTICS}
     for layer in range(maps.num_layers):
-        weights = maps.layer(layer)
-        thumbnails.append(pooled(weights, size))
-        for name, values in layer_statistics(weights).items():
-            stats[name].append(values)
-    return HeadSummary(np.stack(thumbnails), {name: np.stack(v) for name, v in stats.items()})
+        for head, weights in maps.iter_heads(layer):
+            thumbnails[layer, head] = pooled(weights[None], size)[0]
+            for name, values in layer_statistics(weights[None]).items():
+                stats[name][layer, head] = values[0]
+    return HeadSummary(thumbnails, stats)
+
+
+def _pooled_shape(maps: AttentionMaps, size: int) -> tuple[int, int]:
+    return min(len(maps.query_tokens), size), min(len(maps.key_tokens), size)
+
+
+def summary_table(summary: HeadSummary) -> "pd.DataFrame":
+    """One row per (layer, head) with every statistic as a column: the sortable table beside the layer × head map."""
+    import pandas as pd
+
+    layers, heads = next(iter(summary.statistics.values())).shape
+    layer_index, head_index = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
+    columns = {"layer": layer_index.ravel(), "head": head_index.ravel()}
+    columns.update({label: summary.statistics[name].ravel().astype(float) for name, label in STATISTICS.items()})
+    return pd.DataFrame(columns)

@@ -1,0 +1,1 @@
+"""Benchmarks: our capture and views side by side with the plain forward (``python -m bench.run``)."""

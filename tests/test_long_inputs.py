@@ -1,0 +1,183 @@
+"""Long inputs: summary statistics against hand computations, image pixels against the matrix, and the memory the
+long-input path claims (RecomputedAttention.nbytes, one head's recompute peak) measured at n = 4,096."""
+from __future__ import annotations
+
+import io
+import tracemalloc
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from models import capture
+from models.analysis import heads
+from models.results import RecomputedAttention, StoredAttention
+from viz import heatmap
+
+# --- summary statistics ------------------------------------------------------------------------------------------
+
+# two heads over three tokens, causal: rows are probability distributions, the upper triangle is 0
+HAND = np.array([
+    [[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.25, 0.25, 0.5]],
+    [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 1.0, 0.0]],
+], dtype=np.float32)
+
+
+def test_statistics_equal_hand_computations():
+    stats = heads.layer_statistics(HAND)
+    # head 0 — entropy (bits) per row: 0, 1, 1.5 -> 2.5 / 3; distance per row: 0, 0.5·1, 0.25·2 + 0.25·1 -> 1.25 / 3
+    # first token: (1 + 0.5 + 0.25) / 3; previous token (rows 1, 2): (0.5 + 0.25) / 2; diagonal: (1 + 0.5 + 0.5) / 3
+    # head 1 — entropy 0; distance (0 + 0 + 1) / 3; first token 1 / 3; previous (0 + 1) / 2; diagonal (1 + 1 + 0) / 3
+    np.testing.assert_allclose(stats["entropy_bits"], [2.5 / 3, 0.0], atol=1e-6)
+    np.testing.assert_allclose(stats["mean_distance"], [1.25 / 3, 1 / 3], atol=1e-6)
+    np.testing.assert_allclose(stats["first_token"], [1.75 / 3, 1 / 3], atol=1e-6)
+    np.testing.assert_allclose(stats["previous_token"], [0.375, 0.5], atol=1e-6)
+    np.testing.assert_allclose(stats["diagonal"], [2 / 3, 2 / 3], atol=1e-6)
+
+
+def test_summary_over_layers_and_its_table():
+    second = HAND[::-1].copy()  # layer 1: the heads swapped
+    maps = StoredAttention("self", list("abc"), list("abc"), [HAND, second])
+    summary = heads.summarize(maps, size=2)
+    assert summary.thumbnails.shape == (2, 2, 2, 2)
+    # block means with 3 -> 2 bins (edges 0, round(1.5) = 2): rows {0, 1}, {2}; columns {0, 1}, {2}
+    np.testing.assert_allclose(summary.thumbnails[0, 0], [[(1 + 0 + 0.5 + 0.5) / 4, 0.0], [(0.25 + 0.25) / 2, 0.5]])
+    np.testing.assert_allclose(summary.statistics["previous_token"], [[0.375, 0.5], [0.5, 0.375]], atol=1e-6)
+    table = heads.summary_table(summary)
+    assert list(table.columns) == ["layer", "head", *heads.STATISTICS.values()]
+    assert len(table) == 4  # row i = layer i // heads, head i % heads (the page opens a picked row this way)
+    row = table.iloc[3]
+    assert (row["layer"], row["head"]) == (1, 1)
+    assert row[heads.STATISTICS["previous_token"]] == pytest.approx(0.375)
+    assert table.sort_values(heads.STATISTICS["entropy_bits"]).iloc[0][heads.STATISTICS["entropy_bits"]] == 0
+
+
+def _random_recomputed(n=40, heads_=4, kv_heads=2, d=8, layers=2, bias=True, seed=0) -> RecomputedAttention:
+    rng = np.random.default_rng(seed)
+    allowed = np.tril(np.ones((n, n), dtype=bool))
+    allowed[:, :3] &= False  # the first keys padded away; no query sees them
+    return RecomputedAttention(
+        "self", [str(i) for i in range(n)], [str(i) for i in range(n)],
+        queries=[rng.standard_normal((heads_, n, d), dtype=np.float32) for _ in range(layers)],
+        keys=[rng.standard_normal((kv_heads, n, d), dtype=np.float32) for _ in range(layers)],
+        scalings=[d ** -0.5] * layers, allowed_masks=[allowed], mask_index=[0] * layers,
+        biases=[rng.standard_normal((heads_, n, n)).astype(np.float32) for _ in range(layers)] if bias else [])
+
+
+def test_one_head_recomputed_alone_equals_the_layer():
+    maps = _random_recomputed()
+    alone = [maps.head(1, h).copy() for h in range(maps.num_heads)]  # before the layer is ever computed
+    mean = maps.head(1, None).copy()
+    summary = heads.summarize(maps)
+    layer = maps.layer(1)
+    for h in range(maps.num_heads):
+        np.testing.assert_allclose(alone[h], layer[h], atol=1e-6)
+    np.testing.assert_allclose(mean, layer.mean(axis=0), atol=1e-6)
+    layerwise = heads.layer_statistics(layer)
+    for name in heads.STATISTICS:
+        np.testing.assert_allclose(summary.statistics[name][1], layerwise[name], atol=1e-5)
+    assert np.all(layer[:, :, :3] == 0)  # masked entries exactly 0
+    np.testing.assert_allclose(layer[:, 3:].sum(-1), 1, atol=1e-5)  # rows that see a key sum to 1
+    assert np.all(layer[:, :3] == 0)  # a query that sees no key has an all-zero row
+    with pytest.raises(ValueError, match="head 9"):
+        maps.head(0, 9)
+
+
+def test_layer_cache_is_bounded_in_bytes(monkeypatch):
+    maps = _random_recomputed(n=64)
+    monkeypatch.setattr(RecomputedAttention, "_cache_bytes", 3 * 64 * 64 * 4)  # room for three single heads
+    for h in range(4):
+        maps.head(0, h)
+    cache = maps.__dict__["_layer_cache"]
+    assert sum(a.nbytes for a in cache.values()) <= 3 * 64 * 64 * 4
+    maps.layer(1)  # one layer (4 heads) is larger than the budget: it is kept alone
+    assert list(cache) == [("layer", 1)]
+
+
+# --- the image heatmap is the matrix -----------------------------------------------------------------------------
+
+def _expected_rgb(weights, allowed, scheme="viridis"):
+    lut = heatmap._colormap(scheme)
+    rgb = lut[np.round(np.clip(weights / weights.max(), 0, 1) * 255).astype(int)]
+    rgb[~allowed] = heatmap.MASKED_RGB
+    return rgb
+
+
+def test_image_pixels_match_the_matrix():
+    rng = np.random.default_rng(1)
+    n = 300
+    weights = rng.random((n, n)).astype(np.float32)
+    allowed = np.tril(np.ones((n, n), dtype=bool))
+    weights[~allowed] = 0
+    expected = _expected_rgb(weights, allowed)
+    assert np.array_equal(heatmap.attention_rgb(weights, allowed), expected)
+    image = heatmap.attention_image(weights, allowed, max_px=900)  # 3 pixels a cell
+    pixels = np.asarray(Image.open(io.BytesIO(heatmap.png_bytes(image))).convert("RGB"))  # what the page sends
+    assert pixels.shape == (900, 900, 3)
+    assert np.array_equal(pixels[::3, ::3], expected) and np.array_equal(pixels[2::3, 1::3], expected)
+    assert tuple(pixels[0, 899]) == heatmap.MASKED_RGB and tuple(pixels[899, 0]) != heatmap.MASKED_RGB
+
+
+def test_image_beyond_max_px_shows_block_maxima():
+    n, factor = 2050, 3  # more tokens than pixels: ceil(2050 / 900) = 3 cells per pixel, the last block partial
+    weights = np.zeros((n, n), dtype=np.float32)
+    allowed = np.tril(np.ones((n, n), dtype=bool))
+    weights[1000, 7] = 1.0  # a single strong cell must stay visible
+    weights[2049, 2049] = 0.5  # in the partial last block
+    image = np.asarray(heatmap.attention_image(weights, allowed, max_px=900))
+    assert image.shape == (684, 684, 3)
+    lut = heatmap._colormap("viridis")
+    assert tuple(image[1000 // factor, 7 // factor]) == tuple(lut[255])
+    assert tuple(image[2049 // factor, 2049 // factor]) == tuple(lut[128])
+    assert tuple(image[0, 683]) == heatmap.MASKED_RGB  # a block with no visible cell stays grey
+    assert tuple(image[1, 0]) == tuple(lut[0])
+    blocks, shown = heatmap.block_max(weights, allowed, factor)
+    assert np.array_equal(heatmap.attention_rgb(blocks, shown), image)
+
+
+# --- memory: the long-input path at n = 4,096 on a tiny model ----------------------------------------------------
+
+def _peak_bytes(fn):
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        result = fn()
+        return result, tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+def test_long_input_stays_within_its_memory_bound():
+    import transformers
+
+    capture.register()
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=1000, n_embd=16, n_layer=2, n_head=2, n_positions=4096,
+                                     bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel._from_config(config, attn_implementation="capture").eval()
+    n, layers, heads_, d = 4096, 2, 2, 8
+    with torch.inference_mode(), capture.recording(model) as recorder:
+        model(input_ids=torch.randint(0, 1000, (1, n)), use_cache=False, logits_to_keep=1)
+    maps = recorder.attention_maps("self")
+    # claimed: queries + keys in float32 and ONE causal mask shared by the layers (1 MB + 16.8 MB), nothing else
+    claimed = 2 * layers * heads_ * n * d * 4 + n * n
+    assert maps.nbytes() == claimed
+    assert claimed < layers * heads_ * n * n * 4 / 10  # vs 268 MB for every map at once
+    # q and k are compact copies (GPT-2's are views into the fused q|k|v projection, which must not stay alive)
+    for array in maps.queries + maps.keys:
+        assert array.flags.c_contiguous and array.base is not None
+        assert torch.from_numpy(array).untyped_storage().nbytes() == array.nbytes
+
+    bound = maps.head_peak_bytes()  # ≈ 9 bytes a cell: 151 MB at 4,096 tokens
+    one_head, peak = _peak_bytes(lambda: maps.head(1, 1))
+    assert one_head.shape == (n, n) and peak <= bound
+    assert peak >= n * n * 4  # the measurement sees the map itself: it is not vacuous
+    np.testing.assert_allclose(one_head[n - 1].sum(), 1, atol=1e-4)
+    assert np.all(one_head[0, 1:] == 0)
+
+    maps.__dict__.pop("_layer_cache", None)
+    summary, peak = _peak_bytes(lambda: heads.summarize(maps))  # the all-heads grid: head by head
+    assert summary.thumbnails.shape == (layers, heads_, 64, 64)
+    assert peak <= bound + summary.thumbnails.nbytes + 8 * n * n  # + a float32 distance matrix and log temporaries
