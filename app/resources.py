@@ -250,8 +250,8 @@ def moe_statistics(_result: RunResult, key: tuple):
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
-def moe_mini_card(folder: str, modified: float) -> tuple[dict, str] | None:
-    """The mini MoE's measured metrics and card (None before it is trained); ``modified`` keys the cache."""
+def moe_mini_card(folder: str) -> tuple[dict, str] | None:
+    """The mini MoE's measured metrics and card, or None before it is trained."""
     import json
     from pathlib import Path
 
