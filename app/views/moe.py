@@ -120,9 +120,7 @@ with tabs[4]:
     st.caption(f"Mutual information between each token's category and its experts, against the same routes "
                f"shuffled across tokens (100 times). Tokens counted: {special.counts}. Categories come from the "
                "token's characters and whether its line reads as code (models/analysis/routing.py).")
-    folder = SAMPLE_DATA / spec.id
-    card = resources.moe_mini_card(str(folder), (folder / "metrics.json").stat().st_mtime) \
-        if spec.source == "mini" and (folder / "metrics.json").is_file() else None
+    card = resources.moe_mini_card(str(SAMPLE_DATA / spec.id)) if spec.source == "mini" else None
     if card is not None:
         measured, card_text = card
         cols = st.columns(3)
