@@ -93,11 +93,9 @@ def generate(loaded: LoadedModel, prompt: str, settings: GenerationSettings,
         kwargs.update(do_sample=False, num_beams=1)
     elif settings.strategy == "beam search":
         kwargs.update(do_sample=False, num_beams=settings.num_beams, early_stopping=True)
-    else:
-        kwargs.update(do_sample=True, temperature=settings.temperature, top_k=settings.top_k or None,
-                      top_p=settings.top_p, num_beams=1)
+    else:  # sampled by our own processor with a per-call generator: greedy then takes the one token it leaves
+        kwargs.update(do_sample=False, num_beams=1, logits_processor=_sampling_processors(settings))
     with friendly_out_of_memory(loaded.device, limit), torch.inference_mode():
-        torch.manual_seed(settings.seed)  # generate() samples from the global generator
         output = loaded.model.generate(input_ids, **kwargs)[0].tolist()
     prompt_length = len(tokenized.ids)
     first = prompt_length - 1  # the position whose distribution chose the first generated token
@@ -120,6 +118,37 @@ def _accepts_logits_to_keep(model) -> bool:
     import inspect
 
     return "logits_to_keep" in inspect.signature(model.forward).parameters
+
+
+class SeededSampler:
+    """A logits processor that draws the next token from softmax(scores) with its *own* generator and masks every
+    other token, so that greedy decoding then emits the drawn one.
+
+    ``generate(do_sample=True)`` draws from torch's single global generator, shared by every browser session: two
+    people sampling at once changed each other's text, and "same seed, same text" broke (tests/test_concurrency.py).
+    """
+
+    def __init__(self, seed: int):
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        probabilities = torch.softmax(scores.float(), dim=-1).cpu()  # (batch, vocab), after the warpers
+        chosen = torch.multinomial(probabilities, 1, generator=self.generator).to(scores.device)  # (batch, 1)
+        return torch.full_like(scores, float("-inf")).scatter(-1, chosen, 0.0)
+
+
+def _sampling_processors(settings: GenerationSettings):
+    """Temperature, top-k, top-p (as ``do_sample=True`` would apply them, after the repetition penalty), then the
+    seeded draw."""
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    processors = LogitsProcessorList([TemperatureLogitsWarper(settings.temperature)])
+    if settings.top_k:
+        processors.append(TopKLogitsWarper(settings.top_k))
+    if settings.top_p < 1.0:
+        processors.append(TopPLogitsWarper(settings.top_p))
+    processors.append(SeededSampler(settings.seed))
+    return processors
 
 
 def _limit(loaded: LoadedModel, max_tokens: int) -> int:

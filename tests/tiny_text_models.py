@@ -77,7 +77,7 @@ def save_tiny_encoder(folder: Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                         num_attention_heads=4, max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id)
-    BertModel(config, add_pooling_layer=False).save_pretrained(folder)
+    BertModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 
