@@ -406,3 +406,79 @@ def test_views_build_and_keep_token_text_as_data():
     assert viz.expert_colours(12)[9] == viz.expert_colours(12)[0]  # colours repeat; the E-number tells them apart
     big = viz.coactivation_chart(np.random.default_rng(0).random((128, 128)))
     assert big.size[0] >= 128  # 16k cells: an image, not a chart
+
+
+# --- the page (AppTest, loader patched to tiny models) -------------------------------------------------------------
+
+@pytest.fixture
+def moe_page(saved_mixtral, monkeypatch):
+    """The MoE page with every registered MoE model replaced by the tiny Mixtral (typed folders load for real)."""
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from models import loading, registry
+    from models.registry import ModelSpec
+
+    real_load = loading.load
+
+    def fake_load(spec, device="cpu", dtype="float32", progress=loading._no_progress):
+        if spec.family != "moe" or spec.source == "hub" or spec not in registry.specs("moe"):
+            return real_load(spec, device, dtype, progress)
+        tiny = ModelSpec("moe", spec.key, "mini", str(saved_mixtral), spec.licence, spec.trained_on)
+        return loading.load_transformers(tiny, device, dtype, progress)
+
+    monkeypatch.setattr(loading, "load", fake_load)
+    monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(saved_mixtral.parent))
+    st.cache_resource.clear()
+    yield AppTest.from_file(str(ROOT / "app" / "views" / "moe.py"), default_timeout=120)
+    st.cache_resource.clear()
+
+
+def _charts(at) -> int:
+    return len(at.get("vega_lite_chart")) + len(at.get("image"))
+
+
+def test_page_routes_the_default_text(moe_page):
+    at = moe_page.run()
+    assert not at.exception, at.exception
+    assert _charts(at) >= 3
+    assert any("dispatch: top-2 of softmax, renormalised" in c.value for c in at.caption)
+    assert {m.label for m in at.metric} >= {"Mean load CV", "Mean Switch aux loss", "Mean router entropy"}
+    at.selectbox(key="moe_layer").set_value("block 1").run()
+    at.slider(key="moe_token").set_value(3).run()
+    assert not at.exception, at.exception
+
+
+@pytest.mark.parametrize("text", ["<script>alert(1)</script>", "🙂\u202eevil\u202c", "word " * 700, "a\x00b\u200bc"])
+def test_page_survives_odd_and_long_text(moe_page, text):
+    at = moe_page.run()
+    at.text_area(key="moe_text").set_value(text).run()
+    assert not at.exception, at.exception
+    assert _charts(at) >= 3
+    if len(text) > 1000:
+        assert any("only the first 512" in w.value for w in at.warning)
+
+
+def test_page_empty_text_and_hub_model_offline(moe_page):
+    at = moe_page.run()
+    at.text_area(key="moe_text").set_value("  ").run()
+    assert not at.exception and any("Type some text" in i.value for i in at.info)
+    at.sidebar.selectbox(key="model_moe").set_value("switch-base-8 (hub download)").run()
+    assert not at.exception, at.exception
+    assert any("downloads from the Hugging Face hub" in i.value for i in at.info)
+    assert at.error and "Could not load" in at.error[0].value  # offline: a message, not a traceback
+
+
+def test_page_on_a_typed_switch_folder(moe_page, tmp_path, tiny_tokenizer, monkeypatch):
+    folder = tmp_path / "my-switch"
+    model = tiny_switch(capacity=64)
+    model.resize_token_embeddings(len(tiny_tokenizer))
+    model.save_pretrained(folder)
+    tiny_tokenizer.save_pretrained(folder)
+    monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tmp_path))
+    at = moe_page.run()
+    at.sidebar.selectbox(key="model_moe").set_value("Other: a hub id or a local folder…").run()
+    at.sidebar.text_input(key="custom_model_moe").set_value(str(folder)).run()
+    assert not at.exception, at.exception
+    assert any("encoder" in w.value for w in at.warning)
+    assert any("top-1 of softmax" in c.value for c in at.caption)

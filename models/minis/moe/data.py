@@ -40,6 +40,11 @@ CONNECTIVES = ["because", "although", "while", "after", "before", "when", "until
 OPENERS = ["Later", "Meanwhile", "Afterwards", "Of course", "In the end", "At first", "Then", "Still", "Once",
            "However"]
 FEELINGS = ["glad", "surprised", "worried", "proud", "curious", "calm", "sorry", "certain"]
+PRONOUNS = ["he", "she", "they", "we", "I", "it", "you"]
+DESTINATIONS = ["the market", "the harbour", "school", "the station", "the old town", "the river", "the library",
+                "the island", "work", "the mountains", "the city", "the sea"]
+VERBS_BASE = ["find", "open", "paint", "carry", "watch", "repair", "visit", "describe", "clean", "build", "sell",
+              "see", "read", "write", "cook", "fix"]
 
 IDENTIFIERS = ["items", "values", "total", "count", "result", "data", "names", "scores", "words", "numbers",
                "index", "size", "limit", "text", "line", "key", "value", "table", "row", "price", "weight",
@@ -61,7 +66,8 @@ class Segment:
 # --- prose ------------------------------------------------------------------------------------------------------
 
 def _subject(rng: random.Random) -> str:
-    return rng.choice(NAMES) if rng.random() < 0.45 else rng.choice(PEOPLE)
+    roll = rng.random()
+    return rng.choice(NAMES) if roll < 0.35 else rng.choice(PRONOUNS) if roll < 0.6 else rng.choice(PEOPLE)
 
 
 def _clause(rng: random.Random) -> str:
@@ -74,8 +80,12 @@ def _clause(rng: random.Random) -> str:
         core = f"{subject} {rng.choice(VERBS_T)} {thing}"
     elif roll < 0.7:
         core = f"{subject} {rng.choice(ADVERBS)} {rng.choice(VERBS_I)}"
-    elif roll < 0.85:
+    elif roll < 0.78:
         core = f"{subject} was {rng.choice(FEELINGS)} that {_subject(rng)} {rng.choice(VERBS_I)}"
+    elif roll < 0.86:
+        core = f"{subject} {rng.choice(['went', 'walked', 'drove', 'came back'])} to {rng.choice(DESTINATIONS)}"
+        if rng.random() < 0.5:
+            core += f" to {rng.choice(VERBS_BASE)} {rng.choice(THINGS)}"
     else:
         count = rng.choice([2, 3, 4, 5, 7, 10, 12, 20, 100])
         core = f"{subject} {rng.choice(['bought', 'counted', 'saw', 'needed'])} {count} " \

@@ -138,8 +138,9 @@ Python functions and classes, and numbers (correct arithmetic, sequences, dated 
 
 **Training.** `python -m models.minis.moe.train` — one CPU thread, {m['steps']} steps of
 {cfg['batch_size']} × {cfg['seq_len']} tokens ({m['tokens_seen']:,} tokens seen), AdamW, learning rate
-{cfg['learning_rate']} with warm-up and cosine decay, load-balancing loss coefficient {cfg['router_aux_loss_coef']}
-(Switch Transformers eq. 4). Took {m['train_seconds'] / 60:.1f} minutes.
+{cfg['learning_rate']} with warm-up and cosine decay, plus the Switch load-balancing loss (Fedus et al. 2021, eq. 4)
+applied per layer with coefficient {cfg['router_aux_loss_coef']}. Took {m['train_seconds'] / 60:.1f} minutes on a
+machine shared with other jobs (the decay follows the {cfg['max_minutes']:g}-minute budget when steps run out of time).
 
 ## Measured on held-out generated text (seed {cfg['seed'] + 1}, {m['eval_characters']:,} characters, {m['eval_tokens']:,} tokens)
 - **Perplexity:** {m['perplexity']:.2f} per token ({m['bits_per_byte']:.3f} bits per byte).

@@ -90,6 +90,23 @@ def make_model(cfg: MiniMoEConfig):
     return MixtralForCausalLM(config)
 
 
+def balance_loss(router_logits: tuple[torch.Tensor, ...], top_k: int) -> torch.Tensor:
+    """Switch load-balancing loss per layer, ``E · Σ_i f_i P_i`` (Fedus et al. 2021, eq. 4), averaged over layers.
+
+    ``f_i``: share of the layer's top-k assignments that went to expert i; ``P_i``: its mean router probability.
+    1 when balanced. Per layer on purpose: transformers' ``load_balancing_loss_func`` pools the counts of all layers,
+    which lets one layer's overloaded expert hide behind another layer's idle one.
+    """
+    losses = []
+    for logits in router_logits:  # (B·T, E)
+        probs = torch.softmax(logits.float(), dim=-1)
+        num_experts = probs.shape[-1]
+        chosen = torch.nn.functional.one_hot(probs.topk(top_k, dim=-1).indices, num_experts).sum(dim=1)  # (B·T, E)
+        share = chosen.float().mean(dim=0) / top_k
+        losses.append(num_experts * (share * probs.mean(dim=0)).sum())
+    return torch.stack(losses).mean()
+
+
 def learning_rate(step: int, cfg: MiniMoEConfig, time_fraction: float = 0.0) -> float:
     """Linear warm-up, then cosine decay to a tenth; on a busy machine the decay follows the time budget instead
     (``time_fraction`` = share of ``max_minutes`` used), so a run cut short by the clock still ends annealed."""
@@ -129,17 +146,19 @@ def train(cfg: MiniMoEConfig, output: Path = OUTPUT) -> dict:
         batch = torch.stack([stream[s:s + cfg.seq_len] for s in starts])  # (B, T)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, cfg, (time.time() - train_started) / (deadline - train_started))
-        out = model(input_ids=batch, labels=batch, output_router_logits=True)
-        out.loss.backward()
+        out = model(input_ids=batch, output_router_logits=True)
+        lm_loss = torch.nn.functional.cross_entropy(out.logits[:, :-1].reshape(-1, cfg.vocab_size).float(),
+                                                    batch[:, 1:].reshape(-1))
+        balance = balance_loss(out.router_logits, cfg.num_experts_per_tok)
+        (lm_loss + cfg.router_aux_loss_coef * balance).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         steps_done = step + 1
         if step % 100 == 0 or step == cfg.steps - 1:
-            lm_loss = float((out.loss - cfg.router_aux_loss_coef * out.aux_loss).detach())
-            balance = float(out.aux_loss.detach())
-            history.append({"step": step, "lm_loss": round(lm_loss, 4), "aux_loss": round(balance, 4)})
-            print(f"step {step:5d}  lm loss {lm_loss:.3f}  balance loss {balance:.3f}  "
+            lm_value, balance_value = lm_loss.detach().item(), balance.detach().item()
+            history.append({"step": step, "lm_loss": round(lm_value, 4), "balance_loss": round(balance_value, 4)})
+            print(f"step {step:5d}  lm loss {lm_value:.3f}  balance loss {balance_value:.3f} (1 = even)  "
                   f"{time.time() - started:.0f} s", flush=True)
     train_seconds = time.time() - started
 
