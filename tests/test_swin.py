@@ -283,3 +283,95 @@ def test_unknown_or_non_swin_names_give_actionable_errors():
         swin.load(ModelSpec("swin", "swin_tinyy", "hub", "swin_tinyy", "", ""))
     with pytest.raises(ValueError, match="not a Swin"):
         swin.read_structure(torch.nn.Linear(2, 2))
+
+
+# --- pictures ----------------------------------------------------------------------------------------------------
+
+def test_shift_steps_draw_the_model_geometry(model):
+    from viz import swin as swin_viz
+
+    block = swin.read_structure(model).blocks[1]  # 16 × 16 tokens of 2 px, M = 4, s = 2
+    crop = np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8)
+    pictures = {step: swin_viz.shift_step(crop, block, step, scale=3) for step in swin_viz.SHIFT_STEPS}
+    assert all(pictures[s].size == (96, 96) for s in swin_viz.SHIFT_STEPS[:4])
+    assert pictures["regrouped windows"].size[0] > 96  # exploded: gaps between the 4 × 4 windows
+    # the rolled picture is the crop rolled by −s tokens = −4 px (checked away from drawn lines and tint)
+    rolled = np.asarray(swin_viz._scaled(swin.cyclic_shift(crop, (4, 4)), 3))
+    plain = np.asarray(pictures["original layout"])
+    assert (plain[1, 1] == np.asarray(swin_viz._scaled(crop, 3))[1, 1]).all()
+    assert rolled[1, 1].tolist() == np.asarray(swin_viz._scaled(crop, 3))[13, 13].tolist()
+    with pytest.raises(ValueError, match="does not shift"):
+        swin_viz.shift_step(crop, swin.read_structure(model).blocks[0], "region ids", 3)
+
+
+def test_patch_picture_lights_the_query_token_pixels(model):
+    from viz import swin as swin_viz
+
+    block = swin.read_structure(model).blocks[1]
+    crop = np.zeros((32, 32, 3), dtype=np.uint8)
+    values = np.zeros((16, 16), dtype=np.float32)
+    values[5, 9] = 1.0  # token (5, 9) = pixels rows 10–11, cols 18–19 at 2 px per token
+    picture = np.asarray(swin_viz.patch_attention_picture(crop, values, block, (0, 0), scale=1, opacity=1.0))
+    lit = picture.sum(-1) > 600  # inferno's top is near white; 0 is black; window lines and the query box are
+    assert lit[10:12, 18:20].all() and lit.sum() == 4  # coloured (yellow, red, cyan: channel sums below 600)
+
+
+# --- the page (AppTest, loader patched to a tiny Swin) -----------------------------------------------------------
+
+@pytest.fixture
+def patched_swin(monkeypatch):
+    """Every Swin the page loads is a tiny random one (32 px, 16 × 16 tokens, two stages with shifts)."""
+    import streamlit as st
+
+    from models import loading
+
+    def fake_load(spec, device="cpu", dtype="float32", progress=None):
+        if spec.source != "mini":
+            return real_load(spec, device, dtype, progress)  # typed names still go through the real checks
+        model = tiny_swin(seed=5, depths=(2, 2, 2), num_heads=(2, 4, 8))  # stage 3: 4 × 4 tokens, no shift
+        model.pretrained_cfg = {**model.pretrained_cfg, "input_size": (3, 32, 32), "crop_pct": 1.0,
+                                "interpolation": "bilinear", "label_names": list("abcde")}
+        return loading.LoadedModel(spec, model, None, device, dtype)
+
+    real_load = swin.load
+    monkeypatch.setattr(swin, "load", fake_load)
+    st.cache_resource.clear()
+    yield
+    st.cache_resource.clear()
+
+
+def _swin_page():
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import ROOT
+
+    return AppTest.from_file(str(ROOT / "app" / "views" / "swin.py"), default_timeout=120)
+
+
+def test_page_renders_every_view(patched_swin):
+    at = _swin_page().run()
+    assert not at.exception, at.exception
+    assert len(at.get("image")) >= 6 and len(at.get("vega_lite_chart")) >= 8
+    assert any("identical" in c.value for c in at.caption)  # the buffer equals the region-id construction
+    at.select_slider(key="swin_shift_step").set_value("regrouped windows")  # the other steps: test_shift_steps_draw
+    at.selectbox(key="swin_head_0").set_value("head 1")
+    at.radio(key="swin_attn_block_0").set_value(1)  # stage 1 · block 2 (SW-MSA)
+    at.slider(key="swin_row_0").set_value(0).run()
+    assert not at.exception, at.exception
+
+
+def test_page_last_stage_without_shift_explains_itself(patched_swin):
+    at = _swin_page().run()
+    at.selectbox(key="swin_stage").set_value(2).run()  # 4 × 4 tokens = one window: timm sets the shift to 0
+    assert not at.exception, at.exception
+    assert sum("no shifted block" in i.value for i in at.info) == 2  # the shift and mask tabs say why
+
+
+def test_page_typed_non_swin_name_is_a_message(patched_swin):
+    at = _swin_page().run()
+    at.selectbox(key="model_swin").set_value("Other: a hub id or a local folder…").run()
+    at.text_input(key="custom_model_swin").set_value("vit_base_patch16_224").run()
+    assert not at.exception
+    assert at.error and "not a timm Swin" in at.error[0].value
+    at.text_input(key="custom_model_swin").set_value("../../etc").run()
+    assert not at.exception and at.error and "outside the folders" in at.error[0].value

@@ -123,8 +123,8 @@ with tabs[2]:
                                                 f"{name}: mask added to the scores"))
 
 with tabs[3]:
-    block = st.radio("Block", stage_blocks, key=f"swin_bias_block_{stage_index}", horizontal=True,
-                     format_func=lambda b: b.label)
+    block = structure.blocks[st.radio("Block", [b.index for b in stage_blocks], key=f"swin_bias_block_{stage_index}",
+                                      horizontal=True, format_func=lambda i: structure.blocks[i].label)]
     m = block.window[0]
     st.markdown(f"B is gathered from a learned table of (2M−1)² = {(2 * m - 1) ** 2} rows × {block.heads} heads at "
                 f"s(Δx, Δy) = (Δx + M − 1)(2M − 1) + (Δy + M − 1) with M = {m}; Δx, Δy ∈ [−{m - 1}, {m - 1}] are the "
@@ -138,8 +138,8 @@ with tabs[3]:
                                                "relative_position_index s (buffer)"))
 
 with tabs[4]:
-    block = st.radio("Block", stage_blocks, key=f"swin_attn_block_{stage_index}", horizontal=True,
-                     format_func=lambda b: b.label)
+    block = structure.blocks[st.radio("Block", [b.index for b in stage_blocks], key=f"swin_attn_block_{stage_index}",
+                                      horizontal=True, format_func=lambda i: structure.blocks[i].label)]
     rows, cols = block.resolution
     c1, c2 = st.columns(2)
     row = c1.slider("Patch row", 0, rows - 1, rows // 2 - 1, key=f"swin_row_{stage_index}")
@@ -158,7 +158,7 @@ with tabs[4]:
                      "blocked by the mask; red frame = the patch's window")
     c2.altair_chart(swin_viz.window_attention_chart(weights[window_index], allowed[window_index], block.window,
                                                     f"window {window_index}, query slot {within}"))
-    blocked = float(weights[:, ~allowed].max(initial=0.0)) if block.kind == "SW-MSA" else 0.0
+    blocked = float(weights[~allowed].max(initial=0.0))
     st.caption(f"Rows sum to 1 (max deviation {np.abs(weights.sum(-1) - 1).max():.1e}); largest weight on a blocked "
                f"pair: {blocked:.1e}. Captured at WindowAttention.softmax, i.e. after bias and mask.")
 
