@@ -131,7 +131,7 @@ class LayerWeights:
         w_o = torch.randn(inner, D, generator=generator, dtype=torch.float64) / math.sqrt(inner)
         return cls(w_qkv.numpy(), w_o.numpy())
 
-    def split(self, heads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def split(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """W_Q, W_K, W_V, each ``(D, H·D_H)``."""
         return tuple(np.split(self.w_qkv, 3, axis=1))  # type: ignore[return-value]
 
@@ -196,7 +196,6 @@ class AttentionTrace:
         if self.cross:
             steps.append(Step("x_key", "Embeddings of the other sequence (keys and values)", r"Y",
                               f"[M×D] = [{m}×{D}]", self.x_key, rows="key"))
-            w_q, w_k, w_v = self.weights_used.split(H)
             steps += [
                 Step("w_qkv", "Projection weights [W_Q | W_K | W_V] (seeded)", r"W_{QKV} = [W_Q\,|\,W_K\,|\,W_V]",
                      f"[D×3HD_H] = [{D}×{3 * H * Dh}]", self.weights_used.w_qkv, rows="feature", cols="qkv"),
@@ -282,7 +281,7 @@ def attention_layer(x_query: np.ndarray, config: LayerConfig, x_key: np.ndarray 
     def heads_first(t: np.ndarray) -> np.ndarray:  # (T, H·D_H) -> (H, T, D_H)
         return t.reshape(t.shape[0], H, Dh).transpose(1, 0, 2)
 
-    w_q, w_k, w_v = weights.split(H)
+    w_q, w_k, w_v = weights.split()
     if cross:
         qkv = None
         q, k, v = heads_first(x_query @ w_q), heads_first(x_key @ w_k), heads_first(x_key @ w_v)
@@ -302,8 +301,9 @@ def attention_layer(x_query: np.ndarray, config: LayerConfig, x_key: np.ndarray 
     query_tokens = list(query_tokens) if query_tokens else [str(i) for i in range(n)]
     if not key_tokens:
         key_tokens = [str(j) for j in range(m)] if cross else query_tokens
-    return AttentionTrace(config, weights, query_tokens, list(key_tokens), cross, mask_value, x_query, x_key, qkv, q, k, v, scores, scaled_scores, masked_scores,
-                          attention, head_outputs, concatenated, output, allowed, notes)
+    return AttentionTrace(config, weights, query_tokens, list(key_tokens), cross, mask_value, x_query, x_key, qkv,
+                          q, k, v, scores, scaled_scores, masked_scores, attention, head_outputs, concatenated,
+                          output, allowed, notes)
 
 
 def softmax_entropy_by_d_k(x: np.ndarray, d_ks: list[int] | tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
@@ -451,7 +451,7 @@ def swin_region_ids(rows: int, cols: int, window: int, shift: int) -> np.ndarray
 
 
 def swin_window_partition(grid: np.ndarray, window: int) -> np.ndarray:
-    """``(rows, cols, ...)`` -> ``(num_windows, M·M, ...)``, windows in row-major order (timm's ``window_partition``)."""
+    """``(rows, cols, ...)`` -> ``(num_windows, M·M, ...)``, windows row-major (timm's ``window_partition``)."""
     rows, cols = grid.shape[:2]
     rest = grid.shape[2:]
     blocks = grid.reshape(rows // window, window, cols // window, window, *rest)
@@ -526,7 +526,8 @@ def build_mask(kind: str, n: int, **parameters) -> np.ndarray:
         "prefix_lm": lambda: prefix_lm_mask(n, parameters.get("prefix", 0)),
         "sliding_window": lambda: sliding_window_mask(n, parameters.get("window", 3), parameters.get("causal", True)),
         "strided": lambda: strided_sparse_mask(n, parameters.get("stride", 3)),
-        "global_local": lambda: global_local_mask(n, parameters.get("window", 3), parameters.get("global_tokens", (0,))),
+        "global_local": lambda: global_local_mask(n, parameters.get("window", 3),
+                                                  parameters.get("global_tokens", (0,))),
         "swin": lambda: _swin_for_sequence(n, parameters),
     }
     if kind not in builders:

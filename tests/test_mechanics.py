@@ -22,7 +22,7 @@ def _random_x(n: int, d: int, seed: int = 0) -> np.ndarray:
 def _reference(x_q, x_k, weights: mechanics.LayerWeights, config: mechanics.LayerConfig, attn_mask):
     """Independent path: separate W_Q/W_K/W_V products, heads by view/transpose, SDPA, concat, W_O."""
     H, Dh = config.heads, config.d_head
-    w_q, w_k, w_v = (torch.from_numpy(w) for w in weights.split(H))
+    w_q, w_k, w_v = (torch.from_numpy(w) for w in weights.split())
     xq, xk = torch.from_numpy(x_q), torch.from_numpy(x_k)
 
     def heads(t):  # (T, H·Dh) -> (1, H, T, Dh)
@@ -123,7 +123,8 @@ def test_masks_equal_direct_construction(n):
     assert (mechanics.prefix_lm_mask(n, prefix) == _direct(n, lambda i, j: j < prefix or j <= i)).all()
     for w in (1, 2, 3, 5):
         assert (mechanics.sliding_window_mask(n, w) == _direct(n, lambda i, j: i - w < j <= i)).all()
-        assert (mechanics.sliding_window_mask(n, w, causal=False) == _direct(n, lambda i, j: abs(i - j) <= w // 2)).all()
+        assert (mechanics.sliding_window_mask(n, w, causal=False)
+                == _direct(n, lambda i, j: abs(i - j) <= w // 2)).all()
         glob = (0, n - 1)
         assert (mechanics.global_local_mask(n, w, glob)
                 == _direct(n, lambda i, j: abs(i - j) <= w // 2 or i in glob or j in glob)).all()

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 MASKED_COLOUR = "#d9d9d9"
+_LOW_IS_DARK = {"viridis", "magma", "cividis", "inferno", "plasma"}
 
 
 def unique_labels(tokens: list[str]) -> list[str]:
@@ -24,13 +25,14 @@ def _cell_size(cols: int, width: int) -> int:
 def matrix_chart(values: np.ndarray, row_labels: list[str], col_labels: list[str], title: str = "",
                  masked: np.ndarray | None = None, masked_text: str = "−∞", probabilities: bool = False,
                  decimals: int = 2, width: int = 900, annotate: bool | None = None,
-                 colour_max: float | None = None) -> alt.Chart:
+                 colour_max: float | None = None, scheme: str | None = None) -> alt.Chart:
     """A 2-D array ``(rows, cols)`` as an annotated heatmap.
 
     ``masked`` bool ``(rows, cols)``: cells shown grey with ``masked_text`` (the −∞ a mask adds). Signed values get a
     diverging scale centred on 0; ``probabilities`` a 0..1 sequential scale. Numbers are printed in the cells when
     they fit (``annotate`` None: when a cell is at least 34 px wide within ``width``). ``width``: pixels for the
-    cells; ``colour_max``: top of the probability scale (default 1) so faint patterns show.
+    cells; ``colour_max``: top of the probability scale (default 1) so faint patterns show; ``scheme``: a Vega
+    scheme for probabilities (default white → navy, so 0 reads as empty).
     """
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 2:
@@ -45,15 +47,19 @@ def matrix_chart(values: np.ndarray, row_labels: list[str], col_labels: list[str
     shown = np.where(masked, np.nan, values)
     rounded = np.round(np.nan_to_num(values, posinf=0.0, neginf=0.0), decimals) + 0.0  # + 0.0: no "-0.00"
     text = np.where(masked, masked_text, np.char.mod(f"%.{decimals}f", rounded))
-    strongest = (colour_max or 1.0) if probabilities else (float(np.nanmax(np.abs(shown))) if np.isfinite(shown).any() else 1.0)
+    if probabilities:
+        strongest = colour_max or 1.0
+    else:
+        strongest = float(np.nanmax(np.abs(shown))) if np.isfinite(shown).any() else 1.0
     frame = pd.DataFrame({
         "row": np.asarray(row_labels, dtype=object)[r.ravel()], "col": np.asarray(col_labels, dtype=object)[c.ravel()],
         "value": np.nan_to_num(shown).ravel(),  # masked cells keep a number: Vega drops NaN rects
         "text": text.ravel(), "masked": masked.ravel(),
-        "dark": (~masked & (np.abs(np.nan_to_num(shown)) >= 0.6 * strongest)).ravel(),  # white text on dark cells
+        "dark": (~masked & _dark_cells(np.abs(np.nan_to_num(shown)), strongest, probabilities and scheme)).ravel(),
     })
     if probabilities:
-        scale = alt.Scale(range=["#ffffff", "#08306b"], domain=[0, colour_max or 1.0])
+        scale = alt.Scale(scheme=scheme, domain=[0, colour_max or 1.0]) if scheme else \
+            alt.Scale(range=["#ffffff", "#08306b"], domain=[0, colour_max or 1.0])
     else:
         scale = alt.Scale(scheme="redblue", domain=[-(strongest or 1.0), strongest or 1.0], reverse=True)
     font = 13 if cell >= 18 else 10
@@ -77,6 +83,13 @@ def matrix_chart(values: np.ndarray, row_labels: list[str], col_labels: list[str
     return chart.properties(title=title) if title else chart
 
 
+def _dark_cells(magnitude: np.ndarray, strongest: float, scheme: str | None) -> np.ndarray:
+    """Cells drawn dark enough to need white text: high values, or low ones in schemes that start dark."""
+    if scheme in _LOW_IS_DARK:
+        return magnitude < 0.5 * strongest
+    return magnitude >= 0.6 * strongest
+
+
 def entropy_chart(curve: dict[str, np.ndarray], current_d_k: int | None = None) -> alt.Chart:
     """Mean softmax row entropy (bits) against d_k, scaled vs unscaled, with the uniform-row ceiling log2 N.
 
@@ -96,7 +109,8 @@ def entropy_chart(curve: dict[str, np.ndarray], current_d_k: int | None = None) 
                        legend=alt.Legend(orient="bottom", labelFontSize=14))
     lines = alt.Chart(frame).mark_line(point=True, strokeWidth=3).encode(
         x=x, y=y, color=colour, tooltip=["d_k", alt.Tooltip("bits:Q", format=".2f"), "scores"])
-    ceiling = alt.Chart(pd.DataFrame({"bits": [float(curve["ceiling"][0])]})).mark_rule(strokeDash=[6, 4]).encode(y="bits:Q")
+    ceiling = alt.Chart(pd.DataFrame({"bits": [float(curve["ceiling"][0])]})).mark_rule(strokeDash=[6, 4]).encode(
+        y="bits:Q")
     label = alt.Chart(pd.DataFrame({"bits": [float(curve["ceiling"][0])], "d_k": [int(d_k[0])],
                                     "text": ["uniform row: log₂ N"]})).mark_text(
         align="left", dy=-8, fontSize=13).encode(x="d_k:Q", y="bits:Q", text="text:N")
@@ -173,7 +187,7 @@ def memory_curve_chart(tokens: np.ndarray, map_bytes: np.ndarray, flash_bytes: n
     ])
     x = alt.X("tokens:Q", scale=alt.Scale(type="log"), title="tokens N",
               axis=alt.Axis(labelFontSize=14, titleFontSize=15, format="~s"))
-    y = alt.Y("bytes:Q", scale=alt.Scale(type="log"), title="memory (bytes: k, M, G, T = powers of 1000)",
+    y = alt.Y("bytes:Q", scale=alt.Scale(type="log"), title="bytes",
               axis=alt.Axis(labelFontSize=14, titleFontSize=14, format="~s"))
     lines = alt.Chart(frame).mark_line(strokeWidth=3).encode(
         x=x, y=y, color=alt.Color("what:N", title=None, legend=alt.Legend(orient="bottom", labelFontSize=14),

@@ -3,7 +3,7 @@ memory argument behind FlashAttention, windows and KV-cache tricks. Built for a 
 import numpy as np
 import streamlit as st
 
-from app import resources, widgets
+from app import resources, share, widgets
 from models import cost, mechanics
 from viz import mechanics as charts
 
@@ -93,11 +93,11 @@ with tab_steps:
     head = st.radio("Head shown", range(heads), horizontal=True, key="mech_head", format_func=lambda h: f"head {h}")
     steps = shown.steps()
     st.markdown("**The layer as four matrix multiplications** (①–④), with this sentence's shapes:")
-    st.dataframe([{"step": step.title, "shape": step.shape} for step in steps], hide_index=True)
+    st.table({"step": [step.title for step in steps], "shape": [step.shape for step in steps]}, hide_index=True)
     everything = st.toggle("Show every step at once", value=False, key="mech_all_steps")
+    first = [step.key for step in steps].index("q" if shown.cross else "qkv")
     chosen = steps if everything else [steps[st.select_slider(
-        "Step", range(len(steps)), value=4 if not shown.cross else 3, key="mech_step",
-        format_func=lambda i: steps[i].title.split(":")[0])]]
+        "Step", range(len(steps)), value=first, key="mech_step", format_func=lambda i: steps[i].title)]]
     axis = {"query": labels, "key": charts.unique_labels(shown.key_tokens),
             "qkv": [f"{p}{h}·{i}" for p in "QKV" for h in range(heads) for i in range(d_head)]}
     for step in chosen:
@@ -128,12 +128,14 @@ with tab_steps:
     st.caption(f"The same width H·d_k = {heads * d_head}, split into {heads} heads of {d_head} (each free to look "
                f"somewhere else) or kept as one head of {heads * d_head} (one pattern for everything). Colours run "
                "from 0 to each map's largest weight.")
-    maps = [(trace.weights[h], f"head {h} of {heads}") for h in range(min(heads, 3))] + [(single.weights[0], "one head")]
+    maps = [(trace.weights[h], f"head {h} of {heads}") for h in range(min(heads, 3))]
+    maps.append((single.weights[0], "one head"))
     for i, (weights, title) in enumerate(maps):
         if i % 2 == 0:
             columns = st.columns(2)
         columns[i % 2].altair_chart(charts.matrix_chart(weights, labels, labels, title, probabilities=True, width=380,
-                                                        annotate=False, colour_max=float(weights.max())),
+                                                        annotate=False, colour_max=float(weights.max()),
+                                                        scheme=share.color_scheme()),
                                     width="content")
 
 with tab_masks:
@@ -142,7 +144,8 @@ with tab_masks:
     m1, m2 = st.columns(2)
     m1.altair_chart(charts.matrix_chart(trace.masked_scores[head], labels, labels, "scores + mask", masked=~allowed,
                                         masked_text=mask_text, width=380), width="content")
-    m2.altair_chart(charts.matrix_chart(trace.weights[head], labels, labels, "softmax", probabilities=True, width=380), width="content")
+    m2.altair_chart(charts.matrix_chart(trace.weights[head], labels, labels, "softmax", probabilities=True, width=380,
+                                        scheme=share.color_scheme()), width="content")
     if kind == "swin" and window > 1:
         st.markdown("**How Swin builds it:** roll the token grid by −s, number the regions the roll glued together "
                     "(slices 0:−M, −M:−s, −s:), and add −100 between different ids inside each M × M window.")
@@ -153,9 +156,12 @@ with tab_masks:
     st.markdown("#### The whole zoo on this sentence")
     gallery = st.columns(4)
     for i, (name, pattern) in enumerate(mechanics.zoo(n).items()):
-        gallery[i % 4].altair_chart(charts.mask_chart(pattern, title=mechanics.MASK_KINDS[name].title, size=210), width="content")
+        gallery[i % 4].altair_chart(charts.mask_chart(pattern, title=mechanics.MASK_KINDS[name].title, size=210),
+                                    width="content")
 
-with tab_cost:
+@st.fragment
+def cost_tab() -> None:
+    """Its own fragment: the calculator's inputs rerun only this tab."""
     st.latex(r"\text{maps} = B\cdot L\cdot H\cdot N^2 \qquad \text{FlashAttention keeps } B\cdot L\cdot H\cdot N "
              r"\text{ float32 statistics}")
     k1, k2, k3, k4, k5 = st.columns(5)
@@ -167,14 +173,15 @@ with tab_cost:
                                    int(k5.number_input("Batch B", 1, 4096, 1, key="cost_b")))
     except ValueError as error:
         widgets.show_error(error)
-        st.stop()
+        return
     b1, b2, b3 = st.columns(3)
     b1.metric("Entries per map (N²)", cost.thousands(calc.entries_per_map), cost.describe_bytes(calc.bytes_per_map),
-              delta_color="off")
+              delta_color="off", delta_arrow="off")
     b2.metric("All maps (B·L·H·N²)", cost.binary_bytes(calc.bytes_all),
-              f"{cost.thousands(calc.entries_all)} entries = {cost.decimal_bytes(calc.bytes_all)}", delta_color="off")
+              f"{cost.thousands(calc.entries_all)} entries = {cost.decimal_bytes(calc.bytes_all)}",
+              delta_color="off", delta_arrow="off")
     b3.metric("FlashAttention, O(N)", cost.binary_bytes(calc.flash_bytes_all),
-              f"{cost.ratio_text(calc.bytes_all, calc.flash_bytes_all)} less", delta_color="off")
+              f"{cost.ratio_text(calc.bytes_all, calc.flash_bytes_all)} less", delta_color="off", delta_arrow="off")
     grid = np.unique(np.logspace(1, 6, 60).astype(int))
     curve = [cost.attention_cost(int(t), calc.heads, calc.layers, calc.dtype, calc.batch) for t in grid]
     st.altair_chart(charts.memory_curve_chart(grid, [c.bytes_all for c in curve], [c.flash_bytes_all for c in curve],
@@ -184,7 +191,7 @@ with tab_cost:
     for example in cost.worked_examples():
         st.markdown(f"**{example.title}** — {example.setup}")
         st.latex(example.latex)
-        st.dataframe(cost.example_table(example), hide_index=True)
+        st.table(cost.example_table(example), hide_index=True)
         st.caption(example.takeaway)
 
     st.subheader("KV cache: what generation keeps per token")
@@ -197,8 +204,9 @@ with tab_cost:
         app_specs, published, skipped = resources.kv_cache_presets()
     specs = app_specs + published
     st.altair_chart(charts.kv_cache_chart([s.name for s in specs], [s.kind for s in specs],
-                                          [s.bytes_per_sequence(kv_tokens, kv_dtype) for s in specs], kv_tokens), width="content")
-    st.dataframe(cost.kv_table(specs, kv_tokens, kv_dtype), hide_index=True)
+                                          [s.bytes_per_sequence(kv_tokens, kv_dtype) for s in specs], kv_tokens),
+                    width="content")
+    st.table(cost.kv_table(specs, kv_tokens, kv_dtype), hide_index=True)
     for spec in (s for s in specs if s.kind == "MLA"):
         fewer = cost.ratio_text(spec.uncompressed_elements, spec.elements_per_token_per_layer)
         st.caption(f"{spec.name}: caching full K and V for its {spec.heads} heads would take "
@@ -206,3 +214,7 @@ with tab_cost:
                    f"{spec.elements_per_token_per_layer:,} ({fewer} fewer).")
     if skipped:
         st.caption("Not read: " + "; ".join(skipped))
+
+
+with tab_cost:
+    cost_tab()
