@@ -17,7 +17,7 @@ def tiny_vits(tmp_path, monkeypatch):
 
     monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tmp_path))
     save_tiny_vit(tmp_path / "classifier", reg_tokens=4)
-    save_tiny_vit(tmp_path / "backbone", num_classes=0)
+    save_tiny_vit(tmp_path / "backbone", num_classes=0, img_size=48)  # 6 × 6 patches, 2 layers
     real_load = vit.load
 
     def fake_load(spec, device="cpu", dtype="float32", progress=lambda step, fraction: None):
@@ -56,8 +56,11 @@ def test_backbone_shows_attention_and_explains_missing_predictions(tiny_vits):
     at.selectbox(key="vit_head").set_value("head 1").run()
     at.selectbox(key="vit_fusion").set_value("max").run()
     at.slider(key="vit_discard").set_value(0.5).run()
-    at.slider(key="vit_row").set_value(3).run()
+    at.slider(key="vit_row").set_value(5).run()
     assert not at.exception, at.exception
+    at = _pick_model(at, "mini ViT shapes")  # a 4 × 4 grid: row 5 no longer exists and must not break the page
+    assert not at.exception, at.exception
+    assert at.slider(key="vit_row").value < 4
 
 
 def test_classifier_shows_predictions_attributions_and_registers(tiny_vits):

@@ -10,15 +10,16 @@ from models import images, vit, vit_attribution
 from models.registry import ModelSpec
 
 
-def save_tiny_vit(folder, reg_tokens: int = 0, num_classes: int = 3, seed: int = 0):
-    """A random 32 px ViT (4 × 4 patches of 8 px) saved the way timm publishes models (config.json + safetensors)."""
+def save_tiny_vit(folder, reg_tokens: int = 0, num_classes: int = 3, seed: int = 0, img_size: int = 32):
+    """A random ViT (img_size / 8 patches a side, 8 px each; 4 × 4 by default) saved the way timm publishes models
+    (config.json + model.safetensors)."""
     from timm.models import save_for_hf
 
     torch.manual_seed(seed)
-    args = dict(img_size=32, patch_size=8, embed_dim=16, depth=2, num_heads=2, num_classes=num_classes,
+    args = dict(img_size=img_size, patch_size=8, embed_dim=16, depth=2, num_heads=2, num_classes=num_classes,
                 reg_tokens=reg_tokens)
     model = timm.create_model("vit_tiny_patch16_224", pretrained=False, **args)
-    config = {"input_size": (3, 32, 32), "interpolation": "bilinear", "mean": (0.5, 0.5, 0.5),
+    config = {"input_size": (3, img_size, img_size), "interpolation": "bilinear", "mean": (0.5, 0.5, 0.5),
               "std": (0.5, 0.5, 0.5), "crop_pct": 1.0, "crop_mode": "center"}
     save_for_hf(model, str(folder), model_config={"label_names": ["red", "green", "blue"][:num_classes]},
                 model_args=args, safe_serialization=True, data_config=config)

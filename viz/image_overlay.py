@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image, ImageDraw
 
-COLORMAPS = ("inferno", "viridis", "jet", "magma", "plasma", "gray")
+COLORMAPS = ("inferno", "viridis", "cividis", "magma", "plasma", "jet", "gray")
 UPSAMPLING = ("bilinear", "nearest")
 
 

@@ -55,7 +55,9 @@ else:
 with st.expander("Display", expanded=False):
     c1, c2, c3 = st.columns(3)
     opacity = c1.slider("Opacity", 0.0, 1.0, 0.6, 0.05, key="vit_opacity")
-    colormap = c2.selectbox("Colormap", image_overlay.COLORMAPS, key="vit_cmap")
+    scheme = st.session_state.get("scheme")  # the sidebar's colour scale, when it is one of ours
+    colormap = c2.selectbox("Colormap", image_overlay.COLORMAPS, key="vit_cmap",
+                            index=image_overlay.COLORMAPS.index(scheme) if scheme in image_overlay.COLORMAPS else 0)
     upsampling = c3.radio("Upsampling", image_overlay.UPSAMPLING, horizontal=True, key="vit_upsampling",
                           help="bilinear: the ViT paper's smooth maps; nearest: the exact patches")
 
@@ -64,15 +66,21 @@ def overlay(values: np.ndarray):
     return image_overlay.attention_overlay(info.image, values, opacity, colormap, upsampling, scale)
 
 
+for state_key, limit in (("vit_layer", maps.num_layers), ("vit_row", rows), ("vit_col", cols)):
+    if st.session_state.get(state_key, 0) >= limit:  # another model with fewer layers or patches was picked
+        del st.session_state[state_key]
+c1, c2 = st.columns(2)
+layer = c1.slider("Layer", 0, maps.num_layers - 1, maps.num_layers - 1, key="vit_layer",
+                  help="for the [CLS] and the any-patch views; rollout uses every layer")
+head_options = ["average of heads"] + [f"head {h}" for h in range(maps.num_heads)]
+if st.session_state.get("vit_head") not in head_options:
+    st.session_state.pop("vit_head", None)
+head_choice = c2.selectbox("Head", head_options, key="vit_head")
+head = None if head_choice == head_options[0] else head_options.index(head_choice) - 1
 cls_tab, query_tab, rollout_tab, distance_tab = st.tabs(
     ["[CLS] attention", "Any patch as query", "Rollout and attribution", "Distance and positions"])
 
 with cls_tab:
-    c1, c2 = st.columns(2)
-    layer = c1.slider("Layer", 0, maps.num_layers - 1, maps.num_layers - 1, key="vit_layer")
-    head_options = ["average of heads"] + [f"head {h}" for h in range(maps.num_heads)]
-    head_choice = c2.selectbox("Head", head_options, key="vit_head")
-    head = None if head_choice == head_options[0] else head_options.index(head_choice) - 1
     c1, c2 = st.columns([1, 2])
     c1.image(overlay(vit.cls_attention_grid(maps, info, layer, head)), caption=f"[CLS] → patches, layer {layer}, "
              f"{head_choice}")
@@ -87,17 +95,16 @@ with cls_tab:
     st.image(image_overlay.tile(thumbs, min(6, maps.num_heads)), caption="heads 0, 1, … left to right, top to bottom")
 
 with query_tab:
-    c1, c2, c3 = st.columns(3)
+    c1, c2 = st.columns(2)
     row = c1.slider("Patch row", 0, rows - 1, rows // 2, key="vit_row")
     col = c2.slider("Patch column", 0, cols - 1, cols // 2, key="vit_col")
-    query_layer = c3.slider("Layer", 0, maps.num_layers - 1, 0, key="vit_query_layer")
     query = vit.patch_token_index(info, row, col)
     c1, c2 = st.columns(2)
     c1.image(image_overlay.patch_grid(info.image, info.patch_grid, (row, col), scale), caption=f"query: patch "
              f"({row}, {col}) = token {query}")
-    c2.image(overlay(vit.query_attention_grid(maps, info, query_layer, head, query)),
-             caption=f"where it attends, layer {query_layer}, {head_choice}")
-    to_prefix = vit.prefix_attention(maps, info, query_layer, query)
+    c2.image(overlay(vit.query_attention_grid(maps, info, layer, head, query)),
+             caption=f"where it attends, layer {layer}, {head_choice}")
+    to_prefix = vit.prefix_attention(maps, info, layer, query)
     st.caption(f"Share of this patch's attention on the prefix tokens (not drawn): "
                f"{float(to_prefix.sum(-1).mean()):.1%} on average over heads.")
 

@@ -91,10 +91,19 @@ def _shape_mask(rng: np.random.Generator, kind: str) -> np.ndarray:
     return np.asarray(small, dtype=np.float32) / 255.0
 
 
-def make_sample(rng: np.random.Generator, label: int | None = None) -> Sample:
-    """One image; ``label`` None draws a class uniformly."""
+def _plain_background(rng: np.random.Generator) -> np.ndarray:
+    """A flat random colour with mild noise: the easy backgrounds of the curriculum's start."""
+    colour = rng.uniform(0, 255, 3)
+    noise = rng.normal(0, 12, (IMAGE_SIZE, IMAGE_SIZE, 1))
+    return np.clip(colour + noise, 0, 255).astype(np.uint8)
+
+
+def make_sample(rng: np.random.Generator, label: int | None = None, clutter: float = 1.0) -> Sample:
+    """One image; ``label`` None draws a class uniformly; ``clutter`` is the probability of a photo background
+    (else a plain one): 1.0 is the real task, training starts lower (a curriculum)."""
     label = int(rng.integers(len(CLASSES))) if label is None else label
-    background = _background(rng).astype(np.float32)
+    photo = rng.random() < clutter
+    background = (_background(rng) if photo else _plain_background(rng)).astype(np.float32)
     coverage = _shape_mask(rng, CLASSES[label])[..., None]
     inside = coverage[..., 0] > 0.5
     local = background[inside].mean(axis=0) if inside.any() else background.mean(axis=(0, 1))
@@ -105,7 +114,7 @@ def make_sample(rng: np.random.Generator, label: int | None = None) -> Sample:
     return Sample(np.clip(np.rint(pixels), 0, 255).astype(np.uint8), label, inside)
 
 
-def make_batch(rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
+def make_batch(rng: np.random.Generator, size: int, clutter: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """``size`` images uint8 (size, H, W, 3) and labels int64 (size,), classes balanced in expectation."""
-    samples = [make_sample(rng) for _ in range(size)]
+    samples = [make_sample(rng, clutter=clutter) for _ in range(size)]
     return np.stack([s.image for s in samples]), np.array([s.label for s in samples], dtype=np.int64)
