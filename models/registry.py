@@ -48,6 +48,20 @@ _SPECS: list[ModelSpec] = [
               "1B sentence pairs (sentence-transformers), from MiniLM-L12-H384", "BERT architecture: 6 layers × 12 heads."),
     ModelSpec("encoder", "bert-base-uncased", "hub", "google-bert/bert-base-uncased", "Apache-2.0",
               "BookCorpus + English Wikipedia", "12 layers × 12 heads."),
+    # --- translation (encoder–decoder) -------------------------------------------------------------------------
+    ModelSpec("translation", "mini Transformer en→fr", "mini", "translation/transformer", "this project's licence",
+              "this project's English→French grammar (models/minis/translation), 60k generated sentence pairs",
+              "Marian architecture trained from scratch: 3+3 layers × 4 heads, d_model 128, word-level vocabulary; "
+              "card: sample_data/translation/card.md."),
+    ModelSpec("translation", "mini GRU + additive attention en→fr", "mini", "translation/gru-attention",
+              "this project's licence", "this project's English→French grammar (same data as the mini Transformer)",
+              "Bahdanau et al. (2015): bidirectional GRU encoder, GRU decoder with additive attention.",
+              library="project"),
+    ModelSpec("translation", "mini GRU, fixed context en→fr", "mini", "translation/gru-fixed",
+              "this project's licence", "this project's English→French grammar (same data as the mini Transformer)",
+              "Cho et al. (2014): the same GRUs without attention; one fixed context vector.", library="project"),
+    ModelSpec("translation", "opus-mt-en-fr", "hub", "Helsinki-NLP/opus-mt-en-fr", "CC-BY-4.0",
+              "OPUS parallel corpora (Tiedemann & Thottingal 2020)", "Marian: 6+6 layers × 8 heads, SentencePiece."),
     # --- mixture of experts -------------------------------------------------------------------------------------
     ModelSpec("moe", "mini-moe (8 experts, top-2)", "mini", "moe", "this project's licence",
               "this project's generated mix of English prose, Python code and numbers (models/minis/moe)",
