@@ -229,33 +229,41 @@ def swin_card(spec: ModelSpec) -> tuple[str, dict | None]:
     return swin.model_card(spec)
 
 
-# --- mixture of experts ------------------------------------------------------------------------------------------
+# --- translation (encoder–decoder) -------------------------------------------------------------------------------
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def load_translation(spec: ModelSpec, device: str, dtype: str) -> LoadedModel:
+    """A cached translation model (transformers with capture, or the project's GRUs); the progress bar is created
+    inside the cached function, as ``load_model`` explains."""
+    from models import translation
+
+    bar = st.progress(0.0, text=f"Loading {spec.key}…")
+    try:
+        return translation.load(spec, device, dtype, lambda step, fraction: bar.progress(
+            min(max(fraction, 0.0), 1.0), text=f"{spec.key}: {step}"))
+    finally:
+        bar.empty()
+
 
 @st.cache_resource(**RUN_CACHE)
-def run_moe(_loaded: LoadedModel, key: tuple, text: str, max_tokens: int) -> RunResult:
-    from models import moe
+def run_translation(_loaded: LoadedModel, key: tuple, sentence: str, settings) -> RunResult:
+    from models import translation
 
-    return moe.run(_loaded, text, max_tokens)
-
-
-@st.cache_resource(**RUN_CACHE)
-def moe_statistics(_result: RunResult, key: tuple):
-    """Balance, cross-layer consistency and specialisation of one routing (the shuffled baseline takes ~1 s)."""
-    from models.analysis import routing as stats
-
-    routing = _result.extras["routing"]
-    return (stats.summarise(routing.probs, routing.top_experts, routing.kept),
-            stats.cross_layer_consistency(routing.top1), stats.consecutive_repeat_rate(routing.top1),
-            stats.specialisation(routing.top_experts, routing.categories, shuffles=100))
+    return translation.run(_loaded, sentence, settings)
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
-def moe_mini_card(folder: str) -> tuple[dict, str] | None:
-    """The mini MoE's measured metrics and card, or None before it is trained."""
+def translation_quality(modified: float) -> dict | None:
+    """The minis' measured quality (``sample_data/translation/metrics.json``); ``modified`` keys the cache."""
     import json
-    from pathlib import Path
 
-    path = Path(folder)
-    if not (path / "metrics.json").is_file():
-        return None
-    return json.loads((path / "metrics.json").read_text()), (path / "card.md").read_text()
+    path = loading.SAMPLE_DATA / "translation" / "metrics.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+@st.cache_resource(show_spinner=False)
+def translation_showcase():
+    """Named grammar sentences with gold word alignments (the page's presets)."""
+    from models.minis.translation import grammar
+
+    return grammar.showcase_pairs()

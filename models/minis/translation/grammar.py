@@ -383,21 +383,62 @@ def example_pair() -> SentencePair:
     return SentencePair(join_words(body.en), join_words(body.fr), body.en, body.fr, sorted(set(body.links)))
 
 
-def lexicon_words() -> list[str]:
-    """Every word form the grammar can emit, English and French (the minis' vocabulary covers all of them)."""
-    words: set[str] = {"the", "a", "an", "this", "these", "our", "their", "each", "and", "was", "were", "will", "be",
-                       "has", "have", "by", "in", "on", ",", ".", "le", "la", "l'", "les", "un", "une", "ce", "cet",
-                       "cette", "ces", "notre", "nos", "leur", "leurs", "chaque", "et", "a", "ont", "été", "sera",
-                       "seront", "par", "en", "du", "des", "d'", "de"}
+
+def english_words() -> list[str]:
+    """Every English word form the grammar can emit (lower case as in mid-sentence; the minis also know each word
+    capitalised)."""
+    words = {"the", "a", "an", "this", "these", "our", "their", "each", "and", "was", "were", "will", "be", "has",
+             "have", "by", "in", "on", ",", "."}
     for noun in NOUNS:
-        words.update([noun.en, noun.en_plural, noun.fr, noun.fr_plural])
-    for adjective in ADJECTIVES_AFTER + ADJECTIVES_BEFORE:
-        words.update([adjective.en, *adjective.forms] + ([adjective.before_vowel] if adjective.before_vowel else []))
+        words.update([noun.en, noun.en_plural])
+    words.update(a.en for a in ADJECTIVES_AFTER + ADJECTIVES_BEFORE)
     for verb in VERBS:
-        words.update([verb.en, verb.en_third, verb.en_past, verb.fr_third, verb.fr_third_plural, verb.fr_future,
-                      verb.fr_future_plural])
+        words.update([verb.en, verb.en_third, verb.en_past])
+    for pairs in (MONTHS, NUMBER_WORDS, PREPOSITIONS):
+        words.update(en for en, _ in pairs)
+    return sorted(words, key=str.lower)
+
+
+def french_words() -> list[str]:
+    """Every French word form the grammar can emit."""
+    words = {"le", "la", "l'", "les", "un", "une", "ce", "cet", "cette", "ces", "notre", "nos", "leur", "leurs",
+             "chaque", "et", "a", "ont", "été", "sera", "seront", "par", "en", "du", "des", "d'", "de", ",", "."}
+    for noun in NOUNS:
+        words.update([noun.fr, noun.fr_plural])
+    for adjective in ADJECTIVES_AFTER + ADJECTIVES_BEFORE:
+        words.update([*adjective.forms] + ([adjective.before_vowel] if adjective.before_vowel else []))
+    for verb in VERBS:
+        words.update([verb.fr_third, verb.fr_third_plural, verb.fr_future, verb.fr_future_plural])
         words.update(verb.fr_participle + ending for ending in ("", "e", "s", "es"))
     for pairs in (MONTHS, NUMBER_WORDS, PREPOSITIONS):
-        for en, fr in pairs:
-            words.update([en, fr])
-    return sorted(words)
+        words.update(fr for _, fr in pairs)
+    return sorted(words, key=str.lower)
+
+
+def lexicon_words() -> list[str]:
+    """Every word form the grammar can emit, English and French (the minis' vocabulary covers all of them)."""
+    return sorted(set(english_words()) | set(french_words()))
+
+
+def showcase_pairs() -> dict[str, SentencePair]:
+    """Named sentences with gold alignments for the page's presets: the paper's example, then grammar samples of
+    growing length (seed 2, the held-out seed; the first sample in each length range)."""
+    chosen = {"Bahdanau et al., fig. 3": example_pair()}
+    wanted = {"Short": (6, 8), "Reordered adjectives": (9, 14), "Medium": (15, 19), "Long": (22, 27),
+              "Very long": (32, 40)}
+    generator = Grammar(seed=2)
+    while len(chosen) < len(wanted) + 1:
+        pair = generator.sentence()
+        for name, (low, high) in wanted.items():
+            if name in chosen or not low <= len(pair.en_words) <= high:
+                continue
+            if name == "Reordered adjectives" and not _has_two_post_adjectives(pair):
+                continue
+            chosen[name] = pair
+            break
+    return {"Bahdanau et al., fig. 3": chosen.pop("Bahdanau et al., fig. 3"), **{name: chosen[name] for name in wanted}}
+
+
+def _has_two_post_adjectives(pair: SentencePair) -> bool:
+    post = {a.en.lower() for a in ADJECTIVES_AFTER}
+    return any(a.lower() in post and b.lower() in post for a, b in zip(pair.en_words, pair.en_words[1:]))

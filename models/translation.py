@@ -1,0 +1,376 @@
+"""Encoder–decoder translation: decode, then read the cross-attention alignment (Bahdanau et al. 2015, fig. 3).
+
+- Decoding: greedy or beam search. Transformers use ``model.generate``; the project's GRU translators decode here.
+- Attention: one teacher-forced forward over the final output (the chosen hypothesis, whichever search found it)
+  records, through the capture engine (``models.capture``), the encoder self-attention, the decoder masked
+  self-attention and the cross-attention of every layer and head. Cross-attention row t is the decoder position
+  that *produced* output token t (its input is token t − 1), so rows are labelled with the produced tokens, as in
+  Bahdanau et al.'s figure. The GRU with additive attention reports its weights a_t itself (one layer, one head);
+  the fixed-context GRU has no attention to show.
+- Step-through: at output step t, the model's distribution over the next token (top candidates) and the token that
+  was chosen, from the same forward pass.
+- Words from subwords (``models.analysis.alignment``): attention summed over a source word's pieces and averaged
+  over a target word's pieces.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from models import capture, loading, text
+from models.analysis import alignment
+from models.loading import SAMPLE_DATA, LoadedModel, Progress, friendly_out_of_memory, torch_dtype
+from models.registry import ModelSpec
+from models.results import (AttentionMaps, GenerationStep, ModelInfo, RunResult, StoredAttention,
+                            TokenProbability)
+
+STRATEGIES = ("greedy", "beam search")
+DEFAULT_MAX_SOURCE_TOKENS = 128
+START_LABEL = "⟨start⟩"
+GRU_CAPTURE = "the model's own additive-attention weights a_t (returned by its forward pass)"
+
+
+@dataclass(frozen=True)
+class TranslationSettings:
+    strategy: str = "greedy"
+    num_beams: int = 4  # beam search only
+    max_source_tokens: int = DEFAULT_MAX_SOURCE_TOKENS  # longer input is refused with a message, not truncated
+    max_new_tokens: int = 0  # 0: twice the source length + 10, capped at 256
+    candidates: int = 5  # top next-token candidates kept per step
+
+    def validate(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"unknown decoding {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        if self.strategy == "beam search" and not 2 <= self.num_beams <= 16:
+            raise ValueError("Beam width must be between 2 and 16.")
+        if not 4 <= self.max_source_tokens <= 1024:
+            raise ValueError("The source token limit must be between 4 and 1024.")
+        if not 0 <= self.max_new_tokens <= 512:
+            raise ValueError("Max output tokens must be between 0 (automatic) and 512.")
+
+
+class UnknownWordsError(ValueError):
+    """Source words a word-level model cannot read; ``suggestions`` maps each to close words it knows."""
+
+    def __init__(self, words: list[str], suggestions: dict[str, list[str]]):
+        self.words, self.suggestions = words, suggestions
+        shown = ", ".join(f"'{w}'" for w in words[:8]) + (" …" if len(words) > 8 else "")
+        super().__init__(f"This model does not know {len(words)} of the words: {shown}. It only knows the "
+                         "vocabulary it was trained on; replace them (suggestions below) or pick another model.")
+
+
+@dataclass
+class TranslationOutput:
+    """What was translated and how tokens group into words; kept in ``RunResult.extras["translation"]``."""
+
+    source_text: str
+    translation: str
+    source_tokens: list[str]  # display labels of the source pieces (keys of cross-attention)
+    output_tokens: list[str]  # display labels of the produced pieces, ending with </s> if produced
+    decoder_input_tokens: list[str]  # queries/keys of decoder self-attention: START_LABEL, then output[:-1]
+    source_ids: list[int]
+    output_ids: list[int]  # the produced token ids (decoder input = decoder start id, then output_ids[:-1])
+    source_groups: list[list[int]]  # piece indices of each source word
+    output_groups: list[list[int]]
+    source_words: list[str]
+    output_words: list[str]
+    strategy: str
+    num_beams: int
+    architecture: str  # "transformer", "gru-attention", "gru-fixed"
+    special_source: list[bool] = field(default_factory=list)  # per source word: a special token (</s>)
+    special_output: list[bool] = field(default_factory=list)
+
+
+# --- loading the project's GRU translators ---------------------------------------------------------------------
+
+def load_gru(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
+             progress: Progress = lambda step, fraction: None) -> LoadedModel:
+    """A ``GRUTranslator`` from ``sample_data/<spec.id>`` (config.json, model.safetensors, tokenizer files)."""
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    from models.minis.translation.rnn import GRUConfig, GRUTranslator
+
+    folder = SAMPLE_DATA / spec.id
+    if not (folder / "model.safetensors").is_file():
+        raise ValueError(f"The weights of {spec.key} are missing ({folder}/model.safetensors). Train them with "
+                         "`python -m models.minis.translation.train`.")
+    progress("Reading the configuration", 0.2)
+    config = GRUConfig.from_dict(json.loads((folder / "config.json").read_text()))
+    model = GRUTranslator(config)
+    progress("Loading weights", 0.5)
+    model.load_state_dict(load_file(str(folder / "model.safetensors")))
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    model = model.to(device=device, dtype=torch_dtype(dtype)).eval()
+    model.requires_grad_(False)
+    progress("Ready", 1.0)
+    return LoadedModel(spec, model, tokenizer, device, dtype, None)
+
+
+def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
+         progress: Progress = lambda step, fraction: None) -> LoadedModel:
+    """Any translation model: the project's GRUs here, everything else through ``models.loading`` (with capture)."""
+    if spec.family != "translation":
+        raise ValueError(f"{spec.key} is a {spec.family} model, not a translation model")
+    if spec.library == "project":
+        return load_gru(spec, device, dtype, progress)
+    loaded = loading.load(spec, device, dtype, progress)
+    if not getattr(loaded.model.config, "is_encoder_decoder", False):
+        raise ValueError(f"'{spec.id}' is not an encoder–decoder model, so it has no cross-attention. Pick a "
+                         "translation model such as Helsinki-NLP/opus-mt-en-fr, a T5 or a BART model.")
+    return loaded
+
+
+def architecture(loaded: LoadedModel) -> str:
+    from models.minis.translation.rnn import GRUTranslator
+
+    if isinstance(loaded.model, GRUTranslator):
+        return "gru-attention" if loaded.model.config.attention else "gru-fixed"
+    return "transformer"
+
+
+def model_info(loaded: LoadedModel) -> ModelInfo:
+    spec = loaded.spec
+    kind = architecture(loaded)
+    how = {"transformer": capture.CAPTURE_DESCRIPTION, "gru-attention": GRU_CAPTURE,
+           "gru-fixed": "none: a fixed context vector, no attention"}[kind]
+    return ModelInfo(spec.key, spec.family, spec.source, loaded.device, loaded.dtype, how, spec.licence,
+                     spec.trained_on)
+
+
+# --- input checks ----------------------------------------------------------------------------------------------
+
+def source_vocabulary(loaded: LoadedModel) -> list[str] | None:
+    """The source words a word-level model knows (for suggestions and the vocabulary list); None for subword models
+    (they can spell any word)."""
+    if loaded.spec.source != "mini":
+        return None
+    from models.minis.translation import grammar
+
+    return grammar.english_words()
+
+
+def _check_unknown(loaded: LoadedModel, sentence: str, ids: list[int]) -> None:
+    unk = loaded.tokenizer.unk_token_id
+    if unk is None or unk not in ids:
+        return
+    pieces = loaded.tokenizer.convert_ids_to_tokens(ids)
+    encoding = loaded.tokenizer(sentence, return_offsets_mapping=True)
+    unknown = []
+    for token_id, (start, end) in zip(encoding["input_ids"], encoding["offset_mapping"]):
+        if token_id == unk:
+            word = sentence[start:end].strip()
+            if word and word not in unknown:
+                unknown.append(word)
+    unknown = unknown or [p for p in pieces if p == loaded.tokenizer.unk_token]
+    known = source_vocabulary(loaded) or sorted({p.lstrip("▁") for p in loaded.tokenizer.get_vocab()})
+    lowered = {w.lower(): w for w in known}
+    suggestions = {}
+    for word in unknown:
+        close = [lowered[word.lower()]] if word.lower() in lowered else []
+        close += [w for w in difflib.get_close_matches(word, known, n=4, cutoff=0.6) if w not in close]
+        suggestions[word] = close[:4]
+    raise UnknownWordsError(unknown, suggestions)
+
+
+def encode_source(loaded: LoadedModel, sentence: str, max_source_tokens: int) -> list[int]:
+    """Token ids of the source (with the model's special tokens); user mistakes raise ValueError."""
+    if not isinstance(sentence, str) or not sentence.strip():
+        raise ValueError("Type or pick an English sentence to translate.")
+    if len(sentence) > text.MAX_CHARACTERS:
+        raise ValueError(f"The text has {len(sentence):,} characters; translate one sentence at a time.")
+    ids = loaded.tokenizer(sentence)["input_ids"]
+    if len(ids) > max_source_tokens:
+        raise ValueError(f"The sentence has {len(ids)} tokens; the limit is {max_source_tokens}. Shorten it, or "
+                         "raise the source token limit.")
+    _check_unknown(loaded, sentence, ids)
+    return ids
+
+
+# --- decoding --------------------------------------------------------------------------------------------------
+
+def _max_new(settings: TranslationSettings, source_length: int) -> int:
+    return settings.max_new_tokens or min(256, 2 * source_length + 10)
+
+
+@torch.no_grad()
+def _gru_search(model, input_ids: torch.Tensor, beams: int, max_new: int) -> list[int]:
+    """Beam search over the GRU (beams = 1 is greedy). Returns decoder ids: start, output tokens, </s> if reached.
+
+    Hypotheses are ranked by summed log-probability divided by their length (as transformers' length_penalty 1)."""
+    config = model.config
+    mask = torch.ones_like(input_ids)
+    annotations, projected, summary, state, source_mask = model.start_state(input_ids, mask)
+    live = [([config.decoder_start_token_id], 0.0, state[0])]
+    finished: list[tuple[list[int], float]] = []
+    for _ in range(max_new):
+        n = len(live)
+        previous = torch.tensor([h[0][-1] for h in live], device=input_ids.device)
+        states = torch.stack([h[2] for h in live])
+        log_probs, new_states, _ = model.step(
+            previous, states, annotations.expand(n, -1, -1),
+            None if projected is None else projected.expand(n, -1, -1), summary.expand(n, -1),
+            source_mask.expand(n, -1))
+        totals = torch.tensor([h[1] for h in live], device=log_probs.device)[:, None] + log_probs.float()
+        scores, flat = totals.view(-1).topk(min(2 * beams, totals.numel()))
+        candidates = []
+        for score, index in zip(scores.tolist(), flat.tolist()):
+            row, token = divmod(index, log_probs.shape[-1])
+            sequence = live[row][0] + [token]
+            if token == config.eos_token_id:
+                finished.append((sequence, score))
+            else:
+                candidates.append((sequence, score, new_states[row]))
+            if len(candidates) == beams:
+                break
+        live = candidates
+        if len(finished) >= beams or not live:
+            break
+    if not finished:
+        finished = [(h[0], h[1]) for h in live]
+    return max(finished, key=lambda f: f[1] / (len(f[0]) - 1))[0]
+
+
+def _transformer_search(loaded: LoadedModel, input_ids: torch.Tensor, settings: TranslationSettings,
+                        max_new: int) -> list[int]:
+    kwargs = dict(max_new_tokens=max_new, attention_mask=torch.ones_like(input_ids), do_sample=False,
+                  num_return_sequences=1)
+    if settings.strategy == "beam search":
+        kwargs.update(num_beams=settings.num_beams, early_stopping=True)
+    else:
+        kwargs.update(num_beams=1)
+    output = loaded.model.generate(input_ids, **kwargs)[0].tolist()
+    pad = loaded.tokenizer.pad_token_id
+    start = loaded.model.config.decoder_start_token_id
+    while len(output) > 2 and output[-1] == pad and pad != start:  # beam outputs may be padded
+        output.pop()
+    return output
+
+
+# --- the run ---------------------------------------------------------------------------------------------------
+
+def _display(tokenizer, ids: list[int]) -> list[str]:
+    special = set(tokenizer.all_special_ids)
+    return [tokenizer.convert_ids_to_tokens(i) if i in special else text.display_token(tokenizer.decode([i]))
+            for i in ids]
+
+
+def _top(probabilities: torch.Tensor, tokenizer, k: int) -> list[TokenProbability]:
+    values, indices = probabilities.topk(min(k, probabilities.shape[-1]))
+    return [TokenProbability(_display(tokenizer, [int(i)])[0], int(i), float(v)) for v, i in zip(values, indices)]
+
+
+def _words(tokenizer, ids: list[int]):
+    specials = set(tokenizer.all_special_tokens)
+    pieces = tokenizer.convert_ids_to_tokens(ids)
+    groups = alignment.word_groups(pieces, specials)
+    words = [text.visible_text(w) for w in alignment.word_labels(pieces, groups)]
+    return groups, words, [pieces[g[0]] in specials for g in groups]
+
+
+def run(loaded: LoadedModel, sentence: str, settings: TranslationSettings = TranslationSettings()) -> RunResult:
+    """Translate ``sentence`` and capture the attention of the chosen output (see the module docstring)."""
+    settings.validate()
+    source_ids = encode_source(loaded, sentence, settings.max_source_tokens)
+    kind = architecture(loaded)
+    tokenizer = loaded.tokenizer
+    input_ids = torch.tensor([source_ids], device=loaded.device)
+    max_new = _max_new(settings, len(source_ids))
+    beams = settings.num_beams if settings.strategy == "beam search" else 1
+
+    with friendly_out_of_memory(loaded.device, len(source_ids) + max_new), torch.inference_mode():
+        if kind == "transformer":
+            decoded = _transformer_search(loaded, input_ids, settings, max_new)
+        else:
+            decoded = _gru_search(loaded.model, input_ids, beams, max_new)
+        decoder_input = torch.tensor([decoded[:-1]], device=loaded.device)  # row t produces decoded[t + 1]
+        produced = decoded[1:]
+        source_tokens = _display(tokenizer, source_ids)
+        output_tokens = _display(tokenizer, produced)
+        decoder_tokens = [START_LABEL] + output_tokens[:-1]
+        attention: dict[str, AttentionMaps] = {}
+        if kind == "transformer":
+            with capture.recording(loaded.model) as recorder:
+                logits = loaded.model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                                      decoder_input_ids=decoder_input, use_cache=False).logits[0]
+            attention["encoder"] = recorder.attention_maps("encoder", 0, query_tokens=source_tokens,
+                                                           key_tokens=source_tokens)
+            attention["decoder"] = recorder.attention_maps("decoder", 0, query_tokens=decoder_tokens,
+                                                           key_tokens=decoder_tokens)
+            attention["cross"] = recorder.attention_maps("cross", 0, query_tokens=output_tokens,
+                                                         key_tokens=source_tokens)
+        else:
+            logits, weights = loaded.model(input_ids, torch.ones_like(input_ids), decoder_input)
+            logits = logits[0]
+            if weights is not None:
+                attention["cross"] = StoredAttention("cross", output_tokens, source_tokens,
+                                                     [weights[0].float().cpu().numpy()[None]])
+    probabilities = torch.softmax(logits.float(), dim=-1).cpu()  # (steps, vocab)
+    steps = [GenerationStep(t, output_tokens[t], float(probabilities[t, token]),
+                            _top(probabilities[t], tokenizer, settings.candidates))
+             for t, token in enumerate(produced)]
+
+    source_groups, source_words, special_source = _words(tokenizer, source_ids)
+    output_groups, output_words, special_output = _words(tokenizer, produced)
+    translation = tokenizer.decode(produced, skip_special_tokens=True)
+    notices = []
+    if produced and produced[-1] != tokenizer.eos_token_id:
+        notices.append(f"The translation stopped at {max_new} tokens before the model ended it.")
+    extras = TranslationOutput(sentence, translation, source_tokens, output_tokens, decoder_tokens, source_ids,
+                               produced, source_groups,
+                               output_groups, source_words, output_words, settings.strategy, beams, kind,
+                               special_source, special_output)
+    return RunResult(model_info(loaded), source_tokens, attention, generation=steps, notices=notices,
+                     extras={"translation": extras})
+
+
+def cross_weights(maps: AttentionMaps, layer: int | None, head: int | None) -> np.ndarray:
+    """One ``(queries, keys)`` map: a layer's head, its head average (head None), or the average over all layers
+    (layer None)."""
+    if layer is not None:
+        return maps.head(layer, head)
+    return np.mean([maps.head(i, head) for i in range(maps.num_layers)], axis=0)
+
+
+def default_view(loaded: LoadedModel, metrics: dict | None) -> tuple[int | None, int | None]:
+    """(layer, head) to show first: the mini Transformer's best-aligned head from its card, else the last layer's
+    head average."""
+    if metrics and loaded.spec.source == "mini" and architecture(loaded) == "transformer":
+        best = metrics.get("models", {}).get("transformer", {}).get("alignment", {}).get("best_head")
+        if best:
+            return best["layer"], best["head"]
+    layers = getattr(loaded.model.config, "decoder_layers", None) or getattr(loaded.model.config, "num_decoder_layers",
+                                                                              None) or 1
+    return layers - 1, None
+
+
+def word_attention(weights: np.ndarray, output: TranslationOutput) -> np.ndarray:
+    """Piece cross-attention ``(output pieces, source pieces)`` -> ``(output words, source words)``: summed over a
+    source word's pieces, averaged over an output word's pieces. Rows still sum to 1."""
+    return alignment.merge_to_words(weights, output.output_groups, output.source_groups)
+
+
+def hard_links(word_weights: np.ndarray, output: TranslationOutput) -> set[tuple[int, int]]:
+    """Each real output word linked to its most-attended real source word: {(source word, output word)}."""
+    sources = [i for i, special in enumerate(output.special_source) if not special]
+    targets = [j for j, special in enumerate(output.special_output) if not special]
+    return alignment.hard_alignment(word_weights, sources, targets)
+
+
+def gold_links_for(output: TranslationOutput, pairs) -> set[tuple[int, int]] | None:
+    """Gold links for this source and output when the sentence pair is one of ``pairs`` (the grammar's) and the
+    words match; indices are shifted to the word positions of ``output`` (which include special tokens)."""
+    for pair in pairs:
+        if pair.english != output.source_text.strip():
+            continue
+        src_real = [i for i, s in enumerate(output.special_source) if not s]
+        out_real = [j for j, s in enumerate(output.special_output) if not s]
+        if ([output.source_words[i] for i in src_real] != pair.en_words
+                or [output.output_words[j] for j in out_real] != pair.fr_words):
+            return None  # the model's translation differs from the reference: no gold for it
+        return {(src_real[a], out_real[b]) for a, b in pair.alignment}
+    return None

@@ -1,0 +1,333 @@
+"""Translation: capture equals eager on a tiny Marian, alignments, the grammar's gold links, additive attention by
+hand, decoding, user mistakes, and the trained minis from sample_data."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from models import registry, translation
+from models.analysis import alignment
+from models.minis.translation import grammar
+from models.minis.translation.rnn import AdditiveAttention, GRUConfig, GRUTranslator
+from models.minis.translation.tokenizer import build_vocabulary, make_tokenizer, pieces
+from models.loading import SAMPLE_DATA
+from models.registry import ModelSpec
+
+MINIS = {name: SAMPLE_DATA / "translation" / name for name in ("transformer", "gru-attention", "gru-fixed")}
+
+
+@pytest.fixture(scope="module")
+def word_tokenizer():
+    pairs = grammar.Grammar(seed=5).sample(300)
+    vocab = build_vocabulary([p.english for p in pairs] + [p.french for p in pairs], grammar.lexicon_words())
+    return make_tokenizer(vocab)
+
+
+@pytest.fixture(scope="module")
+def tiny_marian_folder(tmp_path_factory, word_tokenizer):
+    """A random 2+2-layer Marian with the word tokenizer, saved as a user's local model folder would be."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.MarianConfig(
+        vocab_size=len(word_tokenizer), d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
+        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, forced_eos_token_id=1)
+    folder = tmp_path_factory.mktemp("models") / "tiny-marian"
+    transformers.MarianMTModel(config).save_pretrained(folder)
+    word_tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def tiny_marian(tiny_marian_folder, monkeypatch):
+    monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tiny_marian_folder.parent))
+    spec = registry.custom("translation", str(tiny_marian_folder))
+    return translation.load(spec)
+
+
+# --- capture on a tiny Marian ------------------------------------------------------------------------------------
+
+def test_capture_equals_eager_for_encoder_decoder_and_cross_attention(tiny_marian, tiny_marian_folder):
+    import transformers
+
+    result = translation.run(tiny_marian, "The council approved the report.", translation.TranslationSettings(
+        max_new_tokens=6))
+    out = result.extras["translation"]
+    eager = transformers.MarianMTModel.from_pretrained(tiny_marian_folder, attn_implementation="eager").eval()
+    source = torch.tensor([tiny_marian.tokenizer("The council approved the report.")["input_ids"]])
+    assert out.source_ids == source[0].tolist()
+    decoder_input = torch.tensor([[0] + out.output_ids[:-1]])
+    with torch.no_grad():
+        reference = eager(input_ids=source, decoder_input_ids=decoder_input, output_attentions=True)
+    for kind, layers in (("encoder", reference.encoder_attentions), ("decoder", reference.decoder_attentions),
+                         ("cross", reference.cross_attentions)):
+        maps = result.maps(kind)
+        assert maps.num_layers == 2 and maps.num_heads == 4
+        for layer in range(2):
+            np.testing.assert_allclose(maps.layer(layer), layers[layer][0].numpy(), atol=1e-5)
+    cross = result.maps("cross")
+    assert cross.layer(0).shape == (4, len(out.output_tokens), len(out.source_tokens))
+    assert cross.query_tokens == out.output_tokens and cross.key_tokens == out.source_tokens
+    decoder = result.maps("decoder").layer(1)
+    assert np.all(decoder[:, np.triu_indices(decoder.shape[-1], 1)[0], np.triu_indices(decoder.shape[-1], 1)[1]]
+                  == 0), "decoder self-attention must be causal"
+
+
+def test_cross_attention_rows_sum_to_one_over_source_tokens(tiny_marian):
+    result = translation.run(tiny_marian, "Our new plan was adopted in 1992.",
+                             translation.TranslationSettings(strategy="beam search", num_beams=3, max_new_tokens=8))
+    cross = result.maps("cross")
+    for layer in range(cross.num_layers):
+        np.testing.assert_allclose(cross.layer(layer).sum(-1), 1.0, atol=1e-5)
+    out = result.extras["translation"]
+    words = translation.word_attention(cross.head(0, None), out)
+    np.testing.assert_allclose(words.sum(-1), 1.0, atol=1e-5)
+    assert words.shape == (len(out.output_words), len(out.source_words))
+    assert len(result.generation) == len(out.output_tokens)
+    for step in result.generation:
+        assert step.candidates == sorted(step.candidates, key=lambda c: -c.probability)
+        assert 0 <= step.probability <= 1
+
+
+def test_seq2seq_only(monkeypatch, tmp_path):
+    spec = ModelSpec("causal_lm", "x", "local", str(tmp_path), "", "")
+    with pytest.raises(ValueError, match="not a translation model"):
+        translation.load(spec)
+
+
+# --- the grammar and its gold alignments --------------------------------------------------------------------------
+
+def test_gold_alignments_are_consistent_with_the_sentences():
+    for pair in grammar.Grammar(seed=11).sample(400):
+        assert grammar.split_words(pair.english) == pair.en_words
+        assert grammar.split_words(pair.french) == pair.fr_words
+        assert all(0 <= e < len(pair.en_words) and 0 <= f < len(pair.fr_words) for e, f in pair.alignment)
+        assert {f for _, f in pair.alignment} == set(range(len(pair.fr_words))), "every French word is aligned"
+        assert {e for e, _ in pair.alignment} == set(range(len(pair.en_words))), "every English word is aligned"
+        assert pair.en_words[-1] == pair.fr_words[-1] == "." and (len(pair.en_words) - 1, len(pair.fr_words) - 1) \
+            in pair.alignment
+
+
+def test_grammar_reorders_adjectives_contracts_articles_and_agrees():
+    example = grammar.example_pair()
+    assert example.french == "L'accord sur la zone économique européenne a été signé en août 1992."
+    en, fr = example.en_words, example.fr_words
+    links = {(en[e], fr[f]) for e, f in example.alignment}
+    assert {("European", "européenne"), ("Economic", "économique"), ("Area", "zone"), ("was", "a"),
+            ("was", "été"), ("August", "août"), ("The", "L'")} <= links
+    # the mirror order: English positions increase while French positions decrease
+    positions = [(en.index(w), fr.index(f)) for w, f in [("European", "européenne"), ("Economic", "économique"),
+                                                          ("Area", "zone")]]
+    assert [p[1] for p in positions] == sorted((p[1] for p in positions), reverse=True)
+    found_du = found_passive = False
+    for pair in grammar.Grammar(seed=3).sample(800):
+        for e, f in pair.alignment:
+            if pair.fr_words[f] == "du":
+                found_du = True
+                assert {pair.en_words[a].lower() for a, b in pair.alignment if b == f} == {"of", "the"}
+        if "été" in pair.fr_words and "et" not in pair.fr_words and pair.fr_words[0] in ("La", "Cette", "Une"):
+            participle = pair.fr_words[pair.fr_words.index("été") + 1]
+            found_passive = True
+            assert participle.endswith("e"), f"feminine singular subject needs a feminine participle: {pair.french}"
+    assert found_du and found_passive
+
+
+def test_tokenizer_pieces_regroup_into_the_grammars_words(word_tokenizer):
+    assert pieces("L'accord en 1992.") == ["▁L'", "accord", "▁en", "▁1", "9", "9", "2", "."]
+    for pair in grammar.Grammar(seed=8).sample(100):
+        for text, words in ((pair.english, pair.en_words), (pair.french, pair.fr_words)):
+            ids = word_tokenizer(text, add_special_tokens=False)["input_ids"]
+            tokens = word_tokenizer.convert_ids_to_tokens(ids)
+            assert alignment.word_labels(tokens, alignment.word_groups(tokens)) == words
+            assert word_tokenizer.decode(ids) == text
+
+
+# --- alignment maths ---------------------------------------------------------------------------------------------
+
+def test_alignment_error_rate_by_hand():
+    sure = {(0, 0), (1, 2), (2, 1)}
+    assert alignment.alignment_error_rate(sure, sure) == 0.0
+    assert alignment.alignment_error_rate({(0, 0), (1, 1)}, sure) == pytest.approx(1 - 2 * 1 / 5)
+    assert alignment.alignment_error_rate({(0, 0), (2, 2)}, sure, possible=sure | {(2, 2)}) == pytest.approx(
+        1 - (1 + 2) / 5)
+    corpus = alignment.corpus_alignment_error_rate([({(0, 0)}, {(0, 0)}), ({(0, 1)}, {(0, 0), (1, 1)})])
+    assert corpus == pytest.approx(1 - 2 * 1 / (2 + 3))
+
+
+def test_merge_to_words_sums_source_pieces_and_averages_target_pieces():
+    weights = np.array([[0.1, 0.2, 0.7], [0.5, 0.25, 0.25], [0.0, 1.0, 0.0]], dtype=np.float32)  # 3 out, 3 src
+    merged = alignment.merge_to_words(weights, [[0, 1], [2]], [[0], [1, 2]])
+    np.testing.assert_allclose(merged, [[0.3, 0.7], [0.0, 1.0]], atol=1e-6)
+    assert alignment.word_groups(["▁L'", "accord", "▁1", "9", ".", "</s>"], {"</s>"}) == [[0], [1], [2, 3], [4], [5]]
+    assert alignment.hard_alignment(merged) == {(1, 0), (1, 1)}
+
+
+# --- additive attention ------------------------------------------------------------------------------------------
+
+def test_additive_attention_matches_a_hand_computation():
+    torch.manual_seed(1)
+    attention = AdditiveAttention(query_dim=3, key_dim=4, attention_dim=2)
+    state = torch.randn(1, 3)
+    keys = torch.randn(1, 5, 4)
+    mask = torch.tensor([[True, True, True, True, False]])
+    context, weights = attention(state, keys, attention.key_proj(keys), mask)
+    w_a = attention.query_proj.weight.detach().numpy()
+    u_a, b = attention.key_proj.weight.detach().numpy(), attention.key_proj.bias.detach().numpy()
+    v_a = attention.score.weight.detach().numpy()[0]
+    s, h = state.numpy()[0], keys.numpy()[0]
+    energies = np.array([v_a @ np.tanh(w_a @ s + u_a @ h_i + b) for h_i in h[:4]])  # e_i = v_aᵀ tanh(W s + U h_i)
+    expected = np.exp(energies - energies.max())
+    expected /= expected.sum()
+    np.testing.assert_allclose(weights.detach().numpy()[0], [*expected, 0.0], atol=1e-6)
+    np.testing.assert_allclose(context.detach().numpy()[0], expected @ h[:4], atol=1e-6)
+
+
+def test_gru_beam_of_one_is_greedy_and_forward_matches_steps():
+    from models.minis.translation.evaluate import gru_greedy
+
+    torch.manual_seed(0)
+    model = GRUTranslator(GRUConfig(vocab_size=30, embed_dim=8, hidden_dim=8, attention_dim=8)).eval()
+    source = torch.tensor([[5, 6, 7, 8, 1]])
+    decoded = translation._gru_search(model, source, beams=1, max_new=7)
+    greedy = gru_greedy(model, source, torch.ones_like(source), 7)[0]
+    assert decoded[1:len(greedy) + 1] == greedy
+    logits, weights = model(source, torch.ones_like(source), torch.tensor([decoded[:-1]]))
+    assert weights.shape == (1, len(decoded) - 1, 5)
+    np.testing.assert_allclose(weights.sum(-1).detach().numpy(), 1.0, atol=1e-6)
+    assert logits.argmax(-1)[0].tolist() == decoded[1:], "teacher forcing the greedy output reproduces it"
+    beam = translation._gru_search(model, source, beams=4, max_new=7)
+    assert beam[0] == model.config.decoder_start_token_id
+
+
+# --- user mistakes -----------------------------------------------------------------------------------------------
+
+def test_bad_input_gives_messages(tiny_marian):
+    with pytest.raises(ValueError, match="Type or pick"):
+        translation.run(tiny_marian, "   ")
+    with pytest.raises(ValueError, match="limit is 8"):
+        translation.run(tiny_marian, "The council approved the report on the new treaty.",
+                        translation.TranslationSettings(max_source_tokens=8))
+    with pytest.raises(translation.UnknownWordsError) as caught:
+        translation.run(tiny_marian, "The councl approved <b>the</b> report.")
+    assert "councl" in caught.value.words and "<" in caught.value.words
+    with pytest.raises(ValueError, match="Beam width"):
+        translation.run(tiny_marian, "The council.", translation.TranslationSettings("beam search", num_beams=1))
+
+
+def test_suggestions_for_unknown_words_of_a_mini():
+    loaded = translation.load(registry.get("translation", "mini GRU + additive attention en→fr"))
+    with pytest.raises(translation.UnknownWordsError) as caught:
+        translation.run(loaded, "The comission approved THE report.")
+    assert "council" in caught.value.suggestions["comission"] or "commission" in caught.value.suggestions["comission"]
+    assert caught.value.suggestions["THE"][0] == "the"
+
+
+# --- the trained minis -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("key", ["mini Transformer en→fr", "mini GRU + additive attention en→fr",
+                                 "mini GRU, fixed context en→fr"])
+def test_minis_load_and_translate_a_known_sentence(key):
+    spec = registry.get("translation", key)
+    folder = SAMPLE_DATA / spec.id
+    assert (folder / "model.safetensors").stat().st_size <= 20 * 2**20
+    loaded = translation.load(spec)
+    result = translation.run(loaded, "The commission approved the new report.")
+    assert result.extras["translation"].translation == "La commission a approuvé le nouveau rapport."
+    if key.startswith("mini GRU, fixed"):
+        assert result.attention == {}
+    else:
+        cross = result.maps("cross")
+        np.testing.assert_allclose(cross.layer(0).sum(-1), 1.0, atol=1e-5)
+
+
+def test_mini_card_reports_the_measured_targets():
+    metrics = json.loads((SAMPLE_DATA / "translation" / "metrics.json").read_text())
+    models = metrics["models"]
+    assert models["transformer"]["exact_match"] >= 0.9
+    assert models["gru-attention"]["exact_match"] >= 0.9
+    assert models["transformer"]["alignment"]["best_head"]["aer"] <= 0.25
+    assert all(m["train_cpu_seconds"] <= 15 * 60 for m in models.values())
+    card = (SAMPLE_DATA / "translation" / "card.md").read_text()
+    assert f"{100 * models['transformer']['exact_match']:.1f}%" in card
+    assert not math.isnan(models["gru-attention"]["alignment"]["aer"])
+
+
+# --- the page (AppTest on the minis from sample_data: they are small enough to load in a test) ------------------
+
+def _translation_page():
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import ROOT
+
+    return AppTest.from_file(str(ROOT / "app" / "views" / "translation.py"), default_timeout=180)
+
+
+def _charts(at) -> int:
+    return len(at.get("vega_lite_chart")) + len(at.get("image"))
+
+
+@pytest.fixture
+def fresh_caches():
+    import streamlit as st
+
+    st.cache_resource.clear()
+    yield
+    st.cache_resource.clear()
+
+
+def test_page_shows_every_view_of_the_mini_transformer(fresh_caches):
+    at = _translation_page().run()
+    assert not at.exception, at.exception
+    assert "zone" in at.code[0].value or at.code[0].value  # a translation is shown as plain text
+    assert _charts(at) >= 1
+    for view in ("Step through decoding", "Self-attention", "Transformer vs GRU", "Measured quality"):
+        at.session_state["tr_view"] = view
+        at.run()
+        assert not at.exception, (view, at.exception)
+        assert _charts(at) >= 1, view
+    at.session_state["tr_view"] = "Step through decoding"
+    at.radio(key="tr_strategy").set_value("beam search").run()
+    assert not at.exception, at.exception
+    if at.slider(key="tr_step") is not None:
+        at.slider(key="tr_step").set_value(2).run()
+        assert not at.exception
+
+
+@pytest.mark.parametrize("sentence, message", [
+    ("   ", "Type or pick"),
+    ("<script>alert(1)</script> The council", "does not know"),
+    ("The councill approved the report.", "does not know"),
+])
+def test_page_bad_input_is_a_message_and_the_page_keeps_working(fresh_caches, sentence, message):
+    at = _translation_page().run()
+    at.text_area(key="translation_text").set_value(sentence).run()
+    assert not at.exception, at.exception
+    assert any(message in e.value for e in at.error), [e.value for e in at.error]
+    if message == "does not know":
+        assert len(at.dataframe) == 1  # unknown words and suggestions, as a table (plain text)
+    at.text_area(key="translation_text").set_value("The council approved the report.").run()
+    assert not at.exception and not at.error
+
+
+def test_page_source_limit_and_fixed_context_model(fresh_caches):
+    at = _translation_page().run()
+    at.number_input(key="tr_max_source").set_value(8).run()
+    assert any("the limit is 8" in e.value for e in at.error)
+    at.number_input(key="tr_max_source").set_value(128).run()
+    at.selectbox(key="model_translation").set_value("mini GRU, fixed context en→fr (offline, trained here)").run()
+    assert not at.exception, at.exception
+    assert any("no attention" in i.value for i in at.info)
+
+
+def test_page_hub_model_offline_is_a_message(fresh_caches, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    at = _translation_page().run()
+    at.selectbox(key="model_translation").set_value("opus-mt-en-fr (hub download)").run()
+    assert not at.exception, at.exception
+    assert any("Could not load" in e.value for e in at.error), [e.value for e in at.error]
+    assert any("offline models" in i.value for i in at.info)
