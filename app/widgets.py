@@ -6,7 +6,7 @@ import re
 import streamlit as st
 
 from app import resources, sidebar
-from models import registry, text
+from models import limits, registry, text
 from models.loading import LoadedModel
 from models.registry import ModelSpec
 from models.results import RunResult
@@ -60,7 +60,7 @@ def load_or_stop(spec: ModelSpec) -> LoadedModel:
 
 def token_limit(default: int = text.DEFAULT_MAX_TOKENS) -> int:
     with st.sidebar:
-        return int(st.number_input("Token limit", min_value=8, max_value=8192, value=default, step=64,
+        return int(st.number_input("Token limit", min_value=8, max_value=limits.MAX_TOKENS, value=default, step=64,
                                    key="max_tokens", help="Longer input is truncated, with a notice."))
 
 

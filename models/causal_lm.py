@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from models import capture, text
+from models import capture, limits, text
 from models.loading import LoadedModel, friendly_out_of_memory
 from models.results import GenerationStep, ModelInfo, RunResult, TokenProbability
 
@@ -31,8 +31,9 @@ class GenerationSettings:
     def validate(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
-        if not 1 <= self.max_new_tokens <= 512:
-            raise ValueError("Max new tokens must be between 1 and 512.")
+        if not 1 <= self.max_new_tokens <= limits.MAX_NEW_TOKENS:
+            raise ValueError(f"Max new tokens must be between 1 and {limits.MAX_NEW_TOKENS} "
+                             "(ATTN_EXPLORER_MAX_NEW_TOKENS on this server).")
         if self.strategy == "sampling" and self.temperature <= 0:
             raise ValueError("Temperature must be above 0 (use greedy decoding for temperature 0).")
         if not 0 < self.top_p <= 1:

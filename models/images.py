@@ -26,10 +26,12 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
-MAX_IMAGE_PIXELS = 64_000_000  # width × height refused above this, checked before decoding
-MAX_SIDE = 2048  # longer side after decoding; larger photos are downscaled (with a notice)
+from models import limits
+
+MAX_IMAGE_PIXELS = limits.MAX_IMAGE_PIXELS  # width × height refused above this, checked before decoding
+MAX_SIDE = limits.MAX_IMAGE_SIDE  # longer side after decoding; larger photos are downscaled (with a notice)
 MIN_SIDE = 16  # shorter side below this is refused
-MAX_FILE_BYTES = 25 * 2**20  # matches server.maxUploadSize in .streamlit/config.toml
+MAX_FILE_BYTES = limits.MAX_UPLOAD_BYTES  # = server.maxUploadSize in .streamlit/config.toml
 ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP", "BMP", "GIF", "TIFF", "MPO")  # MPO: JPEG from some cameras
 
 Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS  # Pillow warns above this and refuses above twice this

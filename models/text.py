@@ -8,8 +8,10 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass
 
-MAX_CHARACTERS = 200_000  # beyond this even tokenising is pointless: the token limit cuts far earlier
-DEFAULT_MAX_TOKENS = 512
+from models import limits
+
+MAX_CHARACTERS = limits.MAX_CHARACTERS  # beyond this even tokenising is pointless: the token limit cuts far earlier
+DEFAULT_MAX_TOKENS = limits.DEFAULT_TOKENS
 VISIBLE = {"\n": "↵", "\r": "⏎", "\t": "⇥"}
 
 
@@ -70,6 +72,9 @@ def tokenize(tokenizer, text: str, max_tokens: int, add_special_tokens: bool = T
         raise ValueError("Type or pick some text first.")
     if max_tokens < 2:
         raise ValueError("The token limit must be at least 2.")
+    if max_tokens > limits.MAX_TOKENS:
+        raise ValueError(f"The token limit on this server is {limits.MAX_TOKENS:,} (ATTN_EXPLORER_MAX_TOKENS); "
+                         "lower it in the sidebar.")
     notices = []
     if len(text) > MAX_CHARACTERS:
         text = text[:MAX_CHARACTERS]

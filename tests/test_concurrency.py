@@ -125,6 +125,7 @@ def test_inputs_differ_between_workers(models):
 
 def test_eight_sessions_at_once_match_their_single_threaded_results(models):
     runs, failures = soak(models, WORKERS, SOAK_SECONDS)
+    print(f"{WORKERS} threads, {SOAK_SECONDS:g} s: {runs} runs, {len(failures)} failures")
     assert not failures, f"{len(failures)} of {runs} runs went wrong; first: {failures[0]}"
     assert runs >= WORKERS * len(jobs_of(0))  # every worker finished at least one round
 

@@ -629,3 +629,68 @@ def test_gpt_page_out_of_memory_shows_advice_and_recovers(tiny_loader, lm, monke
         at.button[0].click().run()
     assert not at.exception and not at.error
     assert any(" tokens · " in str(caption.value) for caption in at.caption)
+
+
+# --- limits (.streamlit/config.toml and models/limits.py) -----------------------------------------------------------
+
+def test_upload_limit_is_one_number_in_streamlit_and_in_the_app():
+    import tomllib
+
+    from models import images, limits
+
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    assert config["server"]["maxUploadSize"] * 2**20 == limits.MAX_UPLOAD_BYTES == images.MAX_FILE_BYTES
+    assert images.MAX_IMAGE_PIXELS == limits.MAX_IMAGE_PIXELS == Image.MAX_IMAGE_PIXELS
+
+
+def test_streamlit_knows_every_option_in_the_config():
+    """Unknown options in .streamlit/config.toml are only a log warning: check each against Streamlit's own list."""
+    import tomllib
+
+    from streamlit import config
+
+    parsed = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    options = [f"{section}.{name}" for section, values in parsed.items() for name in values]
+    assert "server.maxUploadSize" in options and "server.maxMessageSize" in options
+    unknown = [option for option in options if option not in config._config_options_template]
+    assert not unknown, f"Streamlit does not know {unknown}"
+
+
+def _limits_in_a_fresh_process(**environment) -> tuple[int, str]:
+    import subprocess
+    import sys
+
+    env = {key: value for key, value in __import__("os").environ.items() if not key.startswith("ATTN_EXPLORER_MAX")}
+    completed = subprocess.run([sys.executable, "-c", "from models import limits; print(limits.summary())"],
+                               cwd=ROOT, env={**env, **environment}, capture_output=True, text=True, timeout=60)
+    return completed.returncode, completed.stdout + completed.stderr
+
+
+def test_limits_are_set_from_the_environment():
+    code, output = _limits_in_a_fresh_process(ATTN_EXPLORER_MAX_TOKENS="64", ATTN_EXPLORER_MAX_NEW_TOKENS="8",
+                                              ATTN_EXPLORER_MAX_IMAGE_PIXELS="4_000_000",
+                                              STREAMLIT_SERVER_MAX_UPLOAD_SIZE="5")
+    assert code == 0, output
+    summary = eval(output.strip().splitlines()[-1])  # a dict of ints printed by the subprocess
+    assert summary["MAX_TOKENS"] == 64 and summary["DEFAULT_TOKENS"] == 64 and summary["MAX_NEW_TOKENS"] == 8
+    assert summary["MAX_IMAGE_PIXELS"] == 4_000_000 and summary["MAX_UPLOAD_BYTES"] == 5 * 2**20
+
+
+@pytest.mark.parametrize("value", ["lots", "3"])
+def test_a_bad_limit_stops_the_app_with_the_variable_named(value):
+    code, output = _limits_in_a_fresh_process(ATTN_EXPLORER_MAX_TOKENS=value)
+    assert code != 0 and "ATTN_EXPLORER_MAX_TOKENS" in output.splitlines()[-1]
+
+
+def test_token_limit_above_the_server_limit_is_refused(lm):
+    from models import limits
+
+    with pytest.raises(ValueError, match="token limit on this server"):
+        text.tokenize(lm.tokenizer, "hello", limits.MAX_TOKENS + 1)
+
+
+def test_generation_length_limit_comes_from_the_settings(lm):
+    from models import limits
+
+    with pytest.raises(ValueError, match=f"between 1 and {limits.MAX_NEW_TOKENS}"):
+        causal_lm.generate(lm, "the cat", causal_lm.GenerationSettings(max_new_tokens=limits.MAX_NEW_TOKENS + 1))

@@ -2,6 +2,7 @@
 import streamlit as st
 
 from app import attention_view, resources, share, widgets
+from models import limits
 from models.causal_lm import STRATEGIES, GenerationSettings
 from viz import heatmap
 
@@ -51,7 +52,7 @@ with generate_tab:
     with st.form("generation"):
         cols = st.columns(4)
         strategy = cols[0].selectbox("Decoding", STRATEGIES)
-        max_new = cols[1].number_input("Max new tokens", 1, 256, 20)
+        max_new = cols[1].number_input("Max new tokens", 1, limits.MAX_NEW_TOKENS, 20)
         beams = cols[2].number_input("Beams (beam search)", 2, 8, 4)
         penalty = cols[3].number_input("Repetition penalty", 0.5, 3.0, 1.0, 0.1)
         cols = st.columns(4)
