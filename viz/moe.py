@@ -52,12 +52,15 @@ def expert_legend(num_experts: int) -> alt.Chart:
                                        title="expert colours", autosize=PAD)
 
 
-def _layout(tokens: list[str], raw_tokens: list[str], width_chars: int) -> pd.DataFrame:
-    """Place tokens left to right in lines of ``width_chars``; a token whose text holds a newline ends its line."""
+def _layout(tokens: list[str], raw_tokens: list[str], width_chars: int, min_chars: float) -> pd.DataFrame:
+    """Place tokens left to right in lines of ``width_chars``; a token whose text holds a newline ends its line.
+
+    ``min_chars``: the narrowest box, so the expert number under a one-letter token still fits.
+    """
     rows, x, line = [], 0.0, 0
     for position, (token, raw) in enumerate(zip(tokens, raw_tokens)):
         label = token if token.strip() else "␣"
-        width = max(len(label), 1) + 0.6
+        width = max(len(label), min_chars) + 0.6
         if x > 0 and x + width > width_chars:
             x, line = 0.0, line + 1
         rows.append({"position": position, "token": label, "x": x, "x2": x + width - 0.15, "line": line})
@@ -77,7 +80,7 @@ def routed_text(tokens: list[str], raw_tokens: list[str], top1: np.ndarray, top1
     """
     if not len(tokens) == len(raw_tokens) == len(top1) == len(top1_weight):
         raise ValueError("tokens, raw tokens and routes must have one entry per token")
-    frame = _layout(tokens, raw_tokens, width_chars)
+    frame = _layout(tokens, raw_tokens, width_chars, min_chars=0.65 * len(f"E{num_experts - 1}"))  # 8 px digits
     frame["expert"] = [f"E{int(e)}" for e in top1]
     frame["weight"] = np.asarray(top1_weight, dtype=float)
     frame["routed"] = True if kept is None else np.asarray(kept, dtype=bool)
@@ -138,7 +141,7 @@ def layer_strip(tokens: list[str], top1: np.ndarray, layer_labels: list[str], nu
         marker = alt.Chart(pd.DataFrame({"token": [labels[selected - offset]]})).mark_rule(
             color="black", strokeWidth=2, opacity=0.35).encode(x=alt.X("token:N", sort=labels))
         chart = chart + marker
-    return chart.properties(width=max(200, min(1100, 16 * count)), height=22 * layers, autosize=PAD)
+    return chart.properties(width=max(200, min(860, 14 * count)), height=22 * layers, autosize=PAD)
 
 
 def gate_bars(probs: np.ndarray, chosen: np.ndarray, weights: np.ndarray, entropy: float,
@@ -158,7 +161,7 @@ def gate_bars(probs: np.ndarray, chosen: np.ndarray, weights: np.ndarray, entrop
     frame = pd.DataFrame({
         "expert": [f"E{i}" for i in range(num_experts)], "probability": probs.astype(float), "rank": rank,
         "dispatch weight": weight, "chosen": rank > 0,
-        "mark": [(f"top-{r} · w={w:.2f}" + ("" if ok else " (full)")) if r else ""
+        "mark": [((f"top-{r} · w={w:.2f}" if num_experts <= 16 else str(r)) + ("" if ok else " (full)")) if r else ""
                  for r, w, ok in zip(rank, weight, routed)],
     })
     order = [f"E{i}" for i in range(num_experts)]
@@ -177,7 +180,7 @@ def gate_bars(probs: np.ndarray, chosen: np.ndarray, weights: np.ndarray, entrop
         .encode(y="u:Q")
     full_title = f"{title} · entropy {entropy:.2f} nats ({entropy / np.log(num_experts):.0%} of the maximum " \
                  f"log {num_experts})" if num_experts > 1 else title
-    return (bars + marks + uniform).properties(height=240, width=max(300, min(1000, 44 * num_experts)),
+    return (bars + marks + uniform).properties(height=240, width=max(300, min(860, 44 * num_experts)),
                                                title=full_title, autosize=PAD)
 
 
@@ -190,7 +193,8 @@ def _matrix_image(values: np.ndarray, cmap: str, vmin: float, vmax: float, max_p
 
 
 def _matrix_chart(values: np.ndarray, rows: list[str], cols: list[str], row_title: str, col_title: str,
-                  value_title: str, scale: alt.Scale, fmt: str, annotate: bool, cell: int = 26) -> alt.Chart:
+                  value_title: str, scale: alt.Scale, fmt: str, annotate: bool, max_width: int = 860,
+                  square: bool = False) -> alt.Chart:
     """A small annotated heatmap; fields get plain names (a "." in a Vega field name means a nested field)."""
     r, c = np.meshgrid(np.arange(values.shape[0]), np.arange(values.shape[1]), indexing="ij")
     frame = pd.DataFrame({"row": np.asarray(rows, dtype=object)[r.ravel()],
@@ -206,7 +210,9 @@ def _matrix_chart(values: np.ndarray, rows: list[str], cols: list[str], row_titl
     chart = base.mark_rect().encode(color=alt.Color("value:Q", scale=scale, title=value_title))
     if annotate:
         chart = chart + base.mark_text(fontSize=9).encode(text="text:N")
-    return chart.properties(width=min(900, cell * len(cols)), height=min(700, max(60, 22 * len(rows))))
+    width = min(max_width, 26 * len(cols))
+    height = width * len(rows) // len(cols) if square else min(700, max(60, 22 * len(rows)))
+    return chart.properties(width=width, height=height)
 
 
 def load_heatmap(load: np.ndarray, layer_labels: list[str], cv: np.ndarray, aux_loss: np.ndarray):
@@ -220,7 +226,7 @@ def load_heatmap(load: np.ndarray, layer_labels: list[str], cv: np.ndarray, aux_
     scale = alt.Scale(domain=[0.0, uniform, top], range=["#2166AC", "#F7F7F7", "#E08214"], type="linear")
     cols = [f"E{i}" for i in range(num_experts)]
     heat = _matrix_chart(load, list(layer_labels), cols, "layer", "expert", f"share (uniform = {uniform:.1%})",
-                         scale, ".0%", num_experts <= 16)
+                         scale, ".0%", num_experts <= 16, max_width=560)
     figures = pd.DataFrame({"layer": list(layer_labels), "load CV": cv.astype(float),
                             "Switch aux loss": aux_loss.astype(float)})
     bars = alt.Chart(figures).mark_bar(color="#777777").encode(
@@ -257,7 +263,7 @@ def coactivation_chart(matrix: np.ndarray):
     names = [f"E{i}" for i in range(num_experts)]
     return _matrix_chart(matrix, names, names, "expert i", "expert j", "share of tokens",
                          alt.Scale(scheme="blues", domain=[0, max(float(matrix.max()), 1e-6)]), ".0%",
-                         num_experts <= 12).properties(autosize=PAD)
+                         num_experts <= 12, max_width=330, square=True).properties(autosize=PAD)
 
 
 def consistency_chart(nmi: np.ndarray, layer_labels: list[str]):
@@ -265,7 +271,8 @@ def consistency_chart(nmi: np.ndarray, layer_labels: list[str]):
     if nmi.size > MAX_CHART_CELLS:
         return _matrix_image(nmi, "viridis", 0.0, 1.0)
     return _matrix_chart(nmi, list(layer_labels), list(layer_labels), "layer a", "layer b", "NMI",
-                         alt.Scale(scheme="viridis", domain=[0, 1]), ".2f", len(layer_labels) <= 12) \
+                         alt.Scale(scheme="viridis", domain=[0, 1]), ".2f", len(layer_labels) <= 8,
+                         max_width=300, square=True) \
         .properties(autosize=PAD)
 
 

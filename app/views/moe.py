@@ -35,7 +35,7 @@ def run_or_stop(text: str):
         st.stop()
 
 
-st.title("🔀 Mixture of experts: where each token is routed")
+st.title("Mixture of experts: where each token is routed")
 st.caption("Each MoE layer replaces the feed-forward block with E experts; a router sends every token to its top-k "
            "and mixes their outputs by the router's weights (Shazeer et al. 2017, Switch, Mixtral).")
 spec = widgets.model_picker("moe")
@@ -75,9 +75,9 @@ with tabs[0]:
                          routing.num_experts, routing.kept[layer, :, 0], selected=position,
                          title=f"top-1 expert of each token, {labels[layer]}"))
     show(viz.expert_legend(routing.num_experts))
-    start = max(0, min(position - 40, len(routing.tokens) - 80))
-    window = slice(start, start + 80)
-    st.caption(f"Every MoE layer for tokens {start}–{min(start + 80, len(routing.tokens)) - 1} (the token slider "
+    start = max(0, min(position - 30, len(routing.tokens) - 60))
+    window = slice(start, start + 60)
+    st.caption(f"Every MoE layer for tokens {start}–{min(start + 60, len(routing.tokens)) - 1} (the token slider "
                "scrolls): a column per token, a row per layer, the number is the top-1 expert; white = dropped.")
     show(viz.layer_strip(routing.tokens[window], routing.top1[:, window], labels, routing.num_experts,
                          routing.kept[:, window, 0], selected=position, offset=start))
@@ -86,7 +86,8 @@ with tabs[1]:
                        routing.top_weights[layer, position], float(summary.entropy[layer, position]),
                        f"token {position}, {labels[layer]}", routing.kept[layer, position]))
     st.caption("Bars: the router's probability for every expert. Coloured bars are the experts the token was "
-               "dispatched to, labelled with the weight that multiplied their output. Dashed line: uniform 1/E.")
+               "dispatched to, labelled with their rank (and, up to 16 experts, the weight that multiplied their "
+               "output; hover for it otherwise). Dashed line: uniform 1/E.")
     if routing.shared_weight is not None:
         st.metric("Weight of the shared expert(s), which every token uses",
                   f"{float(routing.shared_weight[layer, position]):.3f}")
