@@ -335,6 +335,23 @@ def rope_scores(query: np.ndarray, key: np.ndarray, query_position: int, key_pos
     return rotated_keys @ rotated_query
 
 
+def rope_offset_demo(head_dim: int, base: float, span: int, query_positions: tuple[int, ...] = (0, 1000, 100_000),
+                     seed: int = 0) -> tuple[np.ndarray, dict[str, np.ndarray], float]:
+    """The relative property made visible: a fixed random q and a matching key ``k = q + noise`` (so the score peaks
+    at offset 0), scored at offsets ``−span … span`` from several absolute query positions m.
+
+    Returns offsets ``(2·span + 1,)``, ``{"m = …": scores}``, and the largest difference between the curves
+    (rounding only, ~1e-11, because the score depends on n − m alone).
+    """
+    rng = np.random.default_rng(seed)
+    query = rng.normal(size=head_dim)
+    key = query + 0.5 * rng.normal(size=head_dim)
+    offsets = np.arange(-span, span + 1)
+    scores = {f"m = {m}": rope_scores(query, key, m, m + offsets, base) for m in query_positions}
+    first = next(iter(scores.values()))
+    return offsets, scores, max(float(np.abs(curve - first).max()) for curve in scores.values())
+
+
 def rope_decay_bound(offsets: np.ndarray, rotary_dim: int, base: float = 10000.0) -> np.ndarray:
     """Su et al. §3.4.3: ``(1 / (d/2)) Σ_{j=1}^{d/2} |S_j|`` with ``S_j = Σ_{i<j} e^{i·(n−m)·θ_i}``, ``(len,)``.
 
@@ -411,6 +428,13 @@ class RopeInModel:
     max_relative_error: float | None  # max |buffer / formula − 1|
     slowest_wavelength: float  # positions per turn of the slowest pair, 2π / θ_{d/2−1}
     fastest_wavelength: float  # 2π / θ_0 = 2π
+
+    def facts(self) -> dict[str, str]:
+        """Label -> value, for a row of metrics."""
+        s = self.settings
+        return {"rope_theta": f"{s.theta:g}", "Head dimension": str(s.head_dim),
+                "Rotary dimensions": f"{s.rotary_dim} ({s.partial_rotary_factor:.0%})",
+                "Context (positions)": str(s.max_positions or "?"), "RoPE type": s.rope_type}
 
 
 def rope_in_model(model: Any) -> RopeInModel:

@@ -98,6 +98,13 @@ def test_rope_interleaved_is_a_complex_rotation_and_partial_rotary_leaves_the_re
     np.testing.assert_allclose(np.linalg.norm(partial, axis=1), np.linalg.norm(x, axis=1))  # rotations keep norms
 
 
+def test_rope_offset_demo_curves_coincide_and_peak_at_zero():
+    offsets, scores, spread = pe.rope_offset_demo(64, 10000.0, 300)
+    assert list(scores) == ["m = 0", "m = 1000", "m = 100000"] and len(offsets) == 601
+    assert spread < 1e-8
+    assert int(np.argmax(scores["m = 0"])) == 300  # k = q + noise: the best match is at offset 0
+
+
 def test_rope_decay_bound_starts_at_its_maximum_and_decays():
     bound = pe.rope_decay_bound(np.arange(0, 1001), 128)
     assert bound[0] == pytest.approx((64 + 1) / 2)  # |S_j| = j at offset 0: mean of 1..64
@@ -315,6 +322,8 @@ def test_page_shows_every_view_and_reads_the_models(positional_page):
     assert metrics["rope_theta"] == "10000" and metrics["Head dimension"] == "8"  # the tiny Llama's config
     text = _page_text(app)
     assert "inv_freq` equals b^(−2i/d)" in text
+    app.button[0].click().run()  # "use these settings": the tiny Llama's head dimension moves into the RoPE charts
+    assert app.select_slider(key="rope_d").value == 8 and app.number_input(key="rope_base").value == 10000.0
     assert "embeddings.position_embeddings.weight" in text  # the tiny BERT's learned table was read
     assert "Shuffled:" in text and "created at 64 px for the test" in text
 

@@ -100,6 +100,15 @@ def matrix_chart(matrix: np.ndarray, x_title: str, y_title: str, value_title: st
 
 # --- sinusoidal --------------------------------------------------------------------------------------------------
 
+def sinusoidal_charts(table: np.ndarray, dot: np.ndarray, wavelengths: np.ndarray) -> list[alt.Chart]:
+    """The four sinusoidal views, in reading order: PE heatmap, wavelengths, PE(p)·PE(q) matrix, its profiles."""
+    length = len(table)
+    return [matrix_chart(table, "channel", "position", "PE", title="PE(position, channel)"),
+            wavelength_chart(wavelengths, length),
+            matrix_chart(dot, "position q", "position p", "PE(p)·PE(q)", title="PE(p)·PE(q)"),
+            similarity_profile_chart(dot, sorted({0, length // 4, length // 2}), "PE(p)·PE(q)")]
+
+
 def wavelength_chart(wavelengths: np.ndarray, length: int) -> alt.Chart:
     """Wavelength (positions, log scale) of each channel ``(dim,)``, with a rule at the sequence length: channels
     above it never complete a period inside the sequence."""
@@ -135,7 +144,7 @@ def mosaic_range(similarity: np.ndarray) -> tuple[float, float]:
 
 
 def patch_similarity_mosaic(similarity: np.ndarray, step: int = 1, tile: int | None = None,
-                            gap: int = 2, max_px: int = 900) -> Image.Image:
+                            gap: int = 5, max_px: int = 900) -> Image.Image:
     """The ViT paper's Fig. 7: for every ``step``-th patch (r, c), a tile showing the cosine similarity of its position
     vector with all patches. ``similarity`` ``(rows, cols, rows, cols)``; colours over ``mosaic_range`` (blue low,
     red high); each tile has a dark dot on its own patch."""
@@ -155,8 +164,8 @@ def patch_similarity_mosaic(similarity: np.ndarray, step: int = 1, tile: int | N
             x, y = gap + j * (tile + gap), gap + i * (tile + gap)
             canvas.paste(Image.fromarray(rgb).resize((tile, tile), Image.NEAREST), (x, y))
             cx, cy = x + (c + 0.5) * cell_w, y + (r + 0.5) * cell_h
-            radius = max(1.0, min(cell_w, cell_h) / 3)
-            draw.ellipse([cx - radius, cy - radius, cx + radius, cy + radius], fill=(20, 20, 20))
+            radius = max(2.0, min(cell_w, cell_h) / 2.5)
+            draw.ellipse([cx - radius, cy - radius, cx + radius, cy + radius], fill=(0, 0, 0), outline="white")
     return canvas
 
 

@@ -8,13 +8,14 @@ import numpy as np
 import streamlit as st
 from streamlit.errors import StreamlitPageNotFoundError
 
-from app import resources, sidebar, widgets
+from app import resources, share, sidebar, widgets
 from models import positional as pe
 from models import registry
 from viz import heatmap
 from viz import positional as vp
 
 SENTENCE = "the dog bit the man because the man shouted at the dog"
+ROPE_DIMS = [8, 16, 32, 64, 96, 128, 256]
 
 
 def load(spec):
@@ -42,9 +43,11 @@ def equivariance_view(encoder) -> None:
     st.altair_chart(vp.output_gap_chart(tokens, {name: run.output_gap for name, run in runs.items()}))
     setting = st.radio("Attention maps for", list(runs), horizontal=True, key="perm_setting")
     left, right = st.columns(2)
-    left.altair_chart(heatmap.attention_chart(runs[setting].attention, tokens, tokens, title="F(X)"), width="content")
-    right.altair_chart(heatmap.attention_chart(runs[setting].shuffled_attention_restored, tokens, tokens,
-                                               title="F(σ(X)), put back in order"), width="content")
+    for column, weights, title in zip((left, right), (runs[setting].attention,
+                                                       runs[setting].shuffled_attention_restored),
+                                      ("F(X)", "F(σ(X)), put back in order")):
+        column.altair_chart(heatmap.attention_chart(weights, tokens, tokens, title=title,
+                                                    scheme=share.color_scheme()), width="content")
     st.caption(f"One single-head attention layer (layer norm, then softmax(QKᵀ/√d)V) with fixed random weights (seed "
                f"{seed}) on {encoder.spec.key}'s token embeddings. Without positions the two maps are identical and "
                "the outputs move with their tokens; with positions, a moved token gets another encoding.")
@@ -58,12 +61,9 @@ def sinusoidal_view() -> None:
     length = c2.slider("Length (positions)", 8, 1024, 128, key="sin_length")
     base = c3.number_input("Base b", 2.0, 1e8, 10000.0, key="sin_base", format="%g")
     table = pe.sinusoidal_encoding(length, dim, base)
-    dot = pe.position_similarity(table, "dot")
-    left, right = st.columns(2)
-    left.altair_chart(vp.matrix_chart(table, "channel", "position", "PE", title="PE(position, channel)"))
-    right.altair_chart(vp.wavelength_chart(pe.sinusoidal_wavelengths(dim, base), length))
-    left.altair_chart(vp.matrix_chart(dot, "position q", "position p", "PE(p)·PE(q)", title="PE(p)·PE(q)"))
-    right.altair_chart(vp.similarity_profile_chart(dot, sorted({0, length // 4, length // 2}), "PE(p)·PE(q)"))
+    charts = vp.sinusoidal_charts(table, pe.position_similarity(table, "dot"), pe.sinusoidal_wavelengths(dim, base))
+    for column, chart in zip(st.columns(2) * 2, charts):
+        column.altair_chart(chart)
     st.caption(f"PE(p)·PE(q) = Σₖ cos((p−q)·ωₖ): it depends only on the offset (constant diagonals), is the same for "
                f"±offset and peaks at d/2 = {dim // 2} for p = q — distance can be read off it, direction cannot.")
     st.subheader("2-D variant for image patches")
@@ -127,20 +127,15 @@ def grid_view() -> None:
 def rope_view() -> None:
     st.latex(pe.LATEX["rope"])
     c1, c2, c3 = st.columns(3)
-    head_dim = c1.select_slider("Head dimension d", [8, 16, 32, 64, 128, 256], 64, key="rope_d")
+    head_dim = c1.select_slider("Head dimension d", ROPE_DIMS, 64, key="rope_d")
     base = c2.number_input("Base b (rope_theta)", 2.0, 1e8, 10000.0, key="rope_base", format="%g")
     span = c3.slider("Offsets shown (±)", 16, 4096, 512, key="rope_span")
     angles = pe.rope_angles(np.arange(min(span, 1024)), head_dim, base)
     left, right = st.columns(2)
     left.altair_chart(vp.matrix_chart(np.cos(angles), "pair i", "position m", "cos(mθᵢ)",
                                       title="Rotation of each pair: cos(m·θᵢ)"))
-    rng = np.random.default_rng(0)
-    q = rng.normal(size=head_dim)
-    k = q + 0.5 * rng.normal(size=head_dim)  # a key that matches the query: its score should fall off with distance
-    offsets = np.arange(-span, span + 1)
-    scores = {f"m = {m}": pe.rope_scores(q, k, m, m + offsets, base) for m in (0, 1000, 100_000)}
+    offsets, scores, spread = pe.rope_offset_demo(head_dim, base, span)
     right.altair_chart(vp.rope_score_chart(offsets, scores))
-    spread = max(float(np.abs(v - scores["m = 0"]).max()) for v in scores.values())
     st.caption(f"Fixed random q and k = q + noise (seed 0). The three curves coincide (largest difference "
                f"{spread:.1e}): the score depends only on n − m. Pairs with small i turn fast, large i barely turn.")
     distances = np.arange(span + 1)
@@ -153,16 +148,14 @@ def rope_model_view(model) -> None:
         rope = pe.rope_in_model(model.model)
     except ValueError as error:
         return widgets.show_error(error)
-    settings = rope.settings
-    for column, label, value in zip(st.columns(5), ("rope_theta", "Head dimension", "Rotary dimensions",
-                                                    "Context (positions)", "RoPE type"),
-                                    (f"{settings.theta:g}", settings.head_dim, f"{settings.rotary_dim} "
-                                     f"({settings.partial_rotary_factor:.0%})", settings.max_positions or "?",
-                                     settings.rope_type)):
+    for column, (label, value) in zip(st.columns(5), rope.facts().items()):
         column.metric(label, value)
+    settings = {"rope_base": rope.settings.theta} | ({"rope_d": rope.settings.rotary_dim}
+                                                     if rope.settings.rotary_dim in ROPE_DIMS else {})
+    st.button("Use these settings in the charts above", on_click=st.session_state.update, kwargs=settings)
     check = "keeps no inv_freq buffer" if rope.buffer_name is None else \
         f"its `{rope.buffer_name}` equals b^(−2i/d) to {rope.max_relative_error:.1e} (relative)"
-    pairs = "(i, i + d/2) (transformers' rotate_half)" if settings.pairing == "half" else "(2i, 2i+1)"
+    pairs = "(i, i + d/2) (transformers' rotate_half)" if rope.settings.pairing == "half" else "(2i, 2i+1)"
     st.caption(f"{check}. It rotates channel pairs {pairs}; the paper pairs (2i, 2i+1) — the same scores up to a "
                f"fixed reordering of channels. Its slowest pair turns once every {rope.slowest_wavelength:,.0f} "
                f"positions, its fastest every {rope.fastest_wavelength:.1f}.")
@@ -222,9 +215,8 @@ with why:
     if encoder is not None:
         equivariance_view(encoder)
 with learned:
-    gpt2 = registry.get("causal_lm", "gpt2")
-    spec = {s.label: s for s in (registry.default("encoder"), gpt2)}[
-        st.radio("Text model", [registry.default("encoder").label, gpt2.label], horizontal=True, key="learned_text")]
+    spec = st.radio("Text model", [registry.default("encoder"), registry.get("causal_lm", "gpt2")], horizontal=True,
+                    format_func=lambda choice: choice.label, key="learned_text")
     if spec.source == "hub" and not pe.hub_model_cached(spec.id):
         st.info(f"{spec.key} comes from the hub and is not in this machine's Hugging Face cache, so its position table "
                 f"cannot be shown offline. With internet, open it once on the GPT page (or run `huggingface-cli "
