@@ -110,3 +110,12 @@ def test_overlay_opacity_and_grid_drawing():
     assert sheet.size == (3 * 32 + 4, 2 * 32 + 2)
     sim = np.random.default_rng(1).uniform(-1, 1, (3, 4, 3, 4))
     assert image_overlay.similarity_grid(sim, tile_pixels=12, gap=1).size == (4 * 12 + 3, 3 * 9 + 2)
+
+
+def test_percentile_clip_keeps_an_outlier_from_hiding_the_map():
+    values = np.linspace(0.0, 1.0, 100).reshape(10, 10)
+    values[0, 0] = 1000.0  # one artifact patch
+    plain = image_overlay.normalise(values)
+    clipped = image_overlay.normalise(values, clip_percentile=98.0)
+    assert plain[9, 9] < 0.01  # without clipping the rest of the map is black
+    assert clipped[0, 0] == 1.0 and clipped[9, 8] == pytest.approx(1.0, abs=1e-3) and clipped[5, 0] > 0.4

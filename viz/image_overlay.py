@@ -15,9 +15,12 @@ COLORMAPS = ("inferno", "viridis", "cividis", "magma", "plasma", "jet", "gray")
 UPSAMPLING = ("bilinear", "nearest")
 
 
-def normalise(values: np.ndarray) -> np.ndarray:
-    """Min–max to [0, 1] (a constant map becomes all zeros), float32."""
+def normalise(values: np.ndarray, clip_percentile: float = 100.0) -> np.ndarray:
+    """Min–max to [0, 1] (a constant map becomes all zeros), float32. ``clip_percentile`` < 100 saturates the
+    brightest values at that percentile, so one outlier patch does not turn the rest of the map black."""
     values = np.asarray(values, dtype=np.float32)
+    if clip_percentile < 100.0:
+        values = np.minimum(values, np.percentile(values, clip_percentile))
     low, high = float(values.min()), float(values.max())
     return np.zeros_like(values) if high - low <= 1e-12 else (values - low) / (high - low)
 
@@ -43,16 +46,18 @@ def colorize(values: np.ndarray, colormap: str = "inferno") -> np.ndarray:
 
 
 def attention_overlay(image: np.ndarray, patch_values: np.ndarray, opacity: float = 0.6,
-                      colormap: str = "inferno", mode: str = "bilinear", scale: int = 1) -> Image.Image:
+                      colormap: str = "inferno", mode: str = "bilinear", scale: int = 1,
+                      clip_percentile: float = 100.0) -> Image.Image:
     """Blend a per-patch map onto the crop the model saw.
 
     image: uint8 ``(H, W, 3)``; patch_values: ``(rows, cols)`` (any scale, normalised here); opacity in [0, 1]
-    (0 = only the photo); ``scale`` enlarges the result (nearest) so small crops (64 px) stay readable.
+    (0 = only the photo); ``scale`` enlarges the result (nearest) so small crops (64 px) stay readable;
+    ``clip_percentile`` (see ``normalise``) keeps an outlier patch from washing out the rest.
     """
     if not 0.0 <= opacity <= 1.0:
         raise ValueError(f"opacity must be between 0 and 1; got {opacity}")
     image = np.asarray(image, dtype=np.uint8)
-    heat = colorize(normalise(upsample(normalise(patch_values), image.shape[:2], mode)), colormap)
+    heat = colorize(normalise(upsample(normalise(patch_values, clip_percentile), image.shape[:2], mode)), colormap)
     blended = (1.0 - opacity) * image.astype(np.float32) + opacity * heat.astype(np.float32)
     result = Image.fromarray(np.clip(blended.round(), 0, 255).astype(np.uint8))
     return result.resize((result.width * scale, result.height * scale), Image.Resampling.NEAREST) if scale > 1 \

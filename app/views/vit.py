@@ -53,17 +53,19 @@ else:
     right.info(extras.explanation)
 
 with st.expander("Display", expanded=False):
-    c1, c2, c3 = st.columns(3)
+    c1, c2, c3, c4 = st.columns(4)
     opacity = c1.slider("Opacity", 0.0, 1.0, 0.6, 0.05, key="vit_opacity")
     scheme = st.session_state.get("scheme")  # the sidebar's colour scale, when it is one of ours
     colormap = c2.selectbox("Colormap", image_overlay.COLORMAPS, key="vit_cmap",
                             index=image_overlay.COLORMAPS.index(scheme) if scheme in image_overlay.COLORMAPS else 0)
     upsampling = c3.radio("Upsampling", image_overlay.UPSAMPLING, horizontal=True, key="vit_upsampling",
                           help="bilinear: the ViT paper's smooth maps; nearest: the exact patches")
+    clip = c4.slider("Clip colours at percentile", 90.0, 100.0, 100.0, 0.5, key="vit_clip",
+                     help="Saturate the brightest patches so one outlier does not hide the rest of the map")
 
 
 def overlay(values: np.ndarray):
-    return image_overlay.attention_overlay(info.image, values, opacity, colormap, upsampling, scale)
+    return image_overlay.attention_overlay(info.image, values, opacity, colormap, upsampling, scale, clip)
 
 
 for state_key, limit in (("vit_layer", maps.num_layers), ("vit_row", rows), ("vit_col", cols)):
@@ -116,6 +118,12 @@ with rollout_tab:
     rolled = resources.vit_rollout(result, key, image_key, fusion, discard)
     st.caption("Â = ½·A + ½·I per layer, multiplied through all layers (Abnar & Zuidema 2020); the map is the "
                "[CLS] row of the product: how much each patch flows into [CLS].")
+    top_share = float(rolled.max() / max(rolled.sum(), 1e-12))
+    if top_share > 0.2:
+        st.warning(f"One patch carries {top_share:.0%} of the rollout. ViTs without registers often park global "
+                   "information in a few background patches (high-norm tokens; Darcet et al. 2024, 'Vision "
+                   "Transformers Need Registers'), and rollout inherits them. Lower 'Clip colours at percentile' "
+                   "under Display to see the rest of the map.")
     if not extras.is_classifier:
         c1, c2 = st.columns(2)
         c1.image(overlay(rolled), caption=f"attention rollout ({fusion}, discard {discard:.2f})")
