@@ -370,6 +370,9 @@ def run(loaded, text: str, max_tokens: int = MAX_TOKENS) -> RunResult:
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
     routing.special_positions = [i for i, token_id in enumerate(ids) if token_id in special]
     routing.categories = token_categories(text, raw, offsets, set(routing.special_positions))
+    for array in (routing.probs, routing.top_experts, routing.top_weights, routing.kept, routing.shared_weight):
+        if array is not None:
+            array.setflags(write=False)  # results are cached and shared between sessions: nobody edits them
     if routing.capacity is not None and not routing.kept.all():
         dropped = int((~routing.kept).sum())
         notices.append(f"{dropped} token-layer routes overflowed an expert's capacity ({routing.capacity} tokens) "

@@ -482,3 +482,17 @@ def test_page_on_a_typed_switch_folder(moe_page, tmp_path, tiny_tokenizer, monke
     assert not at.exception, at.exception
     assert any("encoder" in w.value for w in at.warning)
     assert any("top-1 of softmax" in c.value for c in at.caption)
+
+
+def test_trainer_balance_loss_is_per_layer():
+    from models.minis.moe.train import balance_loss
+
+    eye = torch.eye(4) * 20.0  # token t is sure of expert t % 4
+    balanced = (eye.repeat(4, 1),)
+    assert float(balance_loss(balanced, top_k=1)) == pytest.approx(1.0, abs=1e-3)
+    # layer 0 sends everything to experts 0-1, layer 1 to experts 2-3: pooled over layers that looks balanced
+    # (transformers' load_balancing_loss_func pools), per layer it is twice the balanced value
+    skewed = (eye[[0, 1]].repeat(8, 1), eye[[2, 3]].repeat(8, 1))
+    assert float(balance_loss(skewed, top_k=1)) == pytest.approx(2.0, abs=1e-3)
+    pooled = transformers.models.mixtral.modeling_mixtral.load_balancing_loss_func(skewed, 4, top_k=1)
+    assert float(pooled) == pytest.approx(1.0, abs=1e-3)
