@@ -4,6 +4,7 @@ Used by the GPT, encoder and translation pages with any ``AttentionMaps``; pages
 """
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
 from app import resources
@@ -99,7 +100,11 @@ def large_heatmap(weights, allowed, maps: AttentionMaps, name: str, key: str, sc
     limit = heatmap.MAX_CHART_TOKENS
     queries, keys = _zoom_ranges(key, n_q, n_k, limit)
     rows, cols = slice(queries[0], queries[1] + 1), slice(keys[0], keys[1] + 1)
-    image = heatmap.attention_image(weights, allowed, scheme)
+    # one strong cell (the first token attending to itself is 1.0) would leave every other pixel dark: colours
+    # saturate at the median over queries of each query's strongest weight, a level most rows reach
+    row_max = np.where(allowed, weights, 0).max(axis=1)
+    vmax = float(np.median(row_max[allowed.any(axis=1)])) if allowed.any() else 1.0
+    image = heatmap.attention_image(weights, allowed, scheme, vmax=vmax)
     shrink = -(-max(n_q, n_k) // 900)
     overview, detail = st.columns([1, 1])
     with overview:
@@ -107,12 +112,13 @@ def large_heatmap(weights, allowed, maps: AttentionMaps, name: str, key: str, sc
                         on_select="rerun", key=f"{key}_brush", width="content")
         st.caption(f"{name}: all {n_q} × {n_k}" + (f" (each pixel the largest of {shrink} × {shrink} cells)"
                                                   if shrink > 1 else "") +
-                   ". Drag a rectangle to zoom; the red frame is the region on the right; grey = masked.")
+                   f". Colours saturate at {vmax:.3f} (the median of each query's largest weight). Drag a "
+                   "rectangle to zoom; the red frame is the region on the right; grey = masked.")
     with detail:
         st.altair_chart(heatmap.attention_chart(
             weights[rows, cols], maps.query_tokens[rows], maps.key_tokens[cols], allowed[rows, cols],
             f"queries {rows.start}–{rows.stop - 1}, keys {cols.start}–{cols.stop - 1}", scheme,
-            query_offset=rows.start, key_offset=cols.start, size=520), width="content")
+            query_offset=rows.start, key_offset=cols.start, size=420), width="content")
 
 
 def _apply_table_pick(key: str, num_heads: int) -> None:

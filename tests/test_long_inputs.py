@@ -181,3 +181,25 @@ def test_long_input_stays_within_its_memory_bound():
     summary, peak = _peak_bytes(lambda: heads.summarize(maps))  # the all-heads grid: head by head
     assert summary.thumbnails.shape == (layers, heads_, 64, 64)
     assert peak <= bound + summary.thumbnails.nbytes + 8 * n * n  # + a float32 distance matrix and log temporaries
+
+
+# --- token text never becomes a Vega expression ------------------------------------------------------------------
+
+def _sorts(spec):
+    """Every ``sort`` value anywhere in a Vega-Lite spec."""
+    if isinstance(spec, dict):
+        return [v for k, v in spec.items() if k == "sort"] + [s for v in spec.values() for s in _sorts(v)]
+    if isinstance(spec, list):
+        return [s for v in spec for s in _sorts(v)]
+    return []
+
+
+def test_charts_sort_tokens_by_position_not_by_a_token_list():
+    # Vega-Lite compiles a sort list into an expression; in the browser a token "if" then broke the whole chart
+    tokens = ["if", "else", "this", "if"]
+    weights = np.full((4, 4), 0.25, dtype=np.float32)
+    charts = [heatmap.attention_chart(weights, tokens, tokens), heatmap.token_bars(weights[0], tokens),
+              heatmap.probability_bars(tokens, [0.4, 0.3, 0.2, 0.1], highlight="if")]
+    for chart in charts:
+        sorts = _sorts(chart.to_dict())
+        assert sorts and all(isinstance(s, dict) and s.get("field") for s in sorts), sorts

@@ -18,6 +18,8 @@ MASKED_HEX = "#c8c8c8"
 # width × height; "pad" keeps the plot at the size asked for and adds room for the decorations.
 PAD = alt.AutoSizeParams(type="pad", contains="padding")
 MAX_CHART_TOKENS = 64  # beyond this a side, a chart has too many rows for the browser: draw an image
+BY_KEY_POSITION = alt.EncodingSortField("key position", op="min")
+BY_QUERY_POSITION = alt.EncodingSortField("query position", op="min")
 COLOR_SCHEMES = ("viridis", "magma", "cividis", "blues", "greys")
 
 
@@ -62,8 +64,11 @@ def attention_chart(weights: np.ndarray, query_tokens: list[str], key_tokens: li
                       legend=alt.Legend(title="weight"))
     side = max(200, min(size, 24 * max(weights.shape)))
     chart = alt.Chart(frame).mark_rect().encode(
-        x=alt.X("key:N", sort=k_labels, title="key (attended to)", axis=alt.Axis(labelAngle=-60, labelLimit=90)),
-        y=alt.Y("query:N", sort=q_labels, title="query (attending)", axis=alt.Axis(labelLimit=90)),
+        # sorted by position, never by a list of the tokens: Vega-Lite turns a sort list into an expression, and a
+        # token such as "if" then breaks the chart ("Unrecognized signal name")
+        x=alt.X("key:N", sort=BY_KEY_POSITION, title="key (attended to)",
+                axis=alt.Axis(labelAngle=-60, labelLimit=90)),
+        y=alt.Y("query:N", sort=BY_QUERY_POSITION, title="query (attending)", axis=alt.Axis(labelLimit=90)),
         color=alt.condition(alt.datum.state == "masked", alt.value(MASKED_HEX), color),
         tooltip=["query", "query position", "key", "key position", alt.Tooltip("weight:Q", format=".4f"), "state"],
     )
@@ -103,13 +108,13 @@ def block_max(weights: np.ndarray, allowed: np.ndarray | None, factor: int) -> t
 
 
 def attention_image(weights: np.ndarray, allowed: np.ndarray | None = None, scheme: str = "viridis",
-                    max_px: int = 900) -> Image.Image:
+                    max_px: int = 900, vmax: float | None = None) -> Image.Image:
     """A large map as an image at most ``max_px`` a side: up to ``max_px`` tokens each cell is an integer block of
     pixels (nearest neighbour, so pixels are exactly the cells' colours); beyond, each pixel is the largest weight of
     an ``f × f`` block of cells, ``f = ceil(tokens / max_px)`` (``block_max``)."""
     factor = -(-max(weights.shape) // max_px)
     weights, allowed = block_max(weights, allowed, factor)
-    rgb = attention_rgb(weights, allowed, scheme)
+    rgb = attention_rgb(weights, allowed, scheme, vmax)  # vmax: the weight drawn in the top colour (default: max)
     scale = max(1, max_px // max(weights.shape))
     return Image.fromarray(rgb).resize((rgb.shape[1] * scale, rgb.shape[0] * scale), Image.NEAREST)
 
@@ -125,7 +130,7 @@ def png_bytes(image: Image.Image) -> bytes:
 
 
 def zoom_overview_chart(png: bytes, n_q: int, n_k: int, queries: tuple[int, int], keys: tuple[int, int],
-                        width: int = 560) -> alt.Chart:
+                        width: int = 420) -> alt.Chart:
     """The whole map as one image inside a Vega-Lite chart, with a brush (interval selection named "zoom") whose
     ``query``/``key`` extent, in token positions, picks the region to show cell by cell, and a red frame around the
     region shown now (``queries``/``keys``: inclusive first and last positions). Axes are token positions."""
@@ -205,7 +210,8 @@ def token_bars(weights: np.ndarray, key_tokens: list[str], title: str = "", allo
     frame = pd.DataFrame({"key": np.asarray(labels, dtype=object)[keep], "position": np.arange(len(labels))[keep],
                           "weight": weights[keep].astype(float)})
     return alt.Chart(frame).mark_bar().encode(
-        x=alt.X("key:N", sort=list(frame["key"]), title=None, axis=alt.Axis(labelAngle=-60, labelLimit=90)),
+        x=alt.X("key:N", sort=alt.EncodingSortField("position", op="min"), title=None,
+                axis=alt.Axis(labelAngle=-60, labelLimit=90)),
         y=alt.Y("weight:Q", title="attention weight"),
         color=alt.Color("weight:Q", scale=alt.Scale(scheme="blues"), legend=None),
         tooltip=["key", "position", alt.Tooltip("weight:Q", format=".4f")],
@@ -216,10 +222,10 @@ def probability_bars(tokens: list[str], probabilities: list[float], title: str =
                      highlight: str | None = None) -> alt.Chart:
     """Top candidates as horizontal bars, most likely first; ``highlight`` marks the chosen token."""
     labels = token_labels(tokens)
-    frame = pd.DataFrame({"token": labels, "probability": probabilities,
+    frame = pd.DataFrame({"token": labels, "probability": probabilities, "rank": np.arange(len(labels)),
                           "chosen": [token == highlight for token in tokens]})
     return alt.Chart(frame).mark_bar().encode(
-        y=alt.Y("token:N", sort=labels, title=None, axis=alt.Axis(labelLimit=140)),
+        y=alt.Y("token:N", sort=alt.EncodingSortField("rank", op="min"), title=None, axis=alt.Axis(labelLimit=140)),
         x=alt.X("probability:Q", scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")),
         color=alt.condition(alt.datum.chosen, alt.value("crimson"), alt.value("steelblue")),
         tooltip=["token", alt.Tooltip("probability:Q", format=".2%")],
