@@ -36,7 +36,7 @@ EMBEDDING_SOURCES = ("minilm", "random")
 def _minilm_folder() -> Path:
     from models import loading, registry
 
-    spec = registry.default("encoder")  # all-MiniLM-L6-v2, packaged
+    spec = registry.get("encoder", "all-MiniLM-L6-v2")  # the packaged encoder: its tokenizer and embedding table
     return loading.package_folder(spec.id) / "model"
 
 
