@@ -116,3 +116,13 @@ def test_patch_pool_and_rank_correlation():
     assert vit_attribution.rank_correlation(a, a ** 3) == pytest.approx(1.0)
     assert vit_attribution.rank_correlation(a, -a) == pytest.approx(-1.0)
     assert np.isnan(vit_attribution.rank_correlation(a, np.ones((2, 3))))
+
+
+def test_imagenet_classifiers_get_timm_class_names():
+    in1k = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=1,
+                             embed_dim=16, num_heads=2)
+    names = vit.label_names(in1k)
+    assert len(names) == 1000 and names[281] == "tabby, tabby cat"
+    headless = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=1,
+                                 embed_dim=16, num_heads=2, num_classes=0)
+    assert vit.label_names(headless) == ()
