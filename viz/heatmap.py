@@ -64,11 +64,13 @@ def attention_chart(weights: np.ndarray, query_tokens: list[str], key_tokens: li
                       legend=alt.Legend(title="weight"))
     side = max(200, min(size, 24 * max(weights.shape)))
     chart = alt.Chart(frame).mark_rect().encode(
+        # every label shown: at >= 10 px a cell rotated labels do not collide, and a missing token misleads
         # sorted by position, never by a list of the tokens: Vega-Lite turns a sort list into an expression, and a
         # token such as "if" then breaks the chart ("Unrecognized signal name")
         x=alt.X("key:N", sort=BY_KEY_POSITION, title="key (attended to)",
-                axis=alt.Axis(labelAngle=-60, labelLimit=90)),
-        y=alt.Y("query:N", sort=BY_QUERY_POSITION, title="query (attending)", axis=alt.Axis(labelLimit=90)),
+                axis=alt.Axis(labelAngle=-90, labelLimit=90, labelOverlap=side / len(k_labels) < 10)),
+        y=alt.Y("query:N", sort=BY_QUERY_POSITION, title="query (attending)",
+                axis=alt.Axis(labelLimit=90, labelOverlap=side / len(q_labels) < 10)),
         color=alt.condition(alt.datum.state == "masked", alt.value(MASKED_HEX), color),
         tooltip=["query", "query position", "key", "key position", alt.Tooltip("weight:Q", format=".4f"), "state"],
     )
@@ -215,7 +217,7 @@ def token_bars(weights: np.ndarray, key_tokens: list[str], title: str = "", allo
         y=alt.Y("weight:Q", title="attention weight"),
         color=alt.Color("weight:Q", scale=alt.Scale(scheme="blues"), legend=None),
         tooltip=["key", "position", alt.Tooltip("weight:Q", format=".4f")],
-    ).properties(title=title, height=260)
+    ).properties(title=title, height=260, width=max(320, 22 * len(frame)), autosize=PAD)
 
 
 def probability_bars(tokens: list[str], probabilities: list[float], title: str = "",
@@ -229,4 +231,4 @@ def probability_bars(tokens: list[str], probabilities: list[float], title: str =
         x=alt.X("probability:Q", scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")),
         color=alt.condition(alt.datum.chosen, alt.value("crimson"), alt.value("steelblue")),
         tooltip=["token", alt.Tooltip("probability:Q", format=".2%")],
-    ).properties(title=title, height=24 * len(labels) + 20)
+    ).properties(title=title, height=24 * len(labels) + 20, width=420, autosize=PAD)

@@ -74,7 +74,8 @@ def browser():
 
 @pytest.fixture
 def page(browser):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    # Streamlit scrolls inside its own container, so a full-page screenshot is the viewport: make it tall
+    context = browser.new_context(viewport={"width": 1400, "height": 2600})
     page = context.new_page()
     page.set_default_timeout(120_000)
     yield page
@@ -82,19 +83,23 @@ def page(browser):
 
 
 def wait_until_idle(page, timeout_s: float = 180) -> None:
-    """Wait until Streamlit has finished running the script (the status widget is gone) and charts are drawn."""
+    """Wait until Streamlit has finished running the script, then let the charts draw.
+
+    ``stApp``'s ``data-test-script-state`` goes initial -> running -> notRunning; progress bars (model loading) must
+    be gone too.
+    """
     page.wait_for_selector('[data-testid="stApp"]', timeout=timeout_s * 1000)
     deadline = time.time() + timeout_s
-    time.sleep(1.0)
+    time.sleep(0.5)
     while time.time() < deadline:
-        running = page.locator('[data-testid="stStatusWidget"]').count()
-        progress = page.locator('[data-testid="stProgress"]').count()
-        if not running and not progress:
+        state = page.get_attribute('[data-testid="stApp"]', "data-test-script-state")
+        if (state == "notRunning" and not page.locator('[data-testid="stProgress"]').count()
+                and not page.locator('[data-stale="true"]').count()):  # stale: from the previous run, not redrawn
             break
         time.sleep(0.5)
     else:
         raise AssertionError(f"the page was still running after {timeout_s} s")
-    time.sleep(1.0)  # Vega charts render after the script finishes
+    time.sleep(1.5)  # Vega charts render after the script finishes
 
 
 def open_page(page, app_url: str, path: str, timeout_s: float = 240) -> None:
