@@ -348,6 +348,44 @@ def default_view(loaded: LoadedModel, metrics: dict | None) -> tuple[int | None,
     return layers - 1, None
 
 
+def describe_view(maps: AttentionMaps, layer: int | None, head: int | None) -> str:
+    """Which attention a figure shows, in words."""
+    if maps.num_layers == 1 and maps.num_heads == 1:
+        return "additive attention a_t"
+    where = "all layers" if layer is None else f"layer {layer}"
+    return f"{where}, {'heads averaged' if head is None else f'head {head}'}"
+
+
+@dataclass
+class AlignmentView:
+    """One alignment figure's data: ``weights (rows, columns)`` with labels, and links as (column, row) pairs."""
+
+    weights: np.ndarray
+    row_labels: list[str]  # output words or tokens
+    column_labels: list[str]  # source words or tokens
+    title: str
+    gold: set[tuple[int, int]] | None = None  # the grammar's links, when the sentence is one of its samples
+    argmax: set[tuple[int, int]] | None = None  # each output word's most-attended source word
+    aer: float | None = None  # of ``argmax`` against ``gold``
+
+
+def alignment_view(result: RunResult, layer: int | None, head: int | None, words: bool,
+                   gold_pairs=()) -> AlignmentView:
+    """Cross-attention of ``result`` as a figure: pieces as computed, or words (sum over source pieces, mean over
+    output pieces) with argmax links, gold links and AER where the grammar knows the sentence."""
+    out = result.extras["translation"]
+    maps = result.maps("cross")
+    weights = cross_weights(maps, layer, head)
+    title = f"{result.model.key}: {describe_view(maps, layer, head)}"
+    if not words:
+        return AlignmentView(weights, out.output_tokens, out.source_tokens, title)
+    word_weights = word_attention(weights, out)
+    gold = gold_links_for(out, gold_pairs)
+    links = hard_links(word_weights, out)
+    aer = None if gold is None else alignment.alignment_error_rate(links, gold)
+    return AlignmentView(word_weights, out.output_words, out.source_words, title, gold, links, aer)
+
+
 def word_attention(weights: np.ndarray, output: TranslationOutput) -> np.ndarray:
     """Piece cross-attention ``(output pieces, source pieces)`` -> ``(output words, source words)``: summed over a
     source word's pieces, averaged over an output word's pieces. Rows still sum to 1."""

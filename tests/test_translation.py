@@ -78,6 +78,40 @@ def test_capture_equals_eager_for_encoder_decoder_and_cross_attention(tiny_maria
                   == 0), "decoder self-attention must be causal"
 
 
+@pytest.mark.parametrize("architecture", ["t5", "bart"])
+def test_capture_equals_eager_for_t5_and_bart(architecture, word_tokenizer, tmp_path, monkeypatch):
+    """The same run on other encoder–decoders: T5 (relative position bias inside the scores) and BART."""
+    import transformers
+
+    vocab = len(word_tokenizer)
+    torch.manual_seed(0)
+    if architecture == "t5":
+        model = transformers.T5ForConditionalGeneration(transformers.T5Config(
+            vocab_size=vocab, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
+            pad_token_id=0, eos_token_id=1, decoder_start_token_id=0))
+    else:
+        model = transformers.BartForConditionalGeneration(transformers.BartConfig(
+            vocab_size=vocab, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, pad_token_id=0, eos_token_id=1,
+            bos_token_id=1, decoder_start_token_id=1, forced_bos_token_id=None))
+    model.save_pretrained(tmp_path / architecture)
+    word_tokenizer.save_pretrained(tmp_path / architecture)
+    monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tmp_path))
+    loaded = translation.load(registry.custom("translation", str(tmp_path / architecture)))
+    result = translation.run(loaded, "The council approved the report.",
+                             translation.TranslationSettings("beam search", num_beams=3, max_new_tokens=6))
+    out = result.extras["translation"]
+    eager = type(model).from_pretrained(tmp_path / architecture, attn_implementation="eager").eval()
+    decoder_input = torch.tensor([[model.config.decoder_start_token_id] + out.output_ids[:-1]])
+    with torch.no_grad():
+        reference = eager(input_ids=torch.tensor([out.source_ids]), decoder_input_ids=decoder_input,
+                          output_attentions=True)
+    for kind, layers in (("encoder", reference.encoder_attentions), ("decoder", reference.decoder_attentions),
+                         ("cross", reference.cross_attentions)):
+        for layer in range(2):
+            np.testing.assert_allclose(result.maps(kind).layer(layer), layers[layer][0].numpy(), atol=1e-5)
+
+
 def test_cross_attention_rows_sum_to_one_over_source_tokens(tiny_marian):
     result = translation.run(tiny_marian, "Our new plan was adopted in 1992.",
                              translation.TranslationSettings(strategy="beam search", num_beams=3, max_new_tokens=8))

@@ -6,7 +6,6 @@ import streamlit as st
 
 from app import attention_view, resources, sidebar, widgets
 from models import registry, translation
-from models.analysis import alignment
 from models.loading import SAMPLE_DATA
 from models.minis.translation import card
 from viz import alignment as alignment_viz
@@ -75,36 +74,18 @@ def view_picker(maps, loaded, key: str):
     return layer, head, units == WORDS
 
 
-def describe(maps, layer, head) -> str:
-    if maps.num_layers == 1 and maps.num_heads == 1:
-        return "additive attention a_t"
-    where = "all layers" if layer is None else f"layer {layer}"
-    return f"{where}, {'heads averaged' if head is None else f'head {head}'}"
-
-
-def alignment_figure(result, layer, head, words: bool, title: str):
-    out = result.extras["translation"]
-    maps = result.maps("cross")
-    weights = translation.cross_weights(maps, layer, head)
-    if not words:
-        if max(weights.shape) > heatmap.MAX_CHART_TOKENS:
-            st.image(heatmap.attention_image(weights, None, "greys"), caption=f"{title} ({weights.shape[0]} × "
-                     f"{weights.shape[1]} tokens)")
-        else:
-            st.altair_chart(alignment_viz.alignment_chart(weights, out.output_tokens, out.source_tokens, title))
-        return None
-    word_weights = translation.word_attention(weights, out)
-    gold = translation.gold_links_for(out, showcase.values())
-    links = translation.hard_links(word_weights, out)
-    if max(word_weights.shape) > heatmap.MAX_CHART_TOKENS:
-        st.image(heatmap.attention_image(word_weights, None, "greys"), caption=title)
+def show_alignment(result, layer, head, words: bool) -> float | None:
+    """The alignment figure (a chart with tooltips, an image when large); returns the AER when gold is known."""
+    view = translation.alignment_view(result, layer, head, words, showcase.values())
+    if max(view.weights.shape) > heatmap.MAX_CHART_TOKENS:
+        st.image(heatmap.attention_image(view.weights, None, "greys"), caption=f"{view.title} "
+                 f"({view.weights.shape[0]} × {view.weights.shape[1]})")
     else:
-        st.altair_chart(alignment_viz.alignment_chart(word_weights, out.output_words, out.source_words, title,
-                                                      gold=gold, argmax=links))
-    return None if gold is None else alignment.alignment_error_rate(links, gold)
+        st.altair_chart(alignment_viz.alignment_chart(view.weights, view.row_labels, view.column_labels, view.title,
+                                                      gold=view.gold, argmax=view.argmax))
+    return view.aer
 
 
-spec_key = spec.key
 loaded = load(spec)
 sentence = widgets.text_source({name: pair.english for name, pair in showcase.items()}, key="translation",
                                label="English sentence", height=80)
@@ -125,7 +106,7 @@ def alignment_tab():
                 "(Cho et al. 2014) that every output step reads. Compare its accuracy on long sentences under "
                 "Measured quality, or pick a model with attention.")
         return
-    aer = alignment_figure(result, layer, head, words, f"{spec.key}: {describe(result.maps('cross'), layer, head)}")
+    aer = show_alignment(result, layer, head, words)
     st.caption("Rows: each output word, labelled with the word it produced (row t is the decoder step whose input "
                "was the previous word). Columns: source words. Each row sums to 1. Orange dots: the source word each "
                "output word attends to most. Red squares: the grammar's gold alignment (shown for the samples).")
@@ -148,7 +129,7 @@ def steps_tab():
     if "cross" in result.attention:  # the layer and head chosen above the tabs
         row = translation.cross_weights(result.maps("cross"), layer, head)[t - 1]
         left.altair_chart(heatmap.token_bars(row, out.source_tokens, f"Source attention at step {t} "
-                                             f"({describe(result.maps('cross'), layer, head)})"))
+                                             f"({translation.describe_view(result.maps('cross'), layer, head)})"))
     else:
         left.info("No attention: every step reads the same fixed context vector.")
     right.altair_chart(heatmap.probability_bars([c.token for c in step.candidates],
@@ -184,8 +165,7 @@ def compare_tab():
             if "cross" not in res.attention:
                 st.info("No attention (fixed context vector).")
                 continue
-            aer = alignment_figure(res, res_layer, res_head, True,
-                                   f"{name}: {describe(res.maps('cross'), res_layer, res_head)}")
+            aer = show_alignment(res, res_layer, res_head, True)
             if aer is not None:
                 st.metric("AER against gold", f"{aer:.3f}")
     st.caption("Word-level attention of both models on the same sentence: the left one as chosen above; a mini "
