@@ -4,7 +4,8 @@ Used by the GPT, encoder and translation pages with any ``AttentionMaps``; pages
 """
 from __future__ import annotations
 
-import numpy as np
+import uuid
+
 import streamlit as st
 
 from app import resources
@@ -53,7 +54,9 @@ def head_heatmap(maps: AttentionMaps, layer: int, head: int | None, key: str, sc
         st.altair_chart(heatmap.attention_chart(weights, maps.query_tokens, maps.key_tokens, allowed, name, scheme),
                         width="content")
     else:
-        large_heatmap(weights, allowed, maps, name, key, scheme)
+        # the maps object lives in the run cache: a random id set on it once names it for the image cache
+        run_id = maps.__dict__.setdefault("_view_id", uuid.uuid4().hex)
+        large_heatmap(weights, allowed, maps, name, key, scheme, cache_key=(run_id, layer, head))
     st.caption("Rows: the token doing the attending (query). Columns: the tokens it attends to (keys). "
                "Each row sums to 1. Grey cells are masked (the model could not look there).")
 
@@ -89,7 +92,8 @@ def _zoom_ranges(key: str, n_q: int, n_k: int, limit: int) -> tuple[tuple[int, i
     return (queries[0], min(queries[1], queries[0] + limit - 1)), (keys[0], min(keys[1], keys[0] + limit - 1))
 
 
-def large_heatmap(weights, allowed, maps: AttentionMaps, name: str, key: str, scheme: str) -> None:
+def large_heatmap(weights, allowed, maps: AttentionMaps, name: str, key: str, scheme: str,
+                  cache_key: tuple = ()) -> None:
     """A map too large for a chart: the whole map as one image with a brush, beside the brushed region cell by cell.
 
     The overview is a PNG (block maxima beyond 900 tokens, so a single strong cell never disappears) inside a
@@ -100,15 +104,14 @@ def large_heatmap(weights, allowed, maps: AttentionMaps, name: str, key: str, sc
     limit = heatmap.MAX_CHART_TOKENS
     queries, keys = _zoom_ranges(key, n_q, n_k, limit)
     rows, cols = slice(queries[0], queries[1] + 1), slice(keys[0], keys[1] + 1)
-    # one strong cell (the first token attending to itself is 1.0) would leave every other pixel dark: colours
-    # saturate at the median over queries of each query's strongest weight, a level most rows reach
-    row_max = np.where(allowed, weights, 0).max(axis=1)
-    vmax = float(np.median(row_max[allowed.any(axis=1)])) if allowed.any() else 1.0
-    image = heatmap.attention_image(weights, allowed, scheme, vmax=vmax)
+    if cache_key:
+        png, vmax = resources.overview_png(weights, allowed, cache_key, scheme)
+    else:
+        png, vmax = heatmap.overview_png(weights, allowed, scheme)
     shrink = -(-max(n_q, n_k) // 900)
     overview, detail = st.columns([1, 1])
     with overview:
-        st.altair_chart(heatmap.zoom_overview_chart(heatmap.png_bytes(image), n_q, n_k, queries, keys),
+        st.altair_chart(heatmap.zoom_overview_chart(png, n_q, n_k, queries, keys),
                         on_select="rerun", key=f"{key}_brush", width="content")
         st.caption(f"{name}: all {n_q} × {n_k}" + (f" (each pixel the largest of {shrink} × {shrink} cells)"
                                                   if shrink > 1 else "") +

@@ -65,6 +65,15 @@ def head_summary(_result: RunResult, key: tuple, kind: str) -> heads.HeadSummary
     return heads.summarize(_result.maps(kind))
 
 
+@st.cache_resource(max_entries=16, show_spinner=False)
+def overview_png(_weights, _allowed, key: tuple, scheme: str) -> tuple[bytes, float]:
+    """A large map's overview PNG and the weight its top colour stands for; ``key`` = (run, kind, layer, head).
+    Cached so that zooming (the most frequent move) re-draws only the 64 × 64 region, not the whole image."""
+    from viz import heatmap
+
+    return heatmap.overview_png(_weights, _allowed, scheme)
+
+
 # --- mechanics (how attention works, what it costs) --------------------------------------------------------------
 
 @st.cache_data(max_entries=32, show_spinner=False)

@@ -340,11 +340,12 @@ class Traffic:
         ForwardMsgQueue.enqueue, MediaFileManager.add = counting_enqueue, counting_add
 
     def run(self, at) -> tuple[float, int]:
-        """(seconds, bytes) of one script run."""
+        """(wall seconds, bytes) of one script run; ``self.cpu_s`` is the CPU time the process spent on it, which
+        the other users of a shared machine do not inflate the way they inflate wall time."""
         self.messages = self.media = 0
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         at.run()
-        seconds = time.perf_counter() - start
+        seconds, self.cpu_s = time.perf_counter() - start, time.process_time() - cpu
         if at.exception:
             raise RuntimeError(f"the page failed: {at.exception[0].value}")
         return seconds, self.messages + self.media
@@ -368,15 +369,23 @@ def task_page(job: dict) -> dict:
     out["new_prompt_s"], out["new_prompt_bytes"] = traffic.run(at)  # the model re-run: the rerender baseline
     at.selectbox(key="gpt_head").set_value("head 3")
     out["head_s"], out["head_bytes"] = traffic.run(at)
+    out["head_cpu_s"] = traffic.cpu_s
     at.slider(key="gpt_layer").set_value(5)
     out["layer_s"], out["layer_bytes"] = traffic.run(at)
+    out["layer_cpu_s"] = traffic.cpu_s
+    at.slider(key="gpt_zoom_q").set_value((500, 563))
+    out["zoom_s"], out["zoom_bytes"] = traffic.run(at)
+    out["zoom_cpu_s"] = traffic.cpu_s
     out["same_s"], _ = traffic.run(at)  # nothing changed: the floor of a rerun
+    out["same_cpu_s"] = traffic.cpu_s
     at.session_state["gpt_view"] = "All heads (model view)"
     out["grid_first_s"], out["grid_bytes"] = traffic.run(at)  # computes the all-heads summary once
     at.selectbox(key="gpt_head").set_value("head 1")
     out["grid_head_s"], out["grid_head_bytes"] = traffic.run(at)
+    out["grid_head_cpu_s"] = traffic.cpu_s
     at.slider(key="gpt_layer").set_value(2)
     out["grid_layer_s"], out["grid_layer_bytes"] = traffic.run(at)
+    out["grid_layer_cpu_s"] = traffic.cpu_s
     return out
 
 
@@ -391,11 +400,12 @@ def case_page(n: int, threads: int, cases: list[str]) -> list[dict]:
                      "cold_run_bytes": page["cold_bytes"], "page": page["page_caption"],
                      "target": "bytes <= 2 MiB", "ok": max(one_head, grid) <= TARGETS["view_bytes"]["bytes"]})
     if "rerender" in cases:
-        ours_s = max(page["head_s"], page["layer_s"], page["grid_head_s"], page["grid_layer_s"])
+        moves = ("head", "layer", "zoom", "grid_head", "grid_layer")
+        ours_s = max(page[f"{m}_s"] for m in moves)
         rows.append({"case": "rerender", "n": n, "ours_s": ours_s, "baseline_s": page["new_prompt_s"],
                      "ratio": ours_s / page["new_prompt_s"], "extra_mb": None, "bytes": one_head,
-                     **{k: page[k] for k in ("head_s", "layer_s", "same_s", "grid_first_s", "grid_head_s",
-                                             "grid_layer_s", "cold_s")},
+                     "ours_cpu_s": max(page[f"{m}_cpu_s"] for m in moves),
+                     **{k: v for k, v in page.items() if k.endswith("_s")},
                      "page": page["page_caption"], "baseline": "same page after a new prompt (model re-run)",
                      "target": "ours_s <= 0.2", "ok": ours_s <= TARGETS["rerender"]["ours_s"]})
     return rows
@@ -530,19 +540,27 @@ def main(argv: list[str] | None = None) -> None:
     devices = args.device or (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
     print(json.dumps({"case": "machine", **machine(), "devices": devices}), flush=True)
     for case in args.cases:
-        if case == "causal_lm":
-            for device in devices:
-                for n in args.n:
-                    print(json.dumps(case_causal_lm(n, device, args.repeats, args.threads)), flush=True)
-        elif case == "vit_rollout":
-            for device in devices:
-                print(json.dumps(case_vit_rollout(device, args.repeats, args.threads)), flush=True)
-        elif case == "view_bytes" or (case == "rerender" and "view_bytes" not in args.cases):
-            for row in case_page(args.page_n, args.threads, [c for c in args.cases if c in ("view_bytes",
-                                                                                                "rerender")]):
-                print(json.dumps(row), flush=True)
-        elif case == "startup":
-            print(json.dumps(case_startup(max(1, min(args.repeats, 2)))), flush=True)
+        try:
+            run_case(case, args, devices)
+        except Exception as error:  # one failed case must not hide the others' numbers
+            print(json.dumps({"case": case, "error": f"{type(error).__name__}: {str(error)[-2000:]}"}), flush=True)
+
+
+def run_case(case: str, args, devices: list[str]) -> None:
+    """Print the JSON line(s) of one case; view_bytes and rerender share one run of the page."""
+    if case == "causal_lm":
+        for device in devices:
+            for n in args.n:
+                print(json.dumps(case_causal_lm(n, device, args.repeats, args.threads)), flush=True)
+    elif case == "vit_rollout":
+        for device in devices:
+            print(json.dumps(case_vit_rollout(device, args.repeats, args.threads)), flush=True)
+    elif case == "view_bytes" or (case == "rerender" and "view_bytes" not in args.cases):
+        page_cases = [c for c in args.cases if c in ("view_bytes", "rerender")]
+        for row in case_page(args.page_n, args.threads, page_cases):
+            print(json.dumps(row), flush=True)
+    elif case == "startup":
+        print(json.dumps(case_startup(max(1, min(args.repeats, 2)))), flush=True)
 
 
 if __name__ == "__main__":

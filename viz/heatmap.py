@@ -131,6 +131,17 @@ def png_bytes(image: Image.Image) -> bytes:
     return buffer.getvalue()
 
 
+def overview_png(weights: np.ndarray, allowed: np.ndarray, scheme: str = "viridis") -> tuple[bytes, float]:
+    """A large ``(q, k)`` map as PNG bytes (``attention_image``) and the weight drawn in the top colour.
+
+    One strong cell (the first token attending to itself is 1.0) would leave every other pixel dark, so colours
+    saturate at the median over queries of each query's largest visible weight, a level most rows reach."""
+    row_max = np.where(allowed, weights, 0).max(axis=1)
+    seeing = allowed.any(axis=1)
+    vmax = float(np.median(row_max[seeing])) if seeing.any() else 1.0
+    return png_bytes(attention_image(weights, allowed, scheme, vmax=max(vmax, 1e-9))), vmax
+
+
 def zoom_overview_chart(png: bytes, n_q: int, n_k: int, queries: tuple[int, int], keys: tuple[int, int],
                         width: int = 420) -> alt.Chart:
     """The whole map as one image inside a Vega-Lite chart, with a brush (interval selection named "zoom") whose
