@@ -203,3 +203,15 @@ def test_charts_sort_tokens_by_position_not_by_a_token_list():
     for chart in charts:
         sorts = _sorts(chart.to_dict())
         assert sorts and all(isinstance(s, dict) and s.get("field") for s in sorts), sorts
+
+
+def test_overview_png_saturates_at_the_median_row_maximum():
+    weights = np.zeros((100, 100), dtype=np.float32)
+    allowed = np.tril(np.ones((100, 100), dtype=bool))
+    weights[np.arange(100), np.arange(100)] = np.linspace(0.1, 1.0, 100)  # row maxima 0.1 … 1.0
+    png, vmax = heatmap.overview_png(weights, allowed)
+    assert vmax == pytest.approx(np.median(np.linspace(0.1, 1.0, 100)))
+    pixels = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+    expected = np.asarray(heatmap.attention_image(weights, allowed, vmax=vmax))
+    assert np.array_equal(pixels, expected)
+    assert tuple(pixels[-1, -1]) == tuple(heatmap._colormap("viridis")[255])  # above vmax: the top colour
