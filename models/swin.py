@@ -137,12 +137,12 @@ def relative_position_index(window: tuple[int, int]) -> np.ndarray:
 
 
 def relative_position_bias(table: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """B for every head: ``table[index]`` rearranged, float32 ``(heads, N, N)`` from table ``(T, heads)``, index ``(N, N)``."""
+    """B per head, ``table[index]``: table ``(T, heads)``, index ``(N, N)`` -> float32 ``(heads, N, N)``."""
     return np.ascontiguousarray(np.moveaxis(table[index], -1, 0), dtype=np.float32)
 
 
 def bias_table_images(table: np.ndarray, window: tuple[int, int]) -> np.ndarray:
-    """The table ``(T, heads)`` as one ``(2Mh − 1) × (2Mw − 1)`` image per head, indexed ``[head, Δx + Mh − 1, Δy + Mw − 1]``."""
+    """The table ``(T, heads)`` as a ``(2Mh−1) × (2Mw−1)`` image per head: ``[head, Δx + Mh − 1, Δy + Mw − 1]``."""
     mh, mw = window
     return np.ascontiguousarray(table.T.reshape(table.shape[1], 2 * mh - 1, 2 * mw - 1), dtype=np.float32)
 
@@ -250,6 +250,22 @@ class SwinStructure:
     patch_size: tuple[int, int]
     stages: list[StageGeometry]
     blocks: list[BlockGeometry]
+
+    def first_block(self, stage: int) -> BlockGeometry:
+        return next(b for b in self.blocks if b.stage == stage)
+
+    def stage_rows(self) -> list[dict]:
+        """One row per stage for a table: tokens, pixels per token, width, heads, blocks, windows, patch merging."""
+        return [{"stage": s.index + 1, "tokens": f"{s.resolution[0]} × {s.resolution[1]}", "token px": s.token_px,
+                 "C": s.dim, "heads": s.heads, "blocks": s.depth, "windows": self.first_block(s.index).num_windows,
+                 "patch merging": "—" if s.merge is None else f"{s.merge[0]} → {s.merge[1]}"} for s in self.stages]
+
+    def cost_rows(self) -> list[dict]:
+        """``costs()`` as table rows."""
+        return [{"stage": c.stage + 1, "h × w": f"{c.resolution[0]} × {c.resolution[1]}", "C": c.channels,
+                 "M": c.window[0], "full (hw)²": c.full_entries, "windowed M²hw": c.window_entries,
+                 "Ω(MSA)": c.full_flops, "Ω(W-MSA)": c.window_flops, "saving": f"{c.saving:.0f}×"}
+                for c in self.costs()]
 
     def costs(self) -> list[StageCost]:
         """Per stage, the attention cost of one block with the stage's (largest) window."""

@@ -84,7 +84,8 @@ def test_mask_equals_independent_construction_and_model_buffer(model):
         np.testing.assert_array_equal(ours, independent)
         np.testing.assert_array_equal(ours, block.attn_mask.numpy())
     # the paper's 224-px case: 56 × 56 tokens, M = 7, s = 3 — against a freshly built swin_tiny's real buffer
-    tiny224 = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, depths=(2, 2, 2, 2))
+    tiny224 = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, depths=(2, 2, 2, 2),
+                                weight_init="skip")  # buffers are built either way; skipping weight init saves seconds
     block = tiny224.layers[0].blocks[1]
     ours = swin.shifted_window_mask(swin.region_ids((56, 56), (7, 7), (3, 3)), (7, 7))
     np.testing.assert_array_equal(ours, block.attn_mask.numpy())
@@ -237,7 +238,7 @@ def test_capture_keeps_threads_apart(model):
 # --- structure, cost, loading ------------------------------------------------------------------------------------
 
 def test_structure_of_swin_tiny_224():
-    model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False)
+    model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, weight_init="skip")
     structure = swin.read_structure(model)
     assert [s.resolution for s in structure.stages] == [(56, 56), (28, 28), (14, 14), (7, 7)]
     assert [s.merge for s in structure.stages] == [None, (384, 192), (768, 384), (1536, 768)]  # 4C -> 2C

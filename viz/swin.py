@@ -10,7 +10,7 @@ from __future__ import annotations
 import altair as alt
 import numpy as np
 import pandas as pd
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFont
 
 from models import swin
 from viz import heatmap, image_overlay
@@ -75,26 +75,40 @@ def stage_grid(crop: np.ndarray, stage: swin.StageGeometry, window: tuple[int, i
     return picture
 
 
-def merge_picture(stage: swin.StageGeometry, scale: int = 40) -> Image.Image:
-    """Patch merging as a diagram: 2 × 2 neighbours (C each) concatenated to 4C, projected to 2C."""
+def _font(size: int) -> ImageFont.ImageFont:
+    """DejaVu Sans where installed (it has ×, →, ², …), else Pillow's own scalable default font."""
+    try:
+        return ImageFont.truetype("DejaVuSans.ttf", size)
+    except OSError:
+        return ImageFont.load_default(size=size)
+
+
+def merge_picture(stage: swin.StageGeometry, cell: int = 36) -> Image.Image:
+    """Patch merging as a diagram: 2 × 2 neighbours (C each) concatenated to 4C, projected to 2C (sizes from the
+    model's ``reduction`` layer, ``stage.merge``)."""
     if stage.merge is None:
         raise ValueError("stage 1 has no patch merging: it starts from the patch embedding")
     four_c, two_c = stage.merge
-    picture = Image.new("RGB", (8 * scale, 3 * scale), "white")
+    font = _font(max(10, cell // 3))
+    top = cell // 2 + 8
+    picture = Image.new("RGB", (9 * cell, top + 2 * cell + 6), "white")
     draw = ImageDraw.Draw(picture)
     colours = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40)]
-    for i, colour in enumerate(colours):
+    for i, colour in enumerate(colours):  # the 2 × 2 neighbourhood
         r, c = divmod(i, 2)
-        draw.rectangle([c * scale + 8, r * scale + 20, (c + 1) * scale + 6, (r + 1) * scale + 18], fill=colour)
-    draw.text((8, 4), f"2 × 2 tokens, C = {four_c // 4}", fill="black")
-    for i, colour in enumerate(colours):
-        draw.rectangle([3 * scale + i * scale // 2, 30, 3 * scale + (i + 1) * scale // 2 - 2, 30 + scale],
+        draw.rectangle([c * cell + 2, top + r * cell, (c + 1) * cell, top + (r + 1) * cell - 2], fill=colour)
+    draw.text((2, 2), f"2 × 2 tokens, C = {four_c // 4}", fill="black", font=font)
+    x0 = 3 * cell
+    for i, colour in enumerate(colours):  # concatenated along the channels
+        draw.rectangle([x0 + i * cell // 2, top + cell // 2, x0 + (i + 1) * cell // 2 - 2, top + 3 * cell // 2],
                        fill=colour)
-    draw.text((3 * scale, 12), f"concat: 4C = {four_c}", fill="black")
-    draw.rectangle([6 * scale, 30, 6 * scale + scale, 30 + scale], fill=(90, 90, 90))
-    draw.text((6 * scale - 10, 12), f"linear → 2C = {two_c}", fill="black")
-    draw.line([(2 * scale + 14, 30 + scale // 2), (3 * scale - 6, 30 + scale // 2)], fill="black", width=2)
-    draw.line([(5 * scale + 6, 30 + scale // 2), (6 * scale - 6, 30 + scale // 2)], fill="black", width=2)
+    draw.text((x0, top + cell // 2 - 4), f"concat: 4C = {four_c}", fill="black", font=font, anchor="lb")
+    x1 = 6 * cell + cell // 2
+    draw.rectangle([x1, top + cell // 2, x1 + cell, top + 3 * cell // 2], fill=(90, 90, 90))
+    draw.text((x1 - cell // 2, top + 3 * cell // 2 + 4), f"linear → 2C = {two_c}", fill="black", font=font)
+    for a, b in ((2 * cell + 8, x0 - 8), (x0 + 2 * cell + 6, x1 - 8)):
+        draw.line([(a, top + cell), (b, top + cell)], fill="black", width=2)
+        draw.polygon([(b, top + cell - 5), (b + 7, top + cell), (b, top + cell + 5)], fill="black")
     return picture
 
 
@@ -139,8 +153,8 @@ def shift_step(crop: np.ndarray, block: swin.BlockGeometry, step: str, scale: in
         for label in np.unique(regions):
             rows, cols = np.nonzero(regions == label)
             y, x = (rows.min() + rows.max() + 1) / 2 * p * scale, (cols.min() + cols.max() + 1) / 2 * p * scale
-            draw.rectangle([x - 9, y - 8, x + 9, y + 8], fill="white")
-            draw.text((x - 3, y - 6), str(int(label)), fill="black")
+            draw.rectangle([x - 10, y - 10, x + 10, y + 10], fill="white")
+            draw.text((x, y), str(int(label)), fill="black", font=_font(14), anchor="mm")
         return picture
     # regrouped windows: an exploded view of the rolled map, one tile per window, gaps between windows
     tinted = _scaled(_tint(rolled_pixels, regions, p, 0.6), scale)
@@ -157,8 +171,11 @@ def shift_step(crop: np.ndarray, block: swin.BlockGeometry, step: str, scale: in
         labels = np.unique(window_regions[index])
         if len(labels) > 1:
             draw.rectangle([x, y, x + tile_px - 1, y + tile_px - 1], outline=SHIFTED_LINE, width=2)
-            draw.rectangle([x + 2, y + 2, x + 12 + 12 * len(labels), y + 14], fill="white")
-            draw.text((x + 4, y + 3), "/".join(str(int(v)) for v in labels), fill="black")
+            text = "/".join(str(int(v)) for v in labels)
+            font = _font(12)
+            box = draw.textbbox((x + 4, y + 3), text, font=font)
+            draw.rectangle([box[0] - 2, box[1] - 2, box[2] + 2, box[3] + 2], fill="white")
+            draw.text((x + 4, y + 3), text, fill="black", font=font)
     return sheet
 
 
@@ -193,7 +210,7 @@ def mask_chart(mask: np.ndarray, regions: np.ndarray, window: tuple[int, int], t
                                                   range=["#f2f2f2", "#31135e"]), legend=alt.Legend(title=None,
                                                                                                     orient="bottom")),
         tooltip=["query", "query region", "key", "key region", alt.Tooltip("value:Q", title="added to the score")],
-    ).properties(width=side, height=side, title=title)
+    ).properties(width=side, height=side, title=title, autosize=heatmap.PAD)
 
 
 def region_chart(regions: np.ndarray, title: str, side: int = 120) -> alt.Chart:
@@ -206,7 +223,7 @@ def region_chart(regions: np.ndarray, title: str, side: int = 120) -> alt.Chart:
         color=alt.Color("region:N", scale=alt.Scale(domain=list(range(9)), range=palette), legend=None),
         tooltip=["row", "col", "region"])
     text = base.mark_text(fontSize=10).encode(text="region:N")
-    return (cells + text).properties(width=side, height=side, title=title)
+    return (cells + text).properties(width=side, height=side, title=title, autosize=heatmap.PAD)
 
 
 def bias_tables_chart(tables: np.ndarray, window: tuple[int, int], columns: int = 6) -> alt.Chart:
@@ -228,7 +245,8 @@ def bias_tables_chart(tables: np.ndarray, window: tuple[int, int], columns: int 
         color=alt.Color("relative:Q", scale=alt.Scale(scheme="redblue", reverse=True), legend=None),
         tooltip=["head", "Δx (rows)", "Δy (cols)", "s", alt.Tooltip("bias:Q", format=".3f")],
     ).properties(width=side, height=side).facet(
-        facet=alt.Facet("head:N", sort=[f"head {h}" for h in range(heads)], title=None), columns=columns)
+        facet=alt.Facet("head:N", sort=[f"head {h}" for h in range(heads)], title=None), columns=columns
+    ).properties(autosize=heatmap.PAD)
 
 
 def bias_matrix_chart(bias: np.ndarray, window: tuple[int, int], title: str, side: int = 320) -> alt.Chart:
@@ -239,7 +257,7 @@ def bias_matrix_chart(bias: np.ndarray, window: tuple[int, int], title: str, sid
         y=alt.Y("query:N", sort=names, axis=alt.Axis(labels=len(names) <= 16, ticks=False)),
         color=alt.Color("value:Q", scale=alt.Scale(scheme="redblue", reverse=True, domainMid=0), title="B"),
         tooltip=["query", "key", alt.Tooltip("value:Q", title="bias", format=".3f")],
-    ).properties(width=side, height=side, title=title)
+    ).properties(width=side, height=side, title=title, autosize=heatmap.PAD)
 
 
 def window_attention_chart(weights: np.ndarray, allowed: np.ndarray, window: tuple[int, int], title: str
@@ -304,7 +322,8 @@ def cost_chart(costs: list[swin.StageCost]) -> alt.Chart:
     return alt.Chart(frame).mark_bar().encode(
         x=alt.X("stage:N", sort=list(dict.fromkeys(frame["stage"])), title=None, axis=alt.Axis(labelAngle=0)),
         xOffset="attention:N",
-        y=alt.Y("entries:Q", scale=alt.Scale(type="log"), title="attention entries per head (log)"),
+        y=alt.Y("entries:Q", scale=alt.Scale(type="log", domainMin=1), title="attention entries per head (log)"),
+        y2=alt.datum(1),  # log scales have no 0: bars start at 1 entry
         color=alt.Color("attention:N", legend=alt.Legend(orient="bottom", title=None)),
         tooltip=["stage", "attention", alt.Tooltip("entries:Q", format=",")],
-    ).properties(height=280, width=520)
+    ).properties(height=280, width=520, autosize=heatmap.PAD)

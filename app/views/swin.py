@@ -41,18 +41,19 @@ except ValueError as error:
 run: swin.SwinRun = result.extras["swin"]
 structure, attention, crop = run.structure, run.attention, result.image.image
 scale = swin_viz.display_scale(crop)
+first = structure.blocks[0]
 
-left, right = st.columns([1, 1])
-left.image(swin_viz.stage_grid(crop, structure.stages[0], structure.blocks[0].window, scale),
+left, right = st.columns(2)
+left.image(swin_viz.stage_grid(crop, structure.stages[0], first.window, scale),
            caption=f"What the model saw: {crop.shape[1]} × {crop.shape[0]} px, {structure.patch_size[0]} px patches "
-                   f"(white), {structure.blocks[0].window[0]} × {structure.blocks[0].window[1]}-token windows (yellow)")
+                   f"(white), {first.window[0]} × {first.window[1]}-token windows (yellow)")
 with right:
     for notice in result.notices:
         st.caption(notice)
     if run.predictions:
-        st.altair_chart(heatmap.probability_bars([p.token for p in run.predictions],
-                                                 [p.probability for p in run.predictions],
-                                                 f"Top predictions ({run.label_source})"))
+        chart = heatmap.probability_bars([p.token for p in run.predictions], [p.probability for p in run.predictions],
+                                         f"Top predictions ({run.label_source})")
+        st.altair_chart(chart, width="content")
     else:
         st.info(f"No class names for this head ({run.label_source}); the attention views work all the same.")
 
@@ -66,24 +67,33 @@ head_choice = c2.selectbox("Head", head_options, key=f"swin_head_{stage_index}")
 head = None if head_choice == head_options[0] else head_options.index(head_choice) - 1
 stage_blocks = [b for b in structure.blocks if b.stage == stage_index]
 shifted = next((b for b in stage_blocks if b.kind == "SW-MSA"), None)
-no_shift = (f"Stage {stage_index + 1} has no shifted block: its {stage.resolution[0]} × {stage.resolution[1]} tokens "
-            f"fit in one window, so timm sets the shift to 0 (nothing to displace). Pick an earlier stage.")
+no_shift = (f"Stage {stage_index + 1} has no shifted block: its {stage.resolution[0]} × {stage.resolution[1]} "
+            "tokens fit in one window, so timm sets the shift to 0 (nothing to displace). Pick an earlier stage.")
+
+
+def block_picker(name: str):
+    """A radio over this stage's blocks (by index: the geometry objects hold arrays), SW-MSA preselected."""
+    options = [b.index for b in stage_blocks]
+    default = options.index(shifted.index) if shifted is not None else 0
+    chosen = st.radio("Block", options, index=default, key=f"swin_{name}_block_{stage_index}", horizontal=True,
+                      format_func=lambda i: structure.blocks[i].label)
+    return structure.blocks[chosen]
+
 
 tabs = st.tabs(["Hierarchy", "Cyclic shift", "Masks", "Relative position bias", "Window attention", "Cost"])
 
 with tabs[0]:
-    c1, c2 = st.columns([1, 1])
-    c1.image(swin_viz.stage_grid(crop, stage, stage_blocks[0].window, scale),
-             caption=f"stage {stage_index + 1}: one token = {stage.token_px} × {stage.token_px} px (white), "
-                     f"windows of {stage_blocks[0].window[0]} × {stage_blocks[0].window[1]} tokens (yellow)")
-    c2.dataframe(pd.DataFrame([{"stage": s.index + 1, "tokens": f"{s.resolution[0]} × {s.resolution[1]}",
-                                "token px": s.token_px, "C": s.dim, "heads": s.heads, "blocks": s.depth,
-                                "windows": structure.blocks[[b.stage for b in structure.blocks].index(s.index)]
-                                .num_windows, "merge (in → out)": "—" if s.merge is None else
-                                f"{s.merge[0]} → {s.merge[1]}"} for s in structure.stages]), hide_index=True)
-    if stage.merge is not None:
-        c2.image(swin_viz.merge_picture(stage), caption="Patch merging (read from the model's reduction layer): "
-                 "2 × 2 neighbours concatenated (4C), LayerNorm, linear to 2C — half the resolution, twice the width.")
+    for column, s in zip(st.columns(len(structure.stages)), structure.stages):
+        window = structure.first_block(s.index).window
+        column.image(swin_viz.stage_grid(crop, s, window, max(1, scale // 2)),
+                     caption=f"stage {s.index + 1}: {s.resolution[0]} × {s.resolution[1]} tokens of {s.token_px} px, "
+                             f"{window[0]} × {window[1]}-token windows")
+    st.dataframe(pd.DataFrame(structure.stage_rows()), hide_index=True)
+    merging = [s for s in structure.stages if s.merge is not None]
+    for column, s in zip(st.columns(max(1, len(merging))), merging):
+        column.image(swin_viz.merge_picture(s), caption=f"into stage {s.index + 1} (the model's reduction layer)")
+    st.caption("Patch merging: 2 × 2 neighbouring tokens concatenated (4C), LayerNorm, a linear layer to 2C — half "
+               "the resolution, twice the width, so windows of the same M tokens cover 4× the pixels a stage later.")
 
 with tabs[1]:
     if shifted is None:
@@ -91,19 +101,17 @@ with tabs[1]:
     else:
         step = st.select_slider("Step", swin_viz.SHIFT_STEPS, key="swin_shift_step")
         s = shifted.shift[0]
-        explain = {
+        st.caption({
             "original layout": f"{stage_blocks[0].label} attends inside these regular windows.",
             "shifted windows": f"{shifted.label} displaces the windows by ⌊M/2⌋ = {s} tokens (red). Border windows "
-                               "are partial: more windows, of unequal size, would be wasteful to batch.",
-            "rolled feature map": f"Instead, the map is rolled by −{s} tokens (torch.roll): the top {s} rows and left "
-                                  f"{s} columns wrap round to the bottom/right. Colours travel with the pixels.",
+                               "are partial: more windows, of unequal sizes, would be wasteful to batch.",
+            "rolled feature map": f"Instead the map is rolled by −{s} tokens (torch.roll): the top {s} rows and left "
+                                  f"{s} columns wrap round to the bottom and right. Colours travel with the pixels.",
             "region ids": "Regular windows on the rolled map now mix pieces that were not neighbours. Each token gets "
-                          "a region id (0–8) from the model's own mask construction.",
-            "regrouped windows": "Windows of the rolled map: those framed red hold several regions, and the mask "
-                                 "stops attention between them; afterwards the map is rolled back by +"
-                                 f"{s}.",
-        }
-        st.caption(explain[step])
+                          "a region id (0–8), as in the model's own mask construction.",
+            "regrouped windows": "The rolled map's windows: those framed red hold several regions, and the mask stops "
+                                 f"attention between them. Afterwards the map is rolled back by +{s}.",
+        }[step])
         st.image(swin_viz.shift_step(crop, shifted, step, scale))
 
 with tabs[2]:
@@ -112,64 +120,60 @@ with tabs[2]:
     else:
         regions = shifted.regions()
         window_regions = swin.window_partition(regions, shifted.window)
-        rebuilt = swin.shifted_window_mask(regions, shifted.window)
-        st.caption(f"{shifted.label}: the model's `attn_mask` buffer {tuple(shifted.attn_mask.shape)} is added to "
-                   "the scores before softmax; −100 makes a weight ≈ 4·10⁻⁴⁴. Rebuilt from the region ids it is "
-                   f"{'identical' if np.array_equal(rebuilt, shifted.attn_mask) else 'DIFFERENT'}.")
+        same = np.array_equal(swin.shifted_window_mask(regions, shifted.window), shifted.attn_mask)
+        st.caption(f"{shifted.label}: the model's `attn_mask` buffer {tuple(shifted.attn_mask.shape)} is added to the "
+                   "scores before softmax; −100 makes a weight ≈ 4·10⁻⁴⁴. Rebuilt from the region ids it is "
+                   f"{'identical' if same else 'DIFFERENT'}.")
         for name, index in swin.window_types(shifted.window_grid).items():
             c1, c2 = st.columns([1, 2])
-            c1.altair_chart(swin_viz.region_chart(window_regions[index], f"{name} (window {index}): region ids"))
+            c1.altair_chart(swin_viz.region_chart(window_regions[index], f"{name} (window {index}): region ids"),
+                            width="content")
             c2.altair_chart(swin_viz.mask_chart(shifted.attn_mask[index], window_regions[index], shifted.window,
-                                                f"{name}: mask added to the scores"))
+                                                f"{name}: mask added to the scores"), width="content")
 
 with tabs[3]:
-    block = structure.blocks[st.radio("Block", [b.index for b in stage_blocks], key=f"swin_bias_block_{stage_index}",
-                                      horizontal=True, format_func=lambda i: structure.blocks[i].label)]
+    block = block_picker("bias")
     m = block.window[0]
     st.markdown(f"B is gathered from a learned table of (2M−1)² = {(2 * m - 1) ** 2} rows × {block.heads} heads at "
                 f"s(Δx, Δy) = (Δx + M − 1)(2M − 1) + (Δy + M − 1) with M = {m}; Δx, Δy ∈ [−{m - 1}, {m - 1}] are the "
                 "row and column offsets query − key. Shown: the model's `relative_position_bias_table` per head, "
                 "and `table[relative_position_index]` for one head.")
-    st.altair_chart(swin_viz.bias_tables_chart(swin.bias_table_images(block.bias_table, block.window), block.window))
+    tables = swin.bias_table_images(block.bias_table, block.window)
+    st.altair_chart(swin_viz.bias_tables_chart(tables, block.window), width="content")
     bias_head = 0 if head is None else head
     c1, c2 = st.columns(2)
-    c1.altair_chart(swin_viz.bias_matrix_chart(block.bias()[bias_head], block.window, f"B for head {bias_head}"))
+    c1.altair_chart(swin_viz.bias_matrix_chart(block.bias()[bias_head], block.window, f"B for head {bias_head}"),
+                    width="content")
     c2.altair_chart(swin_viz.bias_matrix_chart(block.relative_position_index.astype(float), block.window,
-                                               "relative_position_index s (buffer)"))
+                                               "relative_position_index s (buffer)"), width="content")
 
 with tabs[4]:
-    block = structure.blocks[st.radio("Block", [b.index for b in stage_blocks], key=f"swin_attn_block_{stage_index}",
-                                      horizontal=True, format_func=lambda i: structure.blocks[i].label)]
+    block = block_picker("attn")
     rows, cols = block.resolution
     c1, c2 = st.columns(2)
     row = c1.slider("Patch row", 0, rows - 1, rows // 2 - 1, key=f"swin_row_{stage_index}")
     col = c2.slider("Patch column", 0, cols - 1, cols // 2 - 1, key=f"swin_col_{stage_index}")
-    columns = st.columns(len(stage_blocks))
-    for column, other in zip(columns, stage_blocks):
+    for column, other in zip(st.columns(len(stage_blocks)), stage_blocks):
         values = attention.patch_map(other.index, head, (row, col))
         column.image(swin_viz.patch_attention_picture(crop, values, other, (row, col), scale),
                      caption=f"{other.label}: where token ({row}, {col}) attends ({head_choice}), roll undone")
     window_index, within = swin.window_of((row, col), block)
-    weights = attention.window_head(block.index, head)
-    allowed = block.allowed()
-    c1, c2 = st.columns([1, 1])
+    weights, allowed = attention.window_head(block.index, head), block.allowed()
+    c1, c2 = st.columns(2)
     c1.image(swin_viz.all_windows_image(weights, allowed, block.window_grid, window_index),
              caption=f"All {block.num_windows} windows of {block.label} on the rolled map, {head_choice}; grey = "
                      "blocked by the mask; red frame = the patch's window")
     c2.altair_chart(swin_viz.window_attention_chart(weights[window_index], allowed[window_index], block.window,
-                                                    f"window {window_index}, query slot {within}"))
-    blocked = float(weights[~allowed].max(initial=0.0))
+                                                    f"window {window_index}, query slot {within}"), width="content")
     st.caption(f"Rows sum to 1 (max deviation {np.abs(weights.sum(-1) - 1).max():.1e}); largest weight on a blocked "
-               f"pair: {blocked:.1e}. Captured at WindowAttention.softmax, i.e. after bias and mask.")
+               f"pair: {float(weights[~allowed].max(initial=0.0)):.1e}. Captured at WindowAttention.softmax, i.e. "
+               "after bias and mask.")
 
 with tabs[5]:
     lecture = swin.stage_cost(0, (56, 56), 96, (7, 7), 3)
     st.markdown(f"Full attention over 56 × 56 tokens: (56²)² = 56⁴ = **{lecture.full_entries:,}** ≈ 9.8 M entries "
                 f"per head; in 7 × 7 windows M²·H·W = 49 · 3,136 = **{lecture.window_entries:,}** "
-                f"({lecture.saving:.0f}× fewer). Paper, eq. 1–2: Ω(MSA) = 4hwC² + 2(hw)²C, Ω(W-MSA) = 4hwC² + 2M²hwC.")
-    costs = structure.costs()
-    st.altair_chart(swin_viz.cost_chart(costs))
-    st.dataframe(pd.DataFrame([{"stage": c.stage + 1, "h × w": f"{c.resolution[0]} × {c.resolution[1]}", "C": c.channels,
-                                "M": c.window[0], "full (hw)²": c.full_entries, "windowed M²hw": c.window_entries,
-                                "Ω(MSA)": c.full_flops, "Ω(W-MSA)": c.window_flops, "saving": f"{c.saving:.0f}×"}
-                               for c in costs]), hide_index=True)
+                f"({lecture.saving:.0f}× fewer). Paper, eq. 1–2: Ω(MSA) = 4hwC² + 2(hw)²C, Ω(W-MSA) = 4hwC² + "
+                "2M²hwC. This model, per stage:")
+    st.altair_chart(swin_viz.cost_chart(structure.costs()), width="content")
+    st.dataframe(pd.DataFrame(structure.cost_rows()), hide_index=True)

@@ -1,4 +1,4 @@
-"""The Swin page in a real browser on the offline mini Swin: views render, an upload runs, a broken upload is a message."""
+"""The Swin page in a real browser on the offline mini Swin: views render, an upload runs, a broken one is a message."""
 import io
 
 import numpy as np

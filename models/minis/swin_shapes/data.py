@@ -42,7 +42,7 @@ def _shape_mask(kind: str, u: np.ndarray, v: np.ndarray, radius: float) -> np.nd
 
 
 def _background(rng: np.random.Generator, size: int, ys: np.ndarray, xs: np.ndarray) -> np.ndarray:
-    """A random flat colour with pixel noise, half the time plus faint stripes or a checkerboard; float (size, size, 3)."""
+    """A flat random colour with pixel noise, half the time with faint stripes or a checkerboard: (size, size, 3)"""
     base = rng.uniform(0.0, 1.0, 3)
     texture = rng.normal(0.0, 0.05, (size, size, 1))
     pattern = rng.integers(0, 4)
