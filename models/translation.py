@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -91,7 +92,7 @@ def load_gru(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
              progress: Progress = lambda step, fraction: None) -> LoadedModel:
     """A ``GRUTranslator`` from ``sample_data/<spec.id>`` (config.json, model.safetensors, tokenizer files)."""
     from safetensors.torch import load_file
-    from transformers import AutoTokenizer
+    from transformers import PreTrainedTokenizerFast
 
     from models.minis.translation.rnn import GRUConfig, GRUTranslator
 
@@ -104,7 +105,8 @@ def load_gru(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
     model = GRUTranslator(config)
     progress("Loading weights", 0.5)
     model.load_state_dict(load_file(str(folder / "model.safetensors")))
-    tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    # the fast tokenizer class directly: AutoTokenizer would look up "gru_translator" among transformers' models
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(folder), local_files_only=True)
     model = model.to(device=device, dtype=torch_dtype(dtype)).eval()
     model.requires_grad_(False)
     progress("Ready", 1.0)
@@ -154,20 +156,31 @@ def source_vocabulary(loaded: LoadedModel) -> list[str] | None:
     return grammar.english_words()
 
 
-def _check_unknown(loaded: LoadedModel, sentence: str, ids: list[int]) -> None:
+def _unknown_words(loaded: LoadedModel, sentence: str, ids: list[int]) -> list[str]:
+    """The space-separated words of ``sentence`` that contain a piece the tokenizer could not read, in order."""
+    tokenizer = loaded.tokenizer
+    try:
+        encoding = tokenizer(sentence, return_offsets_mapping=True)
+        spans = [(a, b) for i, (a, b) in zip(encoding["input_ids"], encoding["offset_mapping"])
+                 if i == tokenizer.unk_token_id]
+    except (NotImplementedError, TypeError, ValueError, KeyError):  # slow tokenizers have no offsets
+        return [tokenizer.unk_token]
+    words = [(m.start(), m.end(), m.group()) for m in re.finditer(r"\S+", sentence)]
+    hit = [word for start, end, word in words if any(a < end and b > start for a, b in spans)]
+    return list(dict.fromkeys(hit)) or [tokenizer.unk_token]
+
+
+def _check_unknown(loaded: LoadedModel, sentence: str, ids: list[int]) -> list[str]:
+    """A word-level mini cannot translate a word it has never seen: UnknownWordsError with suggestions. A subword
+    model still translates around an unknown piece: a notice."""
     unk = loaded.tokenizer.unk_token_id
     if unk is None or unk not in ids:
-        return
-    pieces = loaded.tokenizer.convert_ids_to_tokens(ids)
-    encoding = loaded.tokenizer(sentence, return_offsets_mapping=True)
-    unknown = []
-    for token_id, (start, end) in zip(encoding["input_ids"], encoding["offset_mapping"]):
-        if token_id == unk:
-            word = sentence[start:end].strip()
-            if word and word not in unknown:
-                unknown.append(word)
-    unknown = unknown or [p for p in pieces if p == loaded.tokenizer.unk_token]
-    known = source_vocabulary(loaded) or sorted({p.lstrip("▁") for p in loaded.tokenizer.get_vocab()})
+        return []
+    unknown = _unknown_words(loaded, sentence, ids)
+    known = source_vocabulary(loaded)
+    if known is None:
+        return [f"{ids.count(unk)} piece(s) are unknown to this model's tokenizer and read as "
+                f"{loaded.tokenizer.unk_token}: {', '.join(unknown[:5])}"]
     lowered = {w.lower(): w for w in known}
     suggestions = {}
     for word in unknown:
@@ -177,24 +190,28 @@ def _check_unknown(loaded: LoadedModel, sentence: str, ids: list[int]) -> None:
     raise UnknownWordsError(unknown, suggestions)
 
 
-def encode_source(loaded: LoadedModel, sentence: str, max_source_tokens: int) -> list[int]:
-    """Token ids of the source (with the model's special tokens); user mistakes raise ValueError."""
+def encode_source(loaded: LoadedModel, sentence: str, max_source_tokens: int) -> tuple[list[int], list[str]]:
+    """Token ids of the source (with the model's special tokens) and notices; user mistakes raise ValueError."""
     if not isinstance(sentence, str) or not sentence.strip():
         raise ValueError("Type or pick an English sentence to translate.")
     if len(sentence) > text.MAX_CHARACTERS:
         raise ValueError(f"The text has {len(sentence):,} characters; translate one sentence at a time.")
     ids = loaded.tokenizer(sentence)["input_ids"]
+    if loaded.max_positions and len(ids) > loaded.max_positions:
+        raise ValueError(f"The sentence has {len(ids)} tokens; this model reads at most {loaded.max_positions}. "
+                         "Shorten it.")
     if len(ids) > max_source_tokens:
         raise ValueError(f"The sentence has {len(ids)} tokens; the limit is {max_source_tokens}. Shorten it, or "
                          "raise the source token limit.")
-    _check_unknown(loaded, sentence, ids)
-    return ids
+    return ids, _check_unknown(loaded, sentence, ids)
 
 
 # --- decoding --------------------------------------------------------------------------------------------------
 
-def _max_new(settings: TranslationSettings, source_length: int) -> int:
-    return settings.max_new_tokens or min(256, 2 * source_length + 10)
+def _max_new(settings: TranslationSettings, source_length: int, max_positions: int | None) -> int:
+    """Output tokens to allow: as set, or twice the source + 10; never past the decoder's position table."""
+    wanted = settings.max_new_tokens or min(256, 2 * source_length + 10)
+    return min(wanted, max_positions - 1) if max_positions else wanted
 
 
 @torch.no_grad()
@@ -275,11 +292,11 @@ def _words(tokenizer, ids: list[int]):
 def run(loaded: LoadedModel, sentence: str, settings: TranslationSettings = TranslationSettings()) -> RunResult:
     """Translate ``sentence`` and capture the attention of the chosen output (see the module docstring)."""
     settings.validate()
-    source_ids = encode_source(loaded, sentence, settings.max_source_tokens)
+    source_ids, notices = encode_source(loaded, sentence, settings.max_source_tokens)
     kind = architecture(loaded)
     tokenizer = loaded.tokenizer
     input_ids = torch.tensor([source_ids], device=loaded.device)
-    max_new = _max_new(settings, len(source_ids))
+    max_new = _max_new(settings, len(source_ids), loaded.max_positions)
     beams = settings.num_beams if settings.strategy == "beam search" else 1
 
     with friendly_out_of_memory(loaded.device, len(source_ids) + max_new), torch.inference_mode():
@@ -317,7 +334,6 @@ def run(loaded: LoadedModel, sentence: str, settings: TranslationSettings = Tran
     source_groups, source_words, special_source = _words(tokenizer, source_ids)
     output_groups, output_words, special_output = _words(tokenizer, produced)
     translation = tokenizer.decode(produced, skip_special_tokens=True)
-    notices = []
     if produced and produced[-1] != tokenizer.eos_token_id:
         notices.append(f"The translation stopped at {max_new} tokens before the model ended it.")
     extras = TranslationOutput(sentence, translation, source_tokens, output_tokens, decoder_tokens, source_ids,

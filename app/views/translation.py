@@ -37,6 +37,14 @@ def load(chosen):
         st.stop()
 
 
+def show_vocabulary(loaded, expanded: bool = False) -> None:
+    vocabulary = translation.source_vocabulary(loaded)
+    if vocabulary:
+        with st.expander(f"The {len(vocabulary)} English words this model knows (each also capitalised)",
+                         expanded=expanded):
+            st.text(", ".join(vocabulary))
+
+
 def translate(loaded, sentence, settings):
     """The cached run; a user mistake is shown (unknown words with suggestions) and the page stops."""
     try:
@@ -46,10 +54,7 @@ def translate(loaded, sentence, settings):
         st.dataframe(pd.DataFrame({"unknown word": error.words,
                                    "did you mean": [", ".join(error.suggestions.get(w, [])) or "—"
                                                     for w in error.words]}), hide_index=True)
-        vocabulary = translation.source_vocabulary(loaded)
-        if vocabulary:
-            with st.expander(f"The {len(vocabulary)} English words this model knows (also capitalised)"):
-                st.text(", ".join(vocabulary))
+        show_vocabulary(loaded, expanded=True)
     except ValueError as error:
         widgets.show_error(error)
     st.stop()
@@ -89,6 +94,7 @@ def show_alignment(result, layer, head, words: bool) -> float | None:
 loaded = load(spec)
 sentence = widgets.text_source({name: pair.english for name, pair in showcase.items()}, key="translation",
                                label="English sentence", height=80)
+show_vocabulary(loaded)
 left, right = st.columns(2)
 strategy = left.radio("Decoding", translation.STRATEGIES, horizontal=True, key="tr_strategy")
 beams = int(right.number_input("Beam width", 2, 16, 4, key="tr_beams", disabled=strategy == "greedy"))
@@ -189,6 +195,9 @@ def quality_tab():
     if transformer:
         st.altair_chart(alignment_viz.aer_grid_chart(np.array(transformer["per_head"]),
                                                      "Mini Transformer: AER of each cross-attention head"))
+        st.caption("Per decoder layer, heads averaged: " + ", ".join(
+            f"layer {i}: {v:.3f}" for i, v in enumerate(transformer["per_layer"])) +
+            f"; all layers and heads averaged: {transformer['all_layers_average']:.3f}.")
     card_path = SAMPLE_DATA / "translation" / "card.md"
     if card_path.is_file():
         with st.expander("Model card (sample_data/translation/card.md)"):

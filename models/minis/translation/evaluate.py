@@ -114,14 +114,18 @@ def _forced_batches(tokenizer, pairs: Sequence[SentencePair], batch_size: int):
 def transformer_alignment(model, tokenizer, pairs: Sequence[SentencePair], batch_size: int = 50) -> dict:
     """AER per (layer, head), per layer (head-averaged attention) and for all layers and heads averaged.
 
+    Two readings of the decoder's rows: "produced" (the row that predicts output word t, the page's reading) and
+    "shifted" (the row whose input is word t, as in Chen et al. 2020's shift-att); the first is the headline.
     Needs a model whose cross-attention weights are returned (``output_attentions`` with eager attention): the
     training script's own check, independent of the app's capture path."""
     specials = set(tokenizer.all_special_tokens)
     layers = model.config.decoder_layers
     heads = model.config.decoder_attention_heads
-    per_head = [[[] for _ in range(heads)] for _ in range(layers)]
-    per_layer = [[] for _ in range(layers)]
-    overall, skipped = [], 0
+    readings = ("produced", "shifted")
+    per_head = {r: [[[] for _ in range(heads)] for _ in range(layers)] for r in readings}
+    per_layer = {r: [[] for _ in range(layers)] for r in readings}
+    overall = {r: [] for r in readings}
+    skipped = 0
     for chunk, enc, labels, decoder_input in _forced_batches(tokenizer, pairs, batch_size):
         out = model(**enc, decoder_input_ids=decoder_input, output_attentions=True)
         cross = torch.stack(out.cross_attentions, dim=1).float().numpy()  # (B, layers, heads, T, S)
@@ -129,22 +133,33 @@ def transformer_alignment(model, tokenizer, pairs: Sequence[SentencePair], batch
             src_len, tgt_len = int(enc["attention_mask"][b].sum()), int((labels[b] != tokenizer.pad_token_id).sum())
             src = tokenizer.convert_ids_to_tokens(enc["input_ids"][b, :src_len].tolist())
             tgt = tokenizer.convert_ids_to_tokens(labels[b, :tgt_len].tolist())
-            words = _word_level(src, tgt, cross[b, :, :, :tgt_len, :src_len], pair, specials)
-            if words is None:
-                skipped += 1
-                continue
+            produced = cross[b, :, :, :tgt_len, :src_len]
+            shifted = np.zeros_like(produced)  # row t = the step that read output piece t (none for </s>)
+            shifted[:, :, :-1] = cross[b, :, :, 1:tgt_len, :src_len]
             sure = set(pair.alignment)
-            for layer in range(layers):
-                for head in range(heads):
-                    per_head[layer][head].append((alignment.hard_alignment(words[layer, head]), sure))
-                per_layer[layer].append((alignment.hard_alignment(words[layer].mean(0)), sure))
-            overall.append((alignment.hard_alignment(words.mean((0, 1))), sure))
-    head_aer = [[alignment.corpus_alignment_error_rate(cell) for cell in row] for row in per_head]
-    best = min(((l, h) for l in range(layers) for h in range(heads)), key=lambda lh: head_aer[lh[0]][lh[1]])
-    return {"per_head": head_aer, "per_layer": [alignment.corpus_alignment_error_rate(r) for r in per_layer],
-            "all_layers_average": alignment.corpus_alignment_error_rate(overall),
-            "best_head": {"layer": best[0], "head": best[1], "aer": head_aer[best[0]][best[1]]},
-            "sentences": len(overall), "skipped": skipped}
+            for reading, weights in (("produced", produced), ("shifted", shifted)):
+                words = _word_level(src, tgt, weights, pair, specials)
+                if words is None:
+                    skipped += 1
+                    continue
+                for layer in range(layers):
+                    for head in range(heads):
+                        per_head[reading][layer][head].append((alignment.hard_alignment(words[layer, head]), sure))
+                    per_layer[reading][layer].append((alignment.hard_alignment(words[layer].mean(0)), sure))
+                overall[reading].append((alignment.hard_alignment(words.mean((0, 1))), sure))
+    result = {"sentences": len(overall["produced"]), "skipped": skipped}
+    for reading in readings:
+        head_aer = [[alignment.corpus_alignment_error_rate(cell) for cell in row] for row in per_head[reading]]
+        best = min(((l, h) for l in range(layers) for h in range(heads)), key=lambda lh: head_aer[lh[0]][lh[1]])
+        summary = {"per_head": head_aer,
+                   "per_layer": [alignment.corpus_alignment_error_rate(r) for r in per_layer[reading]],
+                   "all_layers_average": alignment.corpus_alignment_error_rate(overall[reading]),
+                   "best_head": {"layer": best[0], "head": best[1], "aer": head_aer[best[0]][best[1]]}}
+        if reading == "produced":
+            result.update(summary)
+        else:
+            result["shifted"] = summary
+    return result
 
 
 @torch.no_grad()
