@@ -1,7 +1,10 @@
 """Generated data for the offline mini ViT: one filled shape pasted on a random crop of a shipped photo.
 
-The class is the shape (``CLASSES``); its colour, size, position, rotation and the photo crop behind it are nuisance
-variables, so a classifier has to find the object among real clutter. That is what makes its attention and
+The class is the shape (``CLASSES``), and each shape also has its own hue band (``HUE_STEP`` apart, ±``HUE_JITTER``):
+a from-scratch ViT on one CPU thread learns colour within minutes but shape outlines only after thousands of steps
+(probed: with random colours it sat at chance for 1000+ steps), so the class is carried by both, and the card says
+so. Size, position, rotation, brightness and the photo crop behind the shape are nuisance variables, so a classifier
+still has to find the object among real clutter (the photos contain those hues too). That is what makes its attention and
 attribution maps worth looking at: every image comes with the shape's exact pixel mask (``Sample.mask``), so "does
 the map point at the object?" has a measurable answer.
 
@@ -22,6 +25,10 @@ from PIL import Image, ImageDraw, ImageFilter
 from models import images
 
 CLASSES = ("circle", "square", "triangle", "cross", "ring", "star")
+HUE_STEP = 360.0 / len(CLASSES)  # degrees between the classes' hue bands
+HUE_JITTER = 20.0  # ± degrees within a band
+HUE_NAMES = ("red", "yellow", "green", "cyan", "blue", "magenta")  # the band centres 0°, 60°, …, 300°
+LABELS = tuple(f"{hue} {shape}" for hue, shape in zip(HUE_NAMES, CLASSES))  # class names the model is saved with
 IMAGE_SIZE = 64  # pixels a side: 8 × 8 patches of 8 px
 SUPERSAMPLE = 4
 
@@ -98,23 +105,40 @@ def _plain_background(rng: np.random.Generator) -> np.ndarray:
     return np.clip(colour + noise, 0, 255).astype(np.uint8)
 
 
-def make_sample(rng: np.random.Generator, label: int | None = None, clutter: float = 1.0) -> Sample:
+def _class_colour(rng: np.random.Generator, label: int) -> np.ndarray:
+    """RGB (0–255) in the class's hue band, with random saturation and brightness."""
+    import colorsys
+
+    hue = (label * HUE_STEP + rng.uniform(-HUE_JITTER, HUE_JITTER)) % 360.0
+    red, green, blue = colorsys.hsv_to_rgb(hue / 360.0, rng.uniform(0.55, 1.0), rng.uniform(0.6, 1.0))
+    return np.array([red, green, blue]) * 255.0
+
+
+def make_sample(rng: np.random.Generator, label: int | None = None, clutter: float = 1.0,
+                class_hue: bool = True) -> Sample:
     """One image; ``label`` None draws a class uniformly; ``clutter`` is the probability of a photo background
-    (else a plain one): 1.0 is the real task, training starts lower (a curriculum)."""
+    (else a plain one): 1.0 is the real task, training starts lower (a curriculum). ``class_hue=False`` draws the
+    hue at random instead: the probe for whether a model reads outlines or only colour."""
     label = int(rng.integers(len(CLASSES))) if label is None else label
     photo = rng.random() < clutter
     background = (_background(rng) if photo else _plain_background(rng)).astype(np.float32)
     coverage = _shape_mask(rng, CLASSES[label])[..., None]
     inside = coverage[..., 0] > 0.5
     local = background[inside].mean(axis=0) if inside.any() else background.mean(axis=(0, 1))
-    colour = rng.uniform(0, 255, 3)
-    while np.abs(colour - local).sum() < 150:  # keep the shape visible against what lies behind it
-        colour = rng.uniform(0, 255, 3)
+    def draw_colour() -> np.ndarray:
+        return _class_colour(rng, label if class_hue else int(rng.integers(len(CLASSES))))
+
+    colour = draw_colour()
+    for _ in range(20):  # keep the shape visible against what lies behind it
+        if np.abs(colour - local).sum() >= 120:
+            break
+        colour = draw_colour()
     pixels = background * (1 - coverage) + colour * coverage
     return Sample(np.clip(np.rint(pixels), 0, 255).astype(np.uint8), label, inside)
 
 
-def make_batch(rng: np.random.Generator, size: int, clutter: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+def make_batch(rng: np.random.Generator, size: int, clutter: float = 1.0,
+               class_hue: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """``size`` images uint8 (size, H, W, 3) and labels int64 (size,), classes balanced in expectation."""
-    samples = [make_sample(rng, clutter=clutter) for _ in range(size)]
+    samples = [make_sample(rng, clutter=clutter, class_hue=class_hue) for _ in range(size)]
     return np.stack([s.image for s in samples]), np.array([s.label for s in samples], dtype=np.int64)
