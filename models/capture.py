@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import mmap
 from dataclasses import dataclass, field
 
 import torch
@@ -176,13 +177,25 @@ class Recorder:
         )
 
 
+OWN_MAPPING_BYTES = 1 << 20  # copies at least this large get their own memory mapping (see _compact_copy)
+
+
 def _compact_copy(tensor: torch.Tensor) -> torch.Tensor:
     """A contiguous CPU float32 copy of ``(B, H, n, d)`` q or k.
 
     Always a copy: GPT-2's q and k are strided views into the fused ``c_attn`` output, so keeping the view would keep
     q, k *and* v of every layer alive (1.5× the memory), and a static KV cache is overwritten in place later.
+    A large copy lives in its own anonymous mapping, not in the malloc heap: kept copies interleaved with the
+    forward's short-lived activations pinned the freed heap (glibc cannot give back memory below a live block), which
+    cost 150 MB of extra peak RSS at 2,048 tokens on GPT-2 small; the mapping is returned to the OS when freed.
     """
-    return tensor.detach().to("cpu", torch.float32, memory_format=torch.contiguous_format, copy=True)
+    tensor = tensor.detach()
+    nbytes = tensor.numel() * 4
+    if nbytes < OWN_MAPPING_BYTES:
+        return tensor.to("cpu", torch.float32, memory_format=torch.contiguous_format, copy=True)
+    # the tensor holds a reference to the mapping, so it lives exactly as long as the copy (torch.frombuffer)
+    out = torch.frombuffer(mmap.mmap(-1, nbytes), dtype=torch.float32).view(tensor.shape)
+    return out.copy_(tensor)
 
 
 def _item(tensor: torch.Tensor, index: int) -> torch.Tensor:
