@@ -163,6 +163,6 @@ with distance_tab:
     st.caption("Each point is one head: the attention-weighted distance between a query patch and the patches it "
                "looks at, in pixels of the crop (ViT paper, Fig. 7 right). Dashed: a head attending uniformly.")
     if extras.position_similarity is not None:
-        st.image(image_overlay.similarity_grid(extras.position_similarity),
+        st.image(image_overlay.similarity_grid(extras.position_similarity), width=560,
                  caption="Cosine similarity of each patch's learned position embedding with every other position "
                          "(ViT paper, Fig. 7 centre): tile (r, c) shows position (r, c) against the whole grid.")
