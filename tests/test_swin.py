@@ -376,3 +376,21 @@ def test_page_typed_non_swin_name_is_a_message(patched_swin):
     assert at.error and "not a timm Swin" in at.error[0].value
     at.text_input(key="custom_model_swin").set_value("../../etc").run()
     assert not at.exception and at.error and "outside the folders" in at.error[0].value
+
+
+def test_shipped_mini_swin_reproduces_its_measured_accuracy():
+    """The weights in sample_data load through the registry path, and the accuracy the page shows is what they do."""
+    from models import registry
+    from models.minis.swin_shapes import train
+
+    spec = registry.default("swin")
+    assert spec.source == "mini"
+    loaded = swin.load(spec)
+    card, metrics = swin.model_card(spec)
+    assert f"{metrics['accuracy']:.1%}" in card
+    config = train.Config(**{k: tuple(v) if isinstance(v, list) else v for k, v in metrics["config"].items()})
+    measured = train.evaluate(loaded.model, config)
+    assert abs(measured["accuracy"] - metrics["accuracy"]) <= 0.005
+    structure = swin.read_structure(loaded.model)
+    assert [b.kind for b in structure.blocks] == ["W-MSA", "SW-MSA"] * 2 + ["W-MSA"] * 2  # shifts in two stages
+    assert [b.num_windows for b in structure.blocks[::2]] == [16, 4, 1]

@@ -62,6 +62,7 @@ def build_model(config: Config) -> torch.nn.Module:
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, config: Config) -> dict:
     """Accuracy on ``config.test_images`` fresh images from the test seed, overall and per class."""
+    was_training = model.training
     model.eval()
     rng = np.random.default_rng(config.test_seed)
     images, labels = data.make_batch(rng, config.test_images, config.img_size)
@@ -71,7 +72,7 @@ def evaluate(model: torch.nn.Module, config: Config) -> dict:
         predictions.append(model(x).argmax(-1).numpy())
     predicted = np.concatenate(predictions)
     per_class = {name: float((predicted[labels == i] == i).mean()) for i, name in enumerate(data.CLASSES)}
-    model.train()
+    model.train(was_training)
     return {"accuracy": float((predicted == labels).mean()), "per_class": per_class, "test_images": len(labels)}
 
 
@@ -137,6 +138,11 @@ def save(model: torch.nn.Module, config: Config, metrics: dict, out_dir: Path) -
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
 
 
+def _mean_loss(metrics: dict, start: int, stop: int | None) -> float:
+    """Mean of the logged batch losses (one every 25 steps) in ``loss_history[start:stop]``."""
+    return float(np.mean([loss for _, loss in metrics["loss_history"][start:stop]]))
+
+
 def write_card(metrics: dict, out_dir: Path = OUT_DIR) -> str:
     """``card.md`` from the measured ``metrics`` (numbers are never typed by hand)."""
     cfg = metrics["config"]
@@ -161,6 +167,10 @@ stage is SW-MSA (shift 2) while the stage has more than one window.
 clock on a shared machine), seed {cfg["seed"]}.
 - **Measured accuracy**: **{metrics["accuracy"]:.1%}** on {metrics["test_images"]:,} held-out images drawn from a \
 separate random stream (seed {cfg["test_seed"]}); chance is {1 / len(data.CLASSES):.1%}. Per class: {per_class}.
+- **Loss**: mean batch loss {_mean_loss(metrics, 0, 4):.2f} over the first 100 steps, {_mean_loss(metrics, -4, None):.2f} \
+over the last 100 ({_mean_loss(metrics, -8, -4):.2f} the 100 before: \
+{"still falling, so a longer run would score higher" if _mean_loss(metrics, -4, None) < _mean_loss(metrics, -8, -4)
+ else "flat"}); the budget keeps training within 15 CPU-minutes.
 - **Limits**: it has only ever seen these shapes. On a photo its prediction is one of the eight shape names and means
 nothing; the windows, masks, bias tables and attention it computes are still exactly what a Swin does.
 - **Licence**: this project's licence; the data is generated, no third-party images.
