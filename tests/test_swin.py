@@ -1,5 +1,4 @@
 """Swin internals: masks, windows, the roll and the bias equal independent constructions and the model's own tensors."""
-import json
 import threading
 
 import numpy as np
