@@ -15,6 +15,9 @@ OTHER = "Other: a hub id or a local folder…"
 
 
 _MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:=&])")
+# GFM turns bare URLs and e-mail addresses into links after escapes are resolved; a word joiner (U+2060, invisible)
+# between "http" and "://", "www" and ".", or before "@" keeps them text
+_AUTOLINK = re.compile(r"(?:https?|ftp|www)(?=[:.])|(?=@)", re.IGNORECASE)
 
 
 def plain(text: str) -> str:
@@ -23,7 +26,8 @@ def plain(text: str) -> str:
     Streamlit renders those bodies as Markdown (HTML is escaped, but not ``![img](http://…)``, links, ``**``,
     ``$math$`` or ``:red[…]``), and messages echo what a user typed: a model id, a folder, a file name.
     """
-    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", str(text))
+    unlinked = _AUTOLINK.sub(lambda match: match.group(0) + "\u2060", str(text))
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", unlinked)
 
 
 def show_error(error: Exception | str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import struct
 import time
 import tracemalloc
@@ -576,6 +577,21 @@ def test_typed_model_id_errors_are_plain_text_on_the_page(tiny_loader, monkeypat
     body = at.error[0].value
     assert "![x](" not in body and "**bold**" not in body  # escaped: rendered as the literal characters typed
     assert "\\!\\[x\\]" in body
+    assert "http://" not in body.replace("\\", "")  # no bare URL left for GFM to turn into a link
+
+
+@pytest.mark.parametrize("typed", ["![x](http://evil.test/p.png)", "[click](javascript:alert(1))", "**bold** _it_",
+                                   "$x^2$", ":red[red] :material/home:", "<b>tag</b> &amp;", "# heading",
+                                   "see https://evil.test or www.evil.test or me@evil.test", "a\\b `code`"])
+def test_plain_keeps_markdown_as_typed(typed):
+    """What the escaped text means in Markdown is the typed text itself: no markup survives, nothing is lost."""
+    from app.widgets import plain
+
+    escaped = plain(typed)
+    unescaped = re.sub(r"\\(.)", r"\1", escaped).replace("\u2060", "")
+    assert unescaped == typed
+    assert not re.search(r"(?<!\\)[\[\]*_$<>`&#]", escaped)  # every markup character is escaped
+    assert not re.search(r"https?://|www\.|\w@", escaped.replace("\\", ""))  # nothing GFM would autolink
 
 
 # --- faults: out of memory ------------------------------------------------------------------------------------------
