@@ -157,7 +157,8 @@ machine shared with other jobs (the decay follows the {cfg['max_minutes']:g}-min
 
 MI "segment kind" uses the generator's gold labels (prose / code / numbers) instead of the per-token heuristic.
 
-**Limits.** A toy: it writes grammatical generated prose and plausible code, not knowledge. Its experts specialise on
-surface form (digits, indentation, keywords) because that is what its data offers; real MoE models (Mixtral paper
-§5) show much weaker topic specialisation and stronger syntactic patterns.
+**Limits.** A toy: it has only seen this generator's small vocabulary, so ordinary English outside it splits into
+short pieces and its perplexity means nothing beyond this data. Its experts can only specialise on surface form
+(digits, indentation, keywords), because that is what its data offers; the Mixtral paper (§5) reports little topic
+specialisation in real MoE models and routing that follows syntax more than domain.
 """
