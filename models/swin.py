@@ -541,6 +541,7 @@ def run(loaded, image, top_k: int = 5) -> RunResult:
     import torch
 
     from models import images
+    from models.loading import is_out_of_memory
 
     model = loaded.model
     prepared = images.preprocess(image, images.data_config(model))
@@ -549,7 +550,15 @@ def run(loaded, image, top_k: int = 5) -> RunResult:
     if tuple(prepared.crop.shape[:2]) != structure.image_size:
         raise ValueError(f"the model's data config produced a {prepared.crop.shape[1]} × {prepared.crop.shape[0]} crop "
                          f"but the model takes {structure.image_size[1]} × {structure.image_size[0]}")
-    logits, windows = capture_windows(model, pixels)
+    try:
+        logits, windows = capture_windows(model, pixels)
+    except (RuntimeError, MemoryError) as error:
+        if not is_out_of_memory(error):
+            raise
+        if loaded.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        raise ValueError(f"Out of memory on {loaded.device} running {loaded.spec.key}. Pick a smaller model, "
+                         "half precision on a GPU, or the CPU in the sidebar.") from None
     for geometry, captured in zip(structure.blocks, windows):
         expected = (geometry.num_windows, geometry.heads, geometry.window[0] * geometry.window[1])
         if captured.shape[:3] != expected:

@@ -265,7 +265,7 @@ def loading_friendly_oom(loaded: LoadedModel):
     try:
         yield
     except (RuntimeError, MemoryError) as error:
-        if not (isinstance(error, (MemoryError, torch.OutOfMemoryError)) or "out of memory" in str(error).lower()):
+        if not loading.is_out_of_memory(error):  # CUDA, MPS and the CPU allocator ("can't allocate memory")
             raise
         if loaded.device.startswith("cuda"):
             torch.cuda.empty_cache()

@@ -710,3 +710,42 @@ def test_generation_length_limit_comes_from_the_settings(lm):
 
     with pytest.raises(ValueError, match=f"between 1 and {limits.MAX_NEW_TOKENS}"):
         causal_lm.generate(lm, "the cat", causal_lm.GenerationSettings(max_new_tokens=limits.MAX_NEW_TOKENS + 1))
+
+
+@pytest.fixture
+def tiny_vision(tmp_path, monkeypatch):
+    """A tiny timm ViT and Swin saved as a user saves them, loaded through the pages' loaders."""
+    import timm
+
+    from models import swin, vit
+    from tests.test_swin import tiny_swin
+    from tests.test_vit import save_tiny_vit
+
+    monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tmp_path))
+    save_tiny_vit(tmp_path / "vit")
+    model = tiny_swin(seed=3)
+    model.pretrained_cfg = {**model.pretrained_cfg, "input_size": (3, 32, 32), "crop_pct": 1.0,
+                            "interpolation": "bilinear", "hf_hub_id": None, "url": None}
+    timm.models.save_for_hf(model, str(tmp_path / "swin"), model_config={"label_names": list("abcde")},
+                            model_args=dict(img_size=32, patch_size=2, window_size=4, embed_dim=16, depths=[2, 2],
+                                            num_heads=[2, 4], num_classes=5), safe_serialization=True)
+    return {"vit": (vit, vit.load(vit.custom_spec(str(tmp_path / "vit")))),
+            "swin": (swin, swin.load(ModelSpec("swin", str(tmp_path / "swin"), "local", str(tmp_path / "swin"),
+                                               "", "", library="timm")))}
+
+
+@pytest.mark.parametrize("family", ["vit", "swin"])
+@pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory"), RuntimeError(CPU_ALLOCATOR_FAILURE)],
+                         ids=["cuda", "cpu-allocator"])
+def test_image_pages_out_of_memory_becomes_advice(tiny_vision, monkeypatch, family, error):
+    module, loaded = tiny_vision[family]
+    photo = gradient(48, 40)
+
+    def exhausted(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(loaded.model, "forward", exhausted)
+    with pytest.raises(ValueError, match="Out of memory on cpu.*the CPU"):
+        module.run(loaded, photo)
+    monkeypatch.undo()
+    assert module.run(loaded, photo).maps("self").num_layers >= 2  # the next run works
