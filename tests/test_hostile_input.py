@@ -749,3 +749,28 @@ def test_image_pages_out_of_memory_becomes_advice(tiny_vision, monkeypatch, fami
         module.run(loaded, photo)
     monkeypatch.undo()
     assert module.run(loaded, photo).maps("self").num_layers >= 2  # the next run works
+
+
+MARKDOWN_ID = "![x](http://127.0.0.1:9/leak.png) **bold** [link](http://127.0.0.1:9/)"
+PICKER_PAGES = {"gpt": "causal_lm", "encoder": "encoder", "translation": "translation", "vit": "vit", "swin": "swin",
+                "moe": "moe"}
+
+
+@pytest.mark.parametrize("page", sorted(PICKER_PAGES))
+def test_every_page_shows_a_typed_model_id_as_text(page):
+    """On every page with the model picker, a typed id (echoed in errors, notes and the model card) stays literal."""
+    from app.widgets import OTHER
+
+    if not (ROOT / "app" / "views" / f"{page}.py").exists():
+        pytest.skip(f"the {page} page does not exist yet")
+    family = PICKER_PAGES[page]
+    at = app_test(page)
+    at.session_state[f"model_{family}"] = OTHER  # straight to the typed id: no default model is loaded
+    at.session_state[f"custom_model_{family}"] = MARKDOWN_ID
+    at.run()
+    assert not at.exception, at.exception[0].value
+    assert at.error, "a typed id that cannot load must say so"
+    for kind in ("error", "warning", "info", "caption", "markdown", "success"):
+        for element in getattr(at, kind):
+            body = str(element.value)
+            assert "![x](" not in body and "**bold**" not in body and "](http" not in body, f"{kind}: {body}"

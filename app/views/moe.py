@@ -42,8 +42,8 @@ spec = widgets.model_picker("moe")
 max_tokens = widgets.token_limit()
 widgets.model_card(spec)
 if spec.source == "hub":
-    st.info(f"{spec.key} downloads from the Hugging Face hub on first use. {spec.notes} Without internet it cannot "
-            "load here: pick the offline mini-moe in the sidebar, which always works.", icon="🌐")
+    st.info(f"{widgets.plain(spec.key)} downloads from the Hugging Face hub on first use. {spec.notes} Without "
+            "internet it cannot load here: pick the offline mini-moe in the sidebar, which always works.", icon="🌐")
 loaded = widgets.load_or_stop(spec)
 text = widgets.text_source(PRESETS, key="moe")
 if not text.strip():
