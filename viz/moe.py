@@ -128,7 +128,8 @@ def layer_strip(tokens: list[str], top1: np.ndarray, layer_labels: list[str], nu
         "routed": True if kept is None else kept.ravel().astype(bool),
     })
     base = alt.Chart(frame).encode(
-        x=alt.X("token:N", sort=labels, title=None, axis=alt.Axis(labelAngle=-60, labelLimit=80)),
+        x=alt.X("token:N", sort=labels, title=None,
+                axis=alt.Axis(labelAngle=-90, labelLimit=80, labelFontSize=10, labelOverlap=count > 60)),
         y=alt.Y("layer:N", sort=list(layer_labels), title=None),
         tooltip=["position", "token", "layer", "expert", "routed"])
     cells = base.mark_rect(stroke="white", strokeWidth=0.5).encode(
