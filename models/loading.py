@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import safetensors
 import safetensors.torch
 import torch
 
@@ -65,6 +66,11 @@ def describe_device(device: str) -> str:
                f"{pages * page_size / 2**30:.1f} GiB free"
     except (ValueError, OSError):
         return f"CPU, {torch.get_num_threads()} threads"
+
+
+def spans_gpus(device: str) -> bool:
+    """Whether a model picked for ``device`` is spread over several GPUs (``device_map="auto"``): CUDA with 2+ GPUs."""
+    return device.startswith("cuda") and torch.cuda.device_count() > 1
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -196,20 +202,22 @@ def load_transformers(spec: ModelSpec, device: str = "cpu", dtype: str = "float3
     progress("Loading weights" + (" (downloading if not cached)" if spec.source == "hub" else ""), 0.45)
     auto_class = _transformers_auto_class(spec.family, config)
     try:
+        # Several GPUs: let accelerate spread a large model (Mixtral, OLMoE) over all of them
+        spread = {"device_map": "auto"} if spans_gpus(device) else {}
         model = auto_class.from_pretrained(
             source, config=config, dtype=torch_dtype(dtype), attn_implementation=capture.ATTENTION_NAME,
-            trust_remote_code=False, use_safetensors=None, local_files_only=local_only,
+            trust_remote_code=False, use_safetensors=None, local_files_only=local_only, **spread,
         )
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=local_only,
                                                                trust_remote_code=False)
     except (OSError, ValueError, KeyError) as error:
         raise _friendly_hub_error(spec.id, error) from None
-    except RuntimeError as error:  # size mismatches, truncated safetensors
+    except (RuntimeError, safetensors.SafetensorError) as error:  # size mismatches, truncated or corrupt files
         raise ValueError(f"'{spec.id}' has weights that do not match its config or are damaged: "
                          f"{str(error).splitlines()[0][:300]}") from None
 
-    progress(f"Moving to {device}", 0.85)
-    model = model.to(device).eval()
+    progress(f"Moving to {device}" if not spread else "Spread over every GPU", 0.85)
+    model = (model if spread else model.to(device)).eval()
     model.requires_grad_(False)
     progress("Ready", 1.0)
     max_positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
