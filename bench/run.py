@@ -222,17 +222,27 @@ def task_causal_lm_memory(job: dict) -> dict:
     return memory
 
 
-def case_causal_lm(n: int, device: str, repeats: int, threads: int) -> dict:
+def _median_run(runs: list[dict]) -> dict:
+    """The run whose peak is the median (the upper median for an even count)."""
+    return sorted(runs, key=lambda r: r["peak_mb"])[len(runs) // 2]
+
+
+def case_causal_lm(n: int, device: str, repeats: int, threads: int, memory_repeats: int = 3) -> dict:
     common = {"n": n, "device": device, "threads": threads}
     timing = worker({"task": "causal_lm_time", "repeats": repeats, **common})
-    base = worker({"task": "causal_lm_memory", "mode": "baseline", **common})
-    ours = worker({"task": "causal_lm_memory", "mode": "ours", **common})
+    # peak RSS of one run depends on where glibc happens to place blocks (a live block above freed ones pins them),
+    # so each side is measured in several fresh processes and the medians are compared; every sample is reported
+    bases = [worker({"task": "causal_lm_memory", "mode": "baseline", **common}) for _ in range(memory_repeats)]
+    ourses = [worker({"task": "causal_lm_memory", "mode": "ours", **common}) for _ in range(memory_repeats)]
+    base, ours = _median_run(bases), _median_run(ourses)
     ours_s, baseline_s = min(timing["ours_samples"]), min(timing["baseline_samples"])
     row = {"case": "causal_lm", "n": n, "ours_s": ours_s, "baseline_s": baseline_s, "ratio": ours_s / baseline_s,
            "extra_mb": ours["peak_mb"] - base["peak_mb"], "bytes": ours["result_bytes"], "device": device,
            "threads": threads, "ours_samples": timing["ours_samples"],
            "baseline_samples": timing["baseline_samples"], "peak_ours_mb": ours["peak_mb"],
-           "peak_baseline_mb": base["peak_mb"], "held_ours_mb": ours.get("held_gpu_mb", ours["held_host_mb"]),
+           "peak_baseline_mb": base["peak_mb"], "peak_ours_samples_mb": [r["peak_mb"] for r in ourses],
+           "peak_baseline_samples_mb": [r["peak_mb"] for r in bases],
+           "held_ours_mb": ours.get("held_gpu_mb", ours["held_host_mb"]),
            "baseline": "sdpa forward (logits_to_keep=1) + tokenise + top-10",
            "ours": "causal_lm.run with capture + layer 0 head 0 + mask"}
     if device.startswith("cuda"):
@@ -529,6 +539,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--page-n", type=int, default=1024, help="tokens for view_bytes and rerender")
     parser.add_argument("--device", nargs="+", default=None, help="default: cpu, and cuda when present")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--memory-repeats", type=int, default=3, help="fresh processes per memory measurement")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (the machine may be shared)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -551,7 +562,8 @@ def run_case(case: str, args, devices: list[str]) -> None:
     if case == "causal_lm":
         for device in devices:
             for n in args.n:
-                print(json.dumps(case_causal_lm(n, device, args.repeats, args.threads)), flush=True)
+                print(json.dumps(case_causal_lm(n, device, args.repeats, args.threads, args.memory_repeats)),
+                      flush=True)
     elif case == "vit_rollout":
         for device in devices:
             print(json.dumps(case_vit_rollout(device, args.repeats, args.threads)), flush=True)
