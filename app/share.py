@@ -27,32 +27,64 @@ h1 { font-size: 2.6rem !important; }
 """  # static: no user text ever goes through unsafe_allow_html
 
 
-def restore(keys: list[str], coerce: dict[str, Callable] | None = None) -> None:
-    """Once per session and page: widget state from the URL for ``keys`` (values are strings in a URL)."""
-    marker = "_restored_" + "|".join(keys)
+def restore(keys: list[str], coerce: dict[str, Callable] | None = None, names: dict[str, str] | None = None) -> None:
+    """Once per session and page: widget state from the URL for ``keys`` (values are strings in a URL).
+
+    ``names`` maps a state key to a shorter URL name (e.g. a per-model key ``tr_layer_<model>`` -> ``tr_layer``)."""
+    names = names or {}
+    marker = "_restored_" + "|".join(names.get(key, key) for key in keys)
     if st.session_state.get(marker):
         return
     st.session_state[marker] = True
     coerce = coerce or {}
     for key in keys:
-        if key in st.query_params:
-            value = st.query_params[key]
+        name = names.get(key, key)
+        if name in st.query_params:
+            value = st.query_params[name]
             try:
                 st.session_state[key] = coerce.get(key, str)(value)
             except (TypeError, ValueError):
                 pass  # a hand-edited link with a bad value: keep the default
 
 
-def publish(keys: list[str]) -> None:
+def publish(keys: list[str], names: dict[str, str] | None = None) -> None:
     """Write the current values of ``keys`` into the URL (text longer than the URL limit is left out)."""
+    names = names or {}
     for key in keys:
-        value = st.session_state.get(key)
+        name, value = names.get(key, key), st.session_state.get(key)
         if value is None or (isinstance(value, str) and len(value) > MAX_URL_TEXT):
-            st.query_params.pop(key, None)
+            st.query_params.pop(name, None)
             continue
         text = str(value)
-        if st.query_params.get(key) != text:
-            st.query_params[key] = text
+        if st.query_params.get(name) != text:
+            st.query_params[name] = text
+
+
+# Coercers for ``restore``: a value they refuse (ValueError) leaves the widget at its default. Selectboxes, radios and
+# number inputs ignore values outside their options themselves; a slider given one would stop the page.
+def within(low: float, high: float, cast: Callable = int) -> Callable[[str], float]:
+    """A number from the URL, refused outside ``[low, high]`` (for sliders)."""
+
+    def parse(text: str):
+        value = cast(text)
+        if not low <= value <= high:
+            raise ValueError(f"{value} is outside {low}..{high}")
+        return value
+
+    return parse
+
+
+def flag(text: str) -> bool:
+    """A toggle or checkbox: the URL holds ``True`` or ``False``."""
+    if text not in ("True", "False"):
+        raise ValueError(f"{text!r} is not True or False")
+    return text == "True"
+
+
+def integers(text: str) -> tuple[int, ...]:
+    """A tuple or list of integers as ``str`` wrote it: ``(4, 6)`` or ``[0, 3]`` -> ``(4, 6)`` / ``(0, 3)``."""
+    inner = text.strip().strip("()[]")
+    return tuple(int(part) for part in inner.split(",") if part.strip())
 
 
 def presentation_toggle() -> bool:

@@ -33,6 +33,18 @@ def file_stem(*parts: object, max_length: int = 120) -> str:
     return ("_".join(words) or "attention")[:max_length].rstrip("-_")
 
 
+def combined(*charts: alt.TopLevelMixin, vertical: bool = False) -> alt.TopLevelMixin:
+    """Charts a page shows side by side (or stacked) as one figure to export. Vega-Lite allows ``autosize`` only on
+    the outermost chart, so each part loses its own (they are drawn at their own width and height anyway)."""
+    parts = []
+    for chart in charts:
+        part = chart.copy()
+        part.autosize = alt.Undefined
+        parts.append(part)
+    joined = alt.vconcat(*parts) if vertical else alt.hconcat(*parts)
+    return joined.properties(autosize=alt.AutoSizeParams(type="pad", contains="padding"))
+
+
 def chart_png(chart: alt.TopLevelMixin, scale: float = PRINT_SCALE) -> bytes:
     import vl_convert
 

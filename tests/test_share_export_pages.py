@@ -1,0 +1,78 @@
+"""Shareable links and downloads on every page beyond GPT/encoder (those are in test_share_export.py).
+
+Per page: a URL's values land in the widgets, a changed widget is written back to the URL, and every download the
+page offers makes a valid file. For translation and ViT the offered numbers equal the page's data, and the CLI writes
+the same numbers to disk.
+"""
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from app import share
+from viz import export
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _param(at, name):
+    """AppTest's query_params hold a list per name (or a string, depending on how they were set)."""
+    value = at.query_params[name]
+    return value[0] if isinstance(value, list) else value
+
+
+@pytest.fixture
+def offered(monkeypatch):
+    """Every ``share.downloads`` call of a page run, keyed by its widget key (stem, chart, image, table, ...)."""
+    calls = {}
+    monkeypatch.setattr(share, "downloads", lambda stem, key, **kw: calls.__setitem__(key, dict(stem=stem, **kw)))
+    return calls
+
+
+def _check_files(call: dict) -> None:
+    """Build every file the download row would offer, and check each is what its name says."""
+    assert re.fullmatch(r"[a-z0-9_-]+", call["stem"]), f"unsafe file name {call['stem']!r}"
+    if call.get("chart") is not None:
+        assert Image.open(io.BytesIO(export.chart_png(call["chart"]))).format == "PNG"
+        assert export.chart_svg(call["chart"]).lstrip().startswith("<svg")
+    elif call.get("image") is not None:
+        assert Image.open(io.BytesIO(export.image_png(call["image"]))).format == "PNG"
+    else:
+        raise AssertionError(f"{call['stem']}: no figure offered")
+    if call.get("table") is not None:
+        assert export.csv_bytes(call["table"]).count(b"\n") == len(call["table"]) + 1
+    if call.get("payload") is not None:
+        json.loads(export.json_bytes(call["payload"]))
+    if call.get("arrays"):
+        saved = np.load(io.BytesIO(export.npz_bytes(call["arrays"], **(call.get("metadata") or {}))))
+        for name, array in call["arrays"].items():
+            np.testing.assert_array_equal(saved[name], array)
+
+
+# --- positional --------------------------------------------------------------------------------------------------
+
+from tests.test_positional import positional_page  # noqa: E402,F401  (the page with tiny models)
+
+
+def test_positional_url_round_trip_and_downloads(positional_page, offered):
+    at = positional_page
+    at.query_params.update({"sin_d": "64", "sin_length": "96", "rope_base": "500000.0", "alibi_causal": "False",
+                            "alibi_heads": "99", "pos_view": "RoPE"})  # 99 heads: outside the slider, ignored
+    at.run()
+    assert not at.exception, at.exception
+    assert at.select_slider(key="sin_d").value == 64 and at.slider(key="sin_length").value == 96
+    assert at.number_input(key="rope_base").value == 500000.0
+    assert at.toggle(key="alibi_causal").value is False and at.slider(key="alibi_heads").value == 8
+    assert _param(at, "pos_view") == "RoPE"
+    at.slider(key="t5_length").set_value(200).run()
+    assert _param(at, "t5_length") == "200" and _param(at, "sin_d") == "64"
+    assert {"perm", "sin", "sin2d", "learned_text_table", "learned_grid", "rope", "alibi", "t5"} <= set(offered)
+    assert "d-64_length-96" in offered["sin"]["stem"] and "base-500000" in offered["rope"]["stem"]
+    np.testing.assert_allclose(offered["sin"]["arrays"]["encoding"][:, 0], np.sin(np.arange(96)), atol=1e-6)
+    for call in offered.values():
+        _check_files(call)
