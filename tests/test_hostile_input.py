@@ -774,3 +774,20 @@ def test_every_page_shows_a_typed_model_id_as_text(page):
         for element in getattr(at, kind):
             body = str(element.value)
             assert "![x](" not in body and "**bold**" not in body and "](http" not in body, f"{kind}: {body}"
+
+
+@pytest.mark.parametrize("page", ["translation", "moe"])
+def test_other_text_pages_survive_every_hostile_text(page):
+    """The translation and MoE pages on their own offline mini models: no exception for any case, and the next
+    normal sentence gives no error."""
+    if not (ROOT / "app" / "views" / f"{page}.py").exists():
+        pytest.skip(f"the {page} page does not exist yet")
+    at = app_test(page).run(timeout=180)
+    assert not at.exception, at.exception[0].value
+    normal = at.text_area(key=f"{page}_text").value  # the page's first sample: words its mini model knows
+    for case, (typed, _, _) in PAGE_TEXT_CASES.items():
+        at.text_area(key=f"{page}_text").input(typed).run(timeout=180)
+        assert not at.exception, f"{case}: {at.exception[0].value}"
+        assert at.error or at.info or at.warning or case not in ("empty", "whitespace"), f"{case}: no message"
+        at.text_area(key=f"{page}_text").input(normal).run(timeout=180)
+        assert not at.exception and not at.error, f"after {case}: {[e.value for e in at.error]}"
