@@ -24,6 +24,20 @@ def _show_error(message: str) -> None:
         show_error(message)
 
 
+def shared_keys(key: str = "image") -> list[str]:
+    """The picker's state that a shareable link carries: the source and the sample's name, never an upload."""
+    return [f"{key}_source", f"{key}_sample"]
+
+
+def input_label(key: str = "image") -> str:
+    """How the chosen image is named in file names: ``sample cat``, or ``upload`` / ``camera`` (what a user
+    uploaded never goes into a link or a file name)."""
+    source = st.session_state.get(f"{key}_source", SOURCES[0])
+    if source == SOURCES[0]:
+        return f"sample {st.session_state.get(f'{key}_sample', '')}".strip()
+    return str(source).lower()
+
+
 def image_picker(key: str = "image", default_sample: str = "cat") -> Image.Image | None:
     """Show the picker and return the chosen image as 8-bit RGB ``PIL.Image`` (≤ 2048 px a side), or None.
 

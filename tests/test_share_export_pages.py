@@ -76,3 +76,52 @@ def test_positional_url_round_trip_and_downloads(positional_page, offered):
     np.testing.assert_allclose(offered["sin"]["arrays"]["encoding"][:, 0], np.sin(np.arange(96)), atol=1e-6)
     for call in offered.values():
         _check_files(call)
+
+
+# --- Swin --------------------------------------------------------------------------------------------------------
+
+from tests.test_swin import _swin_page, patched_swin  # noqa: E402,F401  (a tiny random Swin in place of the mini)
+
+
+def test_swin_url_round_trip_and_downloads(patched_swin, offered):
+    at = _swin_page()
+    at.query_params.update({"swin_sample": "coffee", "swin_stage": "1", "swin_head": "head 3", "swin_row": "2",
+                            "swin_col": "99", "swin_attn_block": "3", "swin_view": "Window attention"})
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="swin_stage").value == 1 and at.selectbox(key="swin_head_1").value == "head 3"
+    assert at.slider(key="swin_row_1").value == 2 and at.slider(key="swin_col_1").value != 99  # out of range: default
+    assert at.radio(key="swin_attn_block_1").value == 3
+    assert _param(at, "swin_view") == "Window attention" and _param(at, "swin_sample") == "coffee"
+    stem = offered["swin_attn"]["stem"]
+    assert stem.startswith("mini-swin-shapes_sample-coffee_stage-2_") and "head-3_window-" in stem
+    at.slider(key="swin_col_1").set_value(1).run()
+    assert _param(at, "swin_col") == "1" and _param(at, "swin_row") == "2"
+    assert {"swin_shift", "swin_mask", "swin_bias", "swin_attn", "swin_cost"} <= set(offered)
+    call = offered["swin_attn"]
+    window = call["payload"]["window"]
+    np.testing.assert_allclose(call["table"].to_numpy(), call["arrays"]["windows"][window], atol=1e-7)
+    for call in offered.values():
+        _check_files(call)
+
+
+class _Upload:
+    """What st.file_uploader returns, for a noisy 96 × 96 PNG (AppTest cannot upload files)."""
+    file_id = "upload-1"
+
+    def getvalue(self) -> bytes:
+        buffer = io.BytesIO()
+        Image.fromarray(np.random.default_rng(0).integers(0, 255, (96, 96, 3), dtype=np.uint8)).save(buffer, "PNG")
+        return buffer.getvalue()
+
+
+def test_swin_upload_is_never_in_the_link(patched_swin, offered, monkeypatch):
+    import streamlit as st
+
+    monkeypatch.setattr(st, "file_uploader", lambda *args, **kwargs: _Upload())
+    at = _swin_page().run()
+    at.radio(key="swin_source").set_value("Upload").run()
+    assert not at.exception, at.exception
+    assert _param(at, "swin_source") == "Upload"
+    assert all(len(_param(at, name)) < 100 for name in at.query_params)  # names and settings, never pixels
+    assert "_upload_stage-1_" in offered["swin_attn"]["stem"]

@@ -260,16 +260,16 @@ def bias_matrix_chart(bias: np.ndarray, window: tuple[int, int], title: str, sid
     ).properties(width=side, height=side, title=title, autosize=heatmap.PAD)
 
 
-def window_attention_chart(weights: np.ndarray, allowed: np.ndarray, window: tuple[int, int], title: str
-                           ) -> alt.Chart:
+def window_attention_chart(weights: np.ndarray, allowed: np.ndarray, window: tuple[int, int], title: str,
+                           scheme: str = "viridis") -> alt.Chart:
     """One window of one head ``(N, N)``: probabilities, cells the mask blocked in grey (not dark: not 'near 0')."""
     n = weights.shape[0]
     names = [f"({i // window[1]},{i % window[1]})" for i in range(n)]
-    return heatmap.attention_chart(weights, names, names, allowed=allowed, title=title, size=360)
+    return heatmap.attention_chart(weights, names, names, allowed=allowed, title=title, scheme=scheme, size=360)
 
 
 def all_windows_image(weights: np.ndarray, allowed: np.ndarray, grid: tuple[int, int], selected: int | None = None,
-                      cell_px: int = 3, gap: int = 4) -> Image.Image:
+                      cell_px: int = 3, gap: int = 4, scheme: str = "viridis") -> Image.Image:
     """Every window's ``(N, N)`` map of one head (``weights (nW, N, N)``), tiled as the windows lie on the rolled map;
     blocked cells grey, each tile scaled to its own maximum, the selected window framed in red."""
     rows, cols = grid
@@ -278,7 +278,7 @@ def all_windows_image(weights: np.ndarray, allowed: np.ndarray, grid: tuple[int,
     sheet = Image.new("RGB", (cols * (tile_px + gap) - gap, rows * (tile_px + gap) - gap), "white")
     draw = ImageDraw.Draw(sheet)
     for index in range(rows * cols):
-        rgb = heatmap.attention_rgb(weights[index], allowed[index])
+        rgb = heatmap.attention_rgb(weights[index], allowed[index], scheme)
         tile = Image.fromarray(rgb).resize((tile_px, tile_px), Image.Resampling.NEAREST)
         r, c = divmod(index, cols)
         sheet.paste(tile, (c * (tile_px + gap), r * (tile_px + gap)))

@@ -7,9 +7,13 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app import image_input, resources, sidebar, widgets
+from app import image_input, resources, share, sidebar, widgets
 from models import swin
-from viz import heatmap, swin as swin_viz
+from viz import export, heatmap, swin as swin_viz
+
+# what a link carries: model, sample (never an upload), stage, tab, shift step; per-stage pickers under short names
+SHARED = ["model_swin", *image_input.shared_keys("swin"), "swin_stage", "swin_view", "swin_shift_step"]
+share.restore(SHARED, {"swin_stage": int})
 
 st.title("Swin Transformer: shifted windows")
 spec = widgets.model_picker("swin")
@@ -62,6 +66,11 @@ stage_index = c1.selectbox("Stage", range(len(structure.stages)), key="swin_stag
                            format_func=lambda s: f"stage {s + 1}: {structure.stages[s].resolution[0]} × "
                                                  f"{structure.stages[s].resolution[1]} tokens")
 stage = structure.stages[stage_index]
+PER_STAGE = {f"swin_{name}_{stage_index}": f"swin_{name}" for name in ("head", "bias_block", "attn_block", "row", "col")}
+share.restore(list(PER_STAGE), {f"swin_bias_block_{stage_index}": int, f"swin_attn_block_{stage_index}": int,
+                                f"swin_row_{stage_index}": share.within(0, stage.resolution[0] - 1),
+                                f"swin_col_{stage_index}": share.within(0, stage.resolution[1] - 1)}, PER_STAGE)
+input_name = image_input.input_label("swin")
 head_options = ["average of heads"] + [f"head {h}" for h in range(stage.heads)]
 head_choice = c2.selectbox("Head", head_options, key=f"swin_head_{stage_index}")
 head = None if head_choice == head_options[0] else head_options.index(head_choice) - 1
@@ -80,7 +89,8 @@ def block_picker(name: str):
     return structure.blocks[chosen]
 
 
-tabs = st.tabs(["Hierarchy", "Cyclic shift", "Masks", "Relative position bias", "Window attention", "Cost"])
+tabs = st.tabs(["Hierarchy", "Cyclic shift", "Masks", "Relative position bias", "Window attention", "Cost"],
+               key="swin_view", on_change="rerun")
 
 with tabs[0]:
     for column, s in zip(st.columns(len(structure.stages)), structure.stages):
@@ -112,7 +122,11 @@ with tabs[1]:
             "regrouped windows": "The rolled map's windows: those framed red hold several regions, and the mask stops "
                                  f"attention between them. Afterwards the map is rolled back by +{s}.",
         }[step])
-        st.image(swin_viz.shift_step(crop, shifted, step, scale))
+        picture = swin_viz.shift_step(crop, shifted, step, scale)
+        st.image(picture)
+        share.downloads(export.file_stem(spec.short_name, input_name, shifted.label, "cyclic shift", step),
+                        "swin_shift", image=picture, arrays={"regions": shifted.regions()},
+                        metadata={"model": spec.key, "input": input_name, "block": shifted.label, "step": step})
 
 with tabs[2]:
     if shifted is None:
@@ -124,12 +138,19 @@ with tabs[2]:
         st.caption(f"{shifted.label}: the model's `attn_mask` buffer {tuple(shifted.attn_mask.shape)} is added to the "
                    "scores before softmax; −100 makes a weight ≈ 4·10⁻⁴⁴. Rebuilt from the region ids it is "
                    f"{'identical' if same else 'DIFFERENT'}.")
+        rows_of_charts = []
         for name, index in swin.window_types(shifted.window_grid).items():
             c1, c2 = st.columns([1, 2])
-            c1.altair_chart(swin_viz.region_chart(window_regions[index], f"{name} (window {index}): region ids"),
-                            width="content")
-            c2.altair_chart(swin_viz.mask_chart(shifted.attn_mask[index], window_regions[index], shifted.window,
-                                                f"{name}: mask added to the scores"), width="content")
+            pair = (swin_viz.region_chart(window_regions[index], f"{name} (window {index}): region ids"),
+                    swin_viz.mask_chart(shifted.attn_mask[index], window_regions[index], shifted.window,
+                                        f"{name}: mask added to the scores"))
+            c1.altair_chart(pair[0], width="content")
+            c2.altair_chart(pair[1], width="content")
+            rows_of_charts.append(export.combined(*pair))
+        share.downloads(export.file_stem(spec.short_name, shifted.label, "attention masks"), "swin_mask",
+                        chart=export.combined(*rows_of_charts, vertical=True),
+                        arrays={"attn_mask": shifted.attn_mask, "window_regions": window_regions},
+                        metadata={"model": spec.key, "block": shifted.label})
 
 with tabs[3]:
     block = block_picker("bias")
@@ -139,13 +160,21 @@ with tabs[3]:
                 "row and column offsets query − key. Shown: the model's `relative_position_bias_table` per head, "
                 "and `table[relative_position_index]` for one head.")
     tables = swin.bias_table_images(block.bias_table, block.window)
-    st.altair_chart(swin_viz.bias_tables_chart(tables, block.window), width="content")
+    tables_chart = swin_viz.bias_tables_chart(tables, block.window)
+    st.altair_chart(tables_chart, width="content")
     bias_head = 0 if head is None else head
     c1, c2 = st.columns(2)
-    c1.altair_chart(swin_viz.bias_matrix_chart(block.bias()[bias_head], block.window, f"B for head {bias_head}"),
-                    width="content")
-    c2.altair_chart(swin_viz.bias_matrix_chart(block.relative_position_index.astype(float), block.window,
-                                               "relative_position_index s (buffer)"), width="content")
+    pair = (swin_viz.bias_matrix_chart(block.bias()[bias_head], block.window, f"B for head {bias_head}"),
+            swin_viz.bias_matrix_chart(block.relative_position_index.astype(float), block.window,
+                                       "relative_position_index s (buffer)"))
+    c1.altair_chart(pair[0], width="content")
+    c2.altair_chart(pair[1], width="content")
+    share.downloads(export.file_stem(spec.short_name, f"stage {stage_index + 1}", block.label,
+                                     f"relative position bias head {bias_head}"), "swin_bias",
+                    chart=export.combined(tables_chart, export.combined(*pair), vertical=True),
+                    arrays={"relative_position_bias_table": block.bias_table, "bias": block.bias(),
+                            "relative_position_index": block.relative_position_index},
+                    metadata={"model": spec.key, "block": block.label})
 
 with tabs[4]:
     block = block_picker("attn")
@@ -153,18 +182,31 @@ with tabs[4]:
     c1, c2 = st.columns(2)
     row = c1.slider("Patch row", 0, rows - 1, rows // 2 - 1, key=f"swin_row_{stage_index}")
     col = c2.slider("Patch column", 0, cols - 1, cols // 2 - 1, key=f"swin_col_{stage_index}")
+    patch_maps = {}
     for column, other in zip(st.columns(len(stage_blocks)), stage_blocks):
-        values = attention.patch_map(other.index, head, (row, col))
+        values = patch_maps[f"patch_map {other.label}"] = attention.patch_map(other.index, head, (row, col))
         column.image(swin_viz.patch_attention_picture(crop, values, other, (row, col), scale),
                      caption=f"{other.label}: where token ({row}, {col}) attends ({head_choice}), roll undone")
     window_index, within = swin.window_of((row, col), block)
     weights, allowed = attention.window_head(block.index, head), block.allowed()
     c1, c2 = st.columns(2)
-    c1.image(swin_viz.all_windows_image(weights, allowed, block.window_grid, window_index),
+    scheme = share.color_scheme()
+    c1.image(swin_viz.all_windows_image(weights, allowed, block.window_grid, window_index, scheme=scheme),
              caption=f"All {block.num_windows} windows of {block.label} on the rolled map, {head_choice}; grey = "
                      "blocked by the mask; red frame = the patch's window")
-    c2.altair_chart(swin_viz.window_attention_chart(weights[window_index], allowed[window_index], block.window,
-                                                    f"window {window_index}, query slot {within}"), width="content")
+    window_chart = swin_viz.window_attention_chart(weights[window_index], allowed[window_index], block.window,
+                                                   f"window {window_index}, query slot {within}", scheme)
+    c2.altair_chart(window_chart, width="content")
+    slots = [f"({i // block.window[1]},{i % block.window[1]})" for i in range(weights.shape[-1])]
+    share.downloads(
+        export.file_stem(spec.short_name, input_name, f"stage {stage_index + 1}", block.label, head_choice,
+                         f"window {window_index}"), "swin_attn", chart=window_chart,
+        table=export.matrix_frame(weights[window_index], slots, slots),
+        payload={"model": spec.key, "input": input_name, "stage": stage_index + 1, "block": block.label,
+                 "head": head_choice, "window": window_index, "query_slot": within, "patch": [row, col],
+                 "weights": weights[window_index], "allowed": allowed[window_index]},
+        arrays={"windows": weights, "allowed": allowed, **patch_maps},
+        metadata={"model": spec.key, "input": input_name, "block": block.label, "head": head_choice})
     st.caption(f"Rows sum to 1 (max deviation {np.abs(weights.sum(-1) - 1).max():.1e}); largest weight on a blocked "
                f"pair: {float(weights[~allowed].max(initial=0.0)):.1e}. Captured at WindowAttention.softmax, i.e. "
                "after bias and mask.")
@@ -175,5 +217,11 @@ with tabs[5]:
                 f"per head; in 7 × 7 windows M²·H·W = 49 · 3,136 = **{lecture.window_entries:,}** "
                 f"({lecture.saving:.0f}× fewer). Paper, eq. 1–2: Ω(MSA) = 4hwC² + 2(hw)²C, Ω(W-MSA) = 4hwC² + "
                 "2M²hwC. This model, per stage:")
-    st.altair_chart(swin_viz.cost_chart(structure.costs()), width="content")
-    st.dataframe(pd.DataFrame(structure.cost_rows()), hide_index=True)
+    cost_chart, cost_table = swin_viz.cost_chart(structure.costs()), pd.DataFrame(structure.cost_rows())
+    st.altair_chart(cost_chart, width="content")
+    st.dataframe(cost_table, hide_index=True)
+    share.downloads(export.file_stem(spec.short_name, "attention cost per stage"), "swin_cost", chart=cost_chart,
+                    table=cost_table)
+
+share.publish(SHARED)
+share.publish(list(PER_STAGE), PER_STAGE)
