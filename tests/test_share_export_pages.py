@@ -125,3 +125,46 @@ def test_swin_upload_is_never_in_the_link(patched_swin, offered, monkeypatch):
     assert _param(at, "swin_source") == "Upload"
     assert all(len(_param(at, name)) < 100 for name in at.query_params)  # names and settings, never pixels
     assert "_upload_stage-1_" in offered["swin_attn"]["stem"]
+
+
+# --- mechanics ---------------------------------------------------------------------------------------------------
+
+from tests.test_mechanics import cost  # noqa: E402  (the page test keeps the KV presets to the published ones)
+
+
+def _mechanics_page(monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import ROOT
+
+    published = cost.published_kv_specs()
+    monkeypatch.setattr(cost, "app_model_kv_specs", lambda: cost.PresetReport(published[:1], ["x: skipped"]))
+    return AppTest.from_file(str(ROOT / "app" / "views" / "mechanics.py"), default_timeout=120)
+
+
+def test_mechanics_url_round_trip_and_downloads(monkeypatch, offered):
+    at = _mechanics_page(monkeypatch)
+    at.query_params.update({"mechanics_text": "Attention is all you need.", "mech_heads": "4", "mech_dk": "8",
+                            "mech_scaled": "False", "mech_mask": "sliding_window", "mech_window": "2",
+                            "mech_head": "3", "mech_step": "99", "cost_n": "4096", "mech_view": "② Masks"})
+    at.run()
+    assert not at.exception, at.exception
+    assert at.text_area(key="mechanics_text").value == "Attention is all you need."
+    assert at.select_slider(key="mech_heads").value == 4 and at.toggle(key="mech_scaled").value is False
+    assert at.radio(key="mech_mask").value == "sliding_window" and at.slider(key="mech_window").value == 2
+    assert at.radio(key="mech_head").value == 3 and at.number_input(key="cost_n").value == 4096
+    assert _param(at, "mech_view") == "② Masks"
+    at.radio(key="mech_mode").set_value("Cross-attention").run()
+    assert _param(at, "mech_mode") == "Cross-attention" and _param(at, "mech_window") == "2"
+    assert {"mech_steps", "mech_multihead", "mech_masks", "cost_memory", "cost_kv"} <= set(offered)
+    masks = offered["mech_masks"]
+    assert masks["stem"].startswith("mask_sliding-window_window-2_causal-true_head-3")
+    from models import mechanics
+
+    tokens = masks["payload"]["tokens"]
+    expected = mechanics.build_mask("sliding_window", len(tokens), window=2, causal=True)
+    np.testing.assert_array_equal(masks["arrays"]["allowed"], expected)
+    np.testing.assert_allclose(masks["table"].to_numpy(), masks["arrays"]["weights"][3], atol=1e-7)
+    assert json.loads(export.json_bytes(offered["mech_steps"]["payload"]))["masked_scores"]  # −∞ became null
+    for call in offered.values():
+        _check_files(call)

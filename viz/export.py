@@ -92,11 +92,16 @@ def _defuse(value):
 
 
 def json_bytes(payload: dict) -> bytes:
-    """JSON with numpy arrays as nested lists (floats rounded to 7 significant digits)."""
+    """JSON with numpy arrays as nested lists (floats rounded to 7 decimals; −∞ of masked scores and NaN as null,
+    so the file stays strict JSON that browsers parse)."""
 
     def convert(value):
         if isinstance(value, np.ndarray):
-            return np.round(value.astype(np.float64), 7).tolist() if value.dtype.kind == "f" else value.tolist()
+            if value.dtype.kind != "f":
+                return value.tolist()
+            rounded = np.round(value.astype(np.float64), 7)
+            finite = np.isfinite(rounded)
+            return rounded.tolist() if finite.all() else np.where(finite, rounded, None).tolist()
         if isinstance(value, (np.floating, np.integer)):
             return value.item()
         raise TypeError(f"cannot write {type(value).__name__} as JSON")

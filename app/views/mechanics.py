@@ -1,10 +1,12 @@
 """How attention works, step by step, and what it costs: one small layer on a real sentence, the mask zoo, the
 memory argument behind FlashAttention, windows and KV-cache tricks. Built for a lecturer at a projector."""
 import numpy as np
+import pandas as pd
 import streamlit as st
 
 from app import resources, share, widgets
 from models import cost, mechanics
+from viz import export
 from viz import mechanics as charts
 
 PRESETS = {
@@ -13,6 +15,17 @@ PRESETS = {
     "Short": "Attention is all you need.",
 }
 
+# what a link carries: the sentence, the layer's settings, the mask and its settings, the step and head shown
+SHARED = ["mechanics_text", "mech_view", "mech_source", "mech_d", "mech_heads", "mech_dk", "mech_seed", "mech_scaled",
+          "mech_mask", "mech_window_causal", "mech_global", "mech_grid", "mech_swin_m", "mech_mode", "mech_other",
+          "mech_head", "mech_all_steps", "mech_step"]
+BY_LENGTH = ["mech_real", "mech_prefix", "mech_window", "mech_stride"]  # sliders up to the token count
+COST = ["cost_n", "cost_h", "cost_l", "cost_dtype", "cost_b", "kv_tokens", "kv_dtype"]
+share.restore(SHARED + COST, {"mech_d": int, "mech_heads": int, "mech_dk": int, "mech_seed": int,
+                              "mech_scaled": share.flag, "mech_window_causal": share.flag,
+                              "mech_global": lambda text: list(share.integers(text)), "mech_grid": share.integers,
+                              "mech_swin_m": int, "mech_head": int, "mech_all_steps": share.flag, "mech_step": int,
+                              "cost_n": int, "cost_h": int, "cost_l": int, "cost_b": int, "kv_tokens": int})
 st.title("🧮 How attention works — and what it costs")
 st.latex(r"\operatorname{Attention}(Q,K,V)=\operatorname{softmax}\!\left(\frac{QK^{\top}}{\sqrt{d_k}}+M\right)V")
 sentence = widgets.text_source(PRESETS, key="mechanics", label="Sentence", height=68)
@@ -36,7 +49,9 @@ st.caption(f"{len(tokens)} tokens from all-MiniLM-L6-v2's WordPiece tokenizer. X
            + ", each row LayerNorm'd; no positions added (a repeated word gets the same row). W_Q, W_K, W_V, W_O: "
            "seeded random with std 1/√D — a layer for reading, not a trained one.")
 n, labels = len(tokens), charts.unique_labels(tokens)
-tab_steps, tab_masks, tab_cost = st.tabs(["① Step by step", "② Masks", "③ Cost"])
+share.restore(BY_LENGTH, {key: share.within(0 if key in ("mech_prefix", "mech_shift") else 1, n) for key in BY_LENGTH})
+tab_steps, tab_masks, tab_cost = st.tabs(["① Step by step", "② Masks", "③ Cost"], key="mech_view", on_change="rerun")
+stem_parts = (f"D {d_model}", f"H {heads}", f"dk {d_head}", "scaled" if scaled else "unscaled", f"seed {seed}")
 
 with tab_masks:  # the mask is chosen here and used by the step-by-step tab too
     kind = st.radio("Mask", list(mechanics.MASK_KINDS), horizontal=True, key="mech_mask",
@@ -62,6 +77,7 @@ with tab_masks:  # the mask is chosen here and used by the step-by-step tab too
                                   format_func=lambda rc: f"{rc[0]} × {rc[1]}")
         windows = mechanics.common_windows(rows, cols) or [1]
         window = p2.selectbox("Window M", windows, key="mech_swin_m")
+        share.restore(["mech_shift"], {"mech_shift": share.within(0, window - 1)})  # a link's shift fits its window
         shift = p3.slider("Shift s", 0, window - 1, window // 2, key="mech_shift") if window > 1 else 0
         if window == 1:
             st.info(f"No window M > 1 divides both sides of a {rows} × {cols} grid: pick another grid, or a sentence "
@@ -100,6 +116,7 @@ with tab_steps:
         "Step", range(len(steps)), value=first, key="mech_step", format_func=lambda i: steps[i].title)]]
     axis = {"query": labels, "key": charts.unique_labels(shown.key_tokens),
             "qkv": [f"{p}{h}·{i}" for p in "QKV" for h in range(heads) for i in range(d_head)]}
+    step_charts = []
     for step in chosen:
         value = step.value[head] if step.per_head else step.value
         st.markdown(f"#### {step.title}")
@@ -109,9 +126,18 @@ with tab_steps:
                           for what, size in ((step.rows, value.shape[0]), (step.cols, value.shape[1])))
         masked = ~shown.allowed if step.key == "masked_scores" else None
         big = np.abs(value[np.isfinite(value)]).max() >= 100
-        st.altair_chart(charts.matrix_chart(value, rows_l, cols_l, masked=masked, masked_text=mask_text,
-                                            probabilities=step.key == "weights", decimals=1 if big else 2),
-                        width="content")
+        chart = charts.matrix_chart(value, rows_l, cols_l, masked=masked, masked_text=mask_text,
+                                    probabilities=step.key == "weights", decimals=1 if big else 2)
+        st.altair_chart(chart, width="content")
+        step_charts.append(chart.properties(title=step.title))  # the exported figure names its step
+    share.downloads(
+        export.file_stem("attention layer", *stem_parts, "cross" if shown.cross else kind,
+                         "all steps" if everything else chosen[0].key, f"head {head}", sentence[:40]), "mech_steps",
+        chart=step_charts[0] if len(step_charts) == 1 else export.combined(*step_charts, vertical=True),
+        payload={"sentence": sentence, "query_tokens": tokens, "key_tokens": shown.key_tokens, "mask": kind,
+                 "head": head, **{step.key: step.value for step in steps}},
+        arrays={step.key: step.value for step in steps},
+        metadata={"input": sentence, "mask": kind, "settings": " ".join(stem_parts)})
 
     st.subheader("Why divide by √d_k")
     entropy = shown.row_entropy_bits()
@@ -130,22 +156,40 @@ with tab_steps:
                "from 0 to each map's largest weight.")
     maps = [(trace.weights[h], f"head {h} of {heads}") for h in range(min(heads, 3))]
     maps.append((single.weights[0], "one head"))
+    head_charts = []
     for i, (weights, title) in enumerate(maps):
         if i % 2 == 0:
             columns = st.columns(2)
-        columns[i % 2].altair_chart(charts.matrix_chart(weights, labels, labels, title, probabilities=True, width=380,
-                                                        annotate=False, colour_max=float(weights.max()),
-                                                        scheme=share.color_scheme()),
-                                    width="content")
+        head_charts.append(charts.matrix_chart(weights, labels, labels, title, probabilities=True, width=380,
+                                               annotate=False, colour_max=float(weights.max()),
+                                               scheme=share.color_scheme()))
+        columns[i % 2].altair_chart(head_charts[-1], width="content")
+    share.downloads(export.file_stem("multi vs single head", *stem_parts, kind, sentence[:40]), "mech_multihead",
+                    chart=export.combined(*(export.combined(*head_charts[i:i + 2]) for i in range(0, len(head_charts),
+                                                                                                  2)), vertical=True),
+                    payload={"tokens": tokens, "heads": trace.weights, "one_head": single.weights[0]},
+                    arrays={"heads": trace.weights, "one_head": single.weights[0]},
+                    metadata={"input": sentence, "mask": kind, "settings": " ".join(stem_parts)})
 
 with tab_masks:
     st.markdown(f"The same scores (head {head}) with {mask_text} where the mask hides a key, then the softmax: hidden "
                 "keys get 0 and every row still sums to 1.")
     m1, m2 = st.columns(2)
-    m1.altair_chart(charts.matrix_chart(trace.masked_scores[head], labels, labels, "scores + mask", masked=~allowed,
-                                        masked_text=mask_text, width=380), width="content")
-    m2.altair_chart(charts.matrix_chart(trace.weights[head], labels, labels, "softmax", probabilities=True, width=380,
-                                        scheme=share.color_scheme()), width="content")
+    mask_charts = (charts.matrix_chart(trace.masked_scores[head], labels, labels, "scores + mask", masked=~allowed,
+                                       masked_text=mask_text, width=380),
+                   charts.matrix_chart(trace.weights[head], labels, labels, "softmax", probabilities=True, width=380,
+                                       scheme=share.color_scheme()))
+    m1.altair_chart(mask_charts[0], width="content")
+    m2.altair_chart(mask_charts[1], width="content")
+    share.downloads(export.file_stem("mask", kind, *(f"{k} {v}" for k, v in params.items()), f"head {head}",
+                                     sentence[:40]), "mech_masks", chart=export.combined(*mask_charts),
+                    table=export.matrix_frame(trace.weights[head], tokens, tokens),
+                    payload={"tokens": tokens, "mask": kind, "settings": {k: str(v) for k, v in params.items()},
+                             "allowed": allowed, "masked_scores": trace.masked_scores[head],
+                             "weights": trace.weights[head]},
+                    arrays={"allowed": allowed, "masked_scores": trace.masked_scores, "weights": trace.weights,
+                            **{f"zoo {name}": pattern for name, pattern in mechanics.zoo(n).items()}},
+                    metadata={"input": sentence, "mask": kind})
     if kind == "swin" and window > 1:
         st.markdown("**How Swin builds it:** roll the token grid by −s, number the regions the roll glued together "
                     "(slices 0:−M, −M:−s, −s:), and add −100 between different ids inside each M × M window.")
@@ -184,8 +228,14 @@ def cost_tab() -> None:
               f"{cost.ratio_text(calc.bytes_all, calc.flash_bytes_all)} less", delta_color="off", delta_arrow="off")
     grid = np.unique(np.logspace(1, 6, 60).astype(int))
     curve = [cost.attention_cost(int(t), calc.heads, calc.layers, calc.dtype, calc.batch) for t in grid]
-    st.altair_chart(charts.memory_curve_chart(grid, [c.bytes_all for c in curve], [c.flash_bytes_all for c in curve],
-                                              80e9, "one 80 GB GPU"), width="content")
+    memory = {"tokens": grid, "attention_map_bytes": np.array([c.bytes_all for c in curve]),
+              "flash_bytes": np.array([c.flash_bytes_all for c in curve])}
+    memory_chart = charts.memory_curve_chart(grid, memory["attention_map_bytes"], memory["flash_bytes"], 80e9,
+                                             "one 80 GB GPU")
+    st.altair_chart(memory_chart, width="content")
+    share.downloads(export.file_stem("attention memory", f"H {calc.heads}", f"L {calc.layers}", calc.dtype,
+                                     f"B {calc.batch}"), "cost_memory", chart=memory_chart,
+                    table=pd.DataFrame(memory), arrays=memory)
 
     st.subheader("Worked examples (computed, not typed)")
     for example in cost.worked_examples():
@@ -203,10 +253,13 @@ def cost_tab() -> None:
     with st.spinner("Reading the models' configs…"):
         app_specs, published, skipped = resources.kv_cache_presets()
     specs = app_specs + published
-    st.altair_chart(charts.kv_cache_chart([s.name for s in specs], [s.kind for s in specs],
-                                          [s.bytes_per_sequence(kv_tokens, kv_dtype) for s in specs], kv_tokens),
-                    width="content")
-    st.table(cost.kv_table(specs, kv_tokens, kv_dtype), hide_index=True)
+    kv_chart = charts.kv_cache_chart([s.name for s in specs], [s.kind for s in specs],
+                                     [s.bytes_per_sequence(kv_tokens, kv_dtype) for s in specs], kv_tokens)
+    st.altair_chart(kv_chart, width="content")
+    kv_rows = cost.kv_table(specs, kv_tokens, kv_dtype)
+    st.table(kv_rows, hide_index=True)
+    share.downloads(export.file_stem("kv cache", f"{kv_tokens} tokens", kv_dtype), "cost_kv", chart=kv_chart,
+                    table=pd.DataFrame(kv_rows))
     for spec in (s for s in specs if s.kind == "MLA"):
         fewer = cost.ratio_text(spec.uncompressed_elements, spec.elements_per_token_per_layer)
         st.caption(f"{spec.name}: caching full K and V for its {spec.heads} heads would take "
@@ -214,7 +267,9 @@ def cost_tab() -> None:
                    f"{spec.elements_per_token_per_layer:,} ({fewer} fewer).")
     if skipped:
         st.caption("Not read: " + "; ".join(skipped))
+    share.publish(COST)
 
 
 with tab_cost:
     cost_tab()
+share.publish(SHARED + BY_LENGTH + ["mech_shift"])
