@@ -32,7 +32,7 @@ def layer_head_picker(maps: AttentionMaps, key: str) -> tuple[int, int | None]:
     _apply_grid_click(key)
     _apply_table_pick(key, maps.num_heads)
     left, right = st.columns(2)
-    if st.session_state.get(f"{key}_layer", 0) >= maps.num_layers:
+    if not 0 <= st.session_state.get(f"{key}_layer", 0) < maps.num_layers:  # another model's, or a link's -5
         st.session_state[f"{key}_layer"] = 0
     layer = left.slider("Layer", 0, max(maps.num_layers - 1, 1), key=f"{key}_layer",
                         disabled=maps.num_layers == 1)

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -42,7 +43,10 @@ def restore(keys: list[str], coerce: dict[str, Callable] | None = None, names: d
         if name in st.query_params:
             value = st.query_params[name]
             try:
-                st.session_state[key] = coerce.get(key, str)(value)
+                parsed = coerce.get(key, str)(value)
+                if isinstance(parsed, float) and not math.isfinite(parsed):  # float("nan"), float("1e309")
+                    raise ValueError(f"{name}={value!r} is not a finite number")
+                st.session_state[key] = parsed
             except (TypeError, ValueError):
                 pass  # a hand-edited link with a bad value: keep the default
 

@@ -791,3 +791,37 @@ def test_other_text_pages_survive_every_hostile_text(page):
         assert at.error or at.info or at.warning or case not in ("empty", "whitespace"), f"{case}: no message"
         at.text_area(key=f"{page}_text").input(normal).run(timeout=180)
         assert not at.exception and not at.error, f"after {case}: {[e.value for e in at.error]}"
+
+
+# --- hostile links (share.restore puts URL values into widget state) -----------------------------------------------
+
+URL_GARBAGE = ["<script>alert(1)</script>", "99999999", "-5", "nan", "1e309", "", "\u202e[x](http://127.0.0.1:9/)"]
+
+
+@pytest.mark.parametrize("page", ["gpt", "encoder", "translation", "vit", "swin", "moe", "positional", "mechanics"])
+def test_a_hand_edited_link_cannot_break_a_page(request, monkeypatch, page):
+    """Every value a page reads from its URL, set to garbage: the page still runs without an exception."""
+    from app import share
+
+    if not (ROOT / "app" / "views" / f"{page}.py").exists():
+        pytest.skip(f"the {page} page does not exist yet")
+    if page in ("gpt", "encoder"):
+        request.getfixturevalue("tiny_loader")  # the other pages run their small offline models
+
+    recorded: list[str] = []
+    real_restore = share.restore
+
+    def recording_restore(keys, coerce=None, names=None):
+        recorded.extend((names or {}).get(key, key) for key in keys)
+        return real_restore(keys, coerce, names)
+
+    monkeypatch.setattr(share, "restore", recording_restore)
+    app_test(page).run(timeout=300)
+    if not recorded:
+        pytest.skip(f"the {page} page reads nothing from its URL")
+    for garbage in URL_GARBAGE:
+        at = app_test(page)
+        for name in recorded:
+            at.query_params[name] = garbage
+        at.run(timeout=300)
+        assert not at.exception, f"{garbage!r}: {at.exception[0].value}"
