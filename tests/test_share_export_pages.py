@@ -168,3 +168,83 @@ def test_mechanics_url_round_trip_and_downloads(monkeypatch, offered):
     assert json.loads(export.json_bytes(offered["mech_steps"]["payload"]))["masked_scores"]  # −∞ became null
     for call in offered.values():
         _check_files(call)
+
+
+# --- the command-line export of the translation and ViT views ----------------------------------------------------
+
+from app import cli  # noqa: E402
+
+SENTENCE = "The national green plan has adopted an international commission."  # a grammar sample: gold is known
+
+
+@pytest.fixture(scope="module")
+def mini_translation():
+    from models import registry, translation
+
+    return translation.load(registry.get("translation", "mini Transformer en→fr"))
+
+
+@pytest.fixture(scope="module")
+def mini_vit():
+    from models import registry, vit
+
+    return vit.load(registry.get("vit", "mini ViT shapes"))
+
+
+def test_cli_translation_alignment_is_the_models_alignment(mini_translation, tmp_path):
+    from models import translation
+    from models.minis.translation import grammar
+
+    assert cli.main(["--page", "translation", "--text", SENTENCE, "--layer", "1", "--head", "mean",
+                     "--format", "png,svg,json,csv,npz", "--out", str(tmp_path)]) == 0
+    files = {p.suffix: p for p in tmp_path.iterdir()}
+    assert set(files) == {".png", ".svg", ".json", ".csv", ".npz"}
+    assert all("_cross_layer-1_mean_words." in p.name for p in files.values())
+    assert min(Image.open(files[".png"]).size) > 600 and files[".svg"].read_text().lstrip().startswith("<svg")
+    result = translation.run(mini_translation, SENTENCE)
+    view = translation.alignment_view(result, 1, None, True, grammar.showcase_pairs().values())
+    payload = json.loads(files[".json"].read_text())
+    np.testing.assert_allclose(payload["weights"], view.weights, atol=1e-6)
+    assert payload["output_labels"] == view.row_labels and payload["alignment_error_rate"] == view.aer
+    assert payload["translation"] == result.extras["translation"].translation
+    assert [tuple(link) for link in payload["gold_links"]] == sorted(view.gold)
+    import pandas as pd
+
+    np.testing.assert_allclose(pd.read_csv(files[".csv"], index_col=0).to_numpy(), view.weights, atol=1e-6)
+    np.testing.assert_allclose(np.load(files[".npz"])["weights"], view.weights, atol=1e-7)
+
+
+def test_cli_translation_mistakes_are_messages(mini_translation, tmp_path, capsys):
+    assert cli.main(["--page", "translation", "--text", "the zebra sleeps", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "does not know" in err and "zebra: did you mean" in err
+    assert cli.main(["--page", "translation", "--text", SENTENCE, "--layer", "7", "--out", str(tmp_path)]) == 2
+    assert "layer 7 does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["--page", "translation", "--text", SENTENCE, "--view", "rollout"])  # a ViT view
+
+
+def test_cli_vit_cls_and_rollout_are_the_models_numbers(mini_vit, tmp_path):
+    from models import images, vit
+    from models.analysis import rollout
+
+    assert cli.main(["--page", "vit", "--model", "mini ViT shapes", "--image", "coffee", "--layer", "2", "--head", "1",
+                     "--format", "png,json,csv,npz", "--out", str(tmp_path / "cls")]) == 0
+    assert cli.main(["--page", "vit", "--model", "mini ViT shapes", "--image", "coffee", "--view", "rollout",
+                     "--fusion", "max", "--discard", "0.5", "--format", "png,npz", "--out", str(tmp_path / "roll")]) == 0
+    result = vit.run(mini_vit, images.load_sample("coffee"))
+    maps, info = result.maps("self"), result.image
+    cls_files = {p.suffix: p for p in (tmp_path / "cls").iterdir()}
+    assert cls_files[".png"].name == "mini-vit-shapes_sample-coffee_cls_layer-2_head-1.png"
+    assert min(Image.open(cls_files[".png"]).size) >= 1600  # print resolution
+    expected = vit.cls_attention_grid(maps, info, 2, 1)
+    np.testing.assert_allclose(json.loads(cls_files[".json"].read_text())["values"], expected, atol=1e-6)
+    arrays = np.load(cls_files[".npz"])
+    np.testing.assert_allclose(arrays["cls_attention"], expected, atol=1e-7)
+    np.testing.assert_allclose(arrays["attention"], maps.layer(2), atol=1e-7)
+    assert str(arrays["meta_image"]) == "sample coffee"
+    rolled = rollout.cls_rollout([maps.layer(i) for i in range(maps.num_layers)], info.num_prefix_tokens,
+                                 info.patch_grid, "max", 0.5, 0)
+    roll_files = {p.suffix: p for p in (tmp_path / "roll").iterdir()}
+    assert roll_files[".npz"].name == "mini-vit-shapes_sample-coffee_rollout_max_discard-0-5.npz"
+    np.testing.assert_allclose(np.load(roll_files[".npz"])["rollout"], np.asarray(rolled), atol=1e-6)
