@@ -19,8 +19,9 @@ Prints one JSON line per case (and device) with at least ``{"case", "n", "ours_s
 - ``startup``: ``streamlit run`` started to the GPT page's first chart visible in headless Chromium (Playwright),
   offline models already cached; baseline: a one-chart Streamlit page started the same way.
 
-Timing: ours and the baseline run in one process, alternating, after a warm-up; the minimum over repeats is reported
-(the machine is shared, so the minimum is the least disturbed run) with every sample. Threads: ``--threads`` (1 by
+Timing: ours and the baseline run in one process, back to back and alternating in order, after a warm-up; ``ratio`` is
+the median of the per-repeat ratios and the times are medians (the machine is shared: a burst of load then hits one
+pair, not one side), with every sample reported. Threads: ``--threads`` (1 by
 default, so the benchmark leaves the other cores to the people sharing the machine).
 """
 from __future__ import annotations
@@ -120,6 +121,15 @@ def timed(fn, device: str) -> float:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     return time.perf_counter() - start
+
+
+def paired(ours: list[float], baseline: list[float]) -> tuple[float, float, float]:
+    """(median ours, median baseline, median of the per-repeat ratios): each repeat times both back to back, so a
+    burst of load from other users hits one pair, not one side of every comparison."""
+    import statistics
+
+    return (statistics.median(ours), statistics.median(baseline),
+            statistics.median(o / b for o, b in zip(ours, baseline)))
 
 
 def alternate(ours, baseline, repeats: int, device: str) -> tuple[list[float], list[float]]:
@@ -235,8 +245,8 @@ def case_causal_lm(n: int, device: str, repeats: int, threads: int, memory_repea
     bases = [worker({"task": "causal_lm_memory", "mode": "baseline", **common}) for _ in range(memory_repeats)]
     ourses = [worker({"task": "causal_lm_memory", "mode": "ours", **common}) for _ in range(memory_repeats)]
     base, ours = _median_run(bases), _median_run(ourses)
-    ours_s, baseline_s = min(timing["ours_samples"]), min(timing["baseline_samples"])
-    row = {"case": "causal_lm", "n": n, "ours_s": ours_s, "baseline_s": baseline_s, "ratio": ours_s / baseline_s,
+    ours_s, baseline_s, ratio = paired(timing["ours_samples"], timing["baseline_samples"])
+    row = {"case": "causal_lm", "n": n, "ours_s": ours_s, "baseline_s": baseline_s, "ratio": ratio,
            "extra_mb": ours["peak_mb"] - base["peak_mb"], "bytes": ours["result_bytes"], "device": device,
            "threads": threads, "ours_samples": timing["ours_samples"],
            "baseline_samples": timing["baseline_samples"], "peak_ours_mb": ours["peak_mb"],
