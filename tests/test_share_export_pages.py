@@ -248,3 +248,44 @@ def test_cli_vit_cls_and_rollout_are_the_models_numbers(mini_vit, tmp_path):
     roll_files = {p.suffix: p for p in (tmp_path / "roll").iterdir()}
     assert roll_files[".npz"].name == "mini-vit-shapes_sample-coffee_rollout_max_discard-0-5.npz"
     np.testing.assert_allclose(np.load(roll_files[".npz"])["rollout"], np.asarray(rolled), atol=1e-6)
+
+
+# --- ViT ---------------------------------------------------------------------------------------------------------
+
+from tests.test_app_vit import _page as _vit_page, tiny_vits  # noqa: E402,F401  (tiny timm ViTs in the registry's place)
+
+
+def test_vit_url_round_trip_and_the_offered_numbers_are_the_pages(tiny_vits, offered):
+    from models import images, registry, vit
+    from models.analysis import rollout
+
+    at = _vit_page()
+    at.query_params.update({"vit_sample": "rocket", "vit_layer": "0", "vit_head": "head 1", "vit_row": "2",
+                            "vit_col": "-3", "vit_fusion": "max", "vit_discard": "0.5", "vit_opacity": "0.8",
+                            "vit_view": "Rollout and attribution"})
+    at.run()
+    assert not at.exception, at.exception
+    assert at.slider(key="vit_layer").value == 0 and at.selectbox(key="vit_head").value == "head 1"
+    assert at.slider(key="vit_row").value == 2 and at.slider(key="vit_col").value >= 0  # -3: refused, default kept
+    assert at.selectbox(key="vit_fusion").value == "max" and at.slider(key="vit_discard").value == 0.5
+    assert _param(at, "vit_view") == "Rollout and attribution" and _param(at, "vit_sample") == "rocket"
+    at.slider(key="vit_layer").set_value(1).run()
+    assert _param(at, "vit_layer") == "1" and _param(at, "vit_head") == "head 1"
+
+    spec = registry.default("vit")  # the page's default model, patched to the tiny backbone
+    result = vit.run(vit.load(spec), images.load_sample("rocket"))
+    maps, info = result.maps("self"), result.image
+    cls = offered["vit_cls"]
+    assert cls["stem"].endswith("_sample-rocket_cls_layer-1_head-1")
+    np.testing.assert_allclose(cls["payload"]["values"], vit.cls_attention_grid(maps, info, 1, 1), atol=1e-6)
+    np.testing.assert_allclose(cls["table"].to_numpy(), vit.cls_attention_grid(maps, info, 1, 1), atol=1e-6)
+    np.testing.assert_allclose(cls["arrays"]["attention"], maps.layer(1), atol=1e-6)
+    query = offered["vit_query"]
+    token = vit.patch_token_index(info, 2, at.slider(key="vit_col").value)
+    np.testing.assert_allclose(query["payload"]["values"], vit.query_attention_grid(maps, info, 1, 1, token),
+                               atol=1e-6)
+    rolled = rollout.cls_rollout([maps.layer(i) for i in range(maps.num_layers)], info.num_prefix_tokens,
+                                 info.patch_grid, "max", 0.5, 0 if tuple(info.prefix_names[:1]) == ("[CLS]",) else None)
+    np.testing.assert_allclose(offered["vit_rollout"]["arrays"]["rollout"], np.asarray(rolled), atol=1e-6)
+    for call in offered.values():
+        _check_files(call)
