@@ -289,3 +289,33 @@ def test_vit_url_round_trip_and_the_offered_numbers_are_the_pages(tiny_vits, off
     np.testing.assert_allclose(offered["vit_rollout"]["arrays"]["rollout"], np.asarray(rolled), atol=1e-6)
     for call in offered.values():
         _check_files(call)
+
+
+# --- MoE ---------------------------------------------------------------------------------------------------------
+
+from tests.test_moe import moe_page, saved_mixtral, tiny_tokenizer  # noqa: E402,F401  (a tiny Mixtral)
+
+
+def test_moe_url_round_trip_and_the_offered_numbers_are_the_pages(moe_page, offered):
+    from models import loading, moe, registry
+
+    text = "the cat sat on the mat and the dog ran"
+    at = moe_page
+    at.query_params.update({"moe_text": text, "moe_layer": "block 1", "moe_token": "4",
+                            "moe_view": "Load and balance"})
+    at.run()
+    assert not at.exception, at.exception
+    assert at.text_area(key="moe_text").value == text and at.selectbox(key="moe_layer").value == "block 1"
+    assert at.slider(key="moe_token").value == 4 and _param(at, "moe_view") == "Load and balance"
+    at.slider(key="moe_token").set_value(2).run()
+    assert _param(at, "moe_token") == "2" and _param(at, "moe_text") == text
+    assert {"moe_routed", "moe_gate", "moe_load", "moe_coactivation", "moe_consistency", "moe_special",
+            "moe_two"} <= set(offered)
+    routing = moe.run(loading.load(registry.default("moe")), text).extras["routing"]
+    layer = routing.layer_label  # labels are "block N"
+    index = [layer(i) for i in range(routing.num_layers)].index("block 1")
+    np.testing.assert_allclose(offered["moe_gate"]["arrays"]["probs"], routing.probs[index, 2], atol=1e-6)
+    np.testing.assert_array_equal(offered["moe_routed"]["table"]["top-1 expert"], routing.top1[index])
+    assert "block-1_token-2" in offered["moe_gate"]["stem"]
+    for call in offered.values():
+        _check_files(call)

@@ -267,12 +267,13 @@ def coactivation_chart(matrix: np.ndarray):
                          num_experts <= 12, max_width=330, square=True).properties(autosize=PAD)
 
 
-def consistency_chart(nmi: np.ndarray, layer_labels: list[str]):
-    """``(L, L)`` normalised mutual information between layers' top-1 choices, 0..1."""
+def consistency_chart(nmi: np.ndarray, layer_labels: list[str], scheme: str = "viridis"):
+    """``(L, L)`` normalised mutual information between layers' top-1 choices, 0..1, in a sequential Vega
+    ``scheme`` (the same colours for the image drawn for many layers)."""
     if nmi.size > MAX_CHART_CELLS:
-        return _matrix_image(nmi, "viridis", 0.0, 1.0)
+        return _matrix_image(nmi, {"blues": "Blues", "greys": "Greys"}.get(scheme, scheme), 0.0, 1.0)
     return _matrix_chart(nmi, list(layer_labels), list(layer_labels), "layer a", "layer b", "NMI",
-                         alt.Scale(scheme="viridis", domain=[0, 1]), ".2f", len(layer_labels) <= 8,
+                         alt.Scale(scheme=scheme, domain=[0, 1]), ".2f", len(layer_labels) <= 8,
                          max_width=300, square=True) \
         .properties(autosize=PAD)
 
