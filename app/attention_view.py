@@ -8,10 +8,10 @@ import uuid
 
 import streamlit as st
 
-from app import resources
+from app import resources, share
 from models.analysis import heads
 from models.results import AttentionMaps
-from viz import heatmap
+from viz import export, heatmap
 
 AVERAGE = "average of heads"
 
@@ -59,6 +59,33 @@ def head_heatmap(maps: AttentionMaps, layer: int, head: int | None, key: str, sc
         large_heatmap(weights, allowed, maps, name, key, scheme, cache_key=(run_id, layer, head))
     st.caption("Rows: the token doing the attending (query). Columns: the tokens it attends to (keys). "
                "Each row sums to 1. Grey cells are masked (the model could not look there).")
+    head_downloads(maps, layer, head, key, scheme)
+
+
+def head_downloads(maps: AttentionMaps, layer: int, head: int | None, key: str, scheme: str) -> None:
+    """The shown head as PNG/SVG (the chart, or the image for long inputs), its numbers as CSV/JSON, the layer as .npz.
+
+    Everything is built on click (functions, not values): a rerun that moves a slider computes none of it.
+    """
+    stem_parts = st.session_state.get(f"{key}_stem", ())
+    head_name = "mean" if head is None else head
+    stem = export.file_stem(*stem_parts, maps.kind, f"layer {layer}", f"head {head_name}")
+    small = max(len(maps.query_tokens), len(maps.key_tokens)) <= heatmap.MAX_CHART_TOKENS
+    title = f"{maps.kind} attention, layer {layer}, head {head_name}"
+
+    def weights():
+        return maps.head(layer, head)
+
+    share.downloads(
+        stem, key,
+        chart=(lambda: heatmap.attention_chart(weights(), maps.query_tokens, maps.key_tokens, maps.allowed(layer),
+                                               title, scheme)) if small else None,
+        image=None if small else (lambda: heatmap.attention_image(weights(), maps.allowed(layer), scheme)),
+        table=lambda: export.matrix_frame(weights(), maps.query_tokens, maps.key_tokens),
+        payload=lambda: {"kind": maps.kind, "layer": layer, "head": head_name, "query_tokens": maps.query_tokens,
+                         "key_tokens": maps.key_tokens, "weights": weights(), "allowed": maps.allowed(layer)},
+        arrays=lambda: {"weights": maps.layer(layer), "allowed": maps.allowed(layer)},
+        metadata={"kind": maps.kind, "layer": layer, "input": " ".join(map(str, stem_parts))})
 
 
 def _zoom_ranges(key: str, n_q: int, n_k: int, limit: int) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -178,7 +205,7 @@ def explorer(result_key: tuple, result, kind: str, key: str) -> None:
                                on_change="rerun")
     if one.open is not False:
         with one:
-            head_heatmap(maps, layer, head, key)
+            head_heatmap(maps, layer, head, key, share.color_scheme())
     if grid.open is not False:
         with grid:
             model_view(result_key, result, kind, layer, head, key)

@@ -106,23 +106,32 @@ def color_scheme() -> str:
     return "cividis" if st.session_state.get("presentation") else st.session_state.get("scheme", "viridis")
 
 
-def downloads(stem: str, key: str, chart=None, image=None, table=None, payload: dict | None = None,
-              arrays: dict[str, np.ndarray] | None = None, metadata: dict | None = None) -> None:
-    """A row of download buttons; each file is made only when its button is clicked."""
+def downloads(stem: str, key: str, chart=None, image=None, table=None, payload=None, arrays=None,
+              metadata: dict | None = None) -> None:
+    """A row of download buttons; each file is made only when its button is clicked.
+
+    Each of ``chart``, ``image``, ``table``, ``payload``, ``arrays`` may be given as a value or as a function that
+    returns it: a function is called only on the click, so a page pays nothing per rerun for a 2,048 × 2,048 CSV.
+    """
     buttons = []
     if chart is not None:
-        buttons.append(("PNG", f"{stem}.png", "image/png", lambda: export.chart_png(chart)))
-        buttons.append(("SVG", f"{stem}.svg", "image/svg+xml", lambda: export.chart_svg(chart)))
+        buttons.append(("PNG", f"{stem}.png", "image/png", lambda: export.chart_png(resolve(chart))))
+        buttons.append(("SVG", f"{stem}.svg", "image/svg+xml", lambda: export.chart_svg(resolve(chart))))
     elif image is not None:
-        buttons.append(("PNG", f"{stem}.png", "image/png", lambda: export.image_png(image)))
+        buttons.append(("PNG", f"{stem}.png", "image/png", lambda: export.image_png(resolve(image))))
     if table is not None:
-        buttons.append(("CSV", f"{stem}.csv", "text/csv", lambda: export.csv_bytes(table)))
+        buttons.append(("CSV", f"{stem}.csv", "text/csv", lambda: export.csv_bytes(resolve(table))))
     if payload is not None:
-        buttons.append(("JSON", f"{stem}.json", "application/json", lambda: export.json_bytes(payload)))
-    if arrays:
+        buttons.append(("JSON", f"{stem}.json", "application/json", lambda: export.json_bytes(resolve(payload))))
+    if arrays is not None:
         buttons.append(("NPZ", f"{stem}.npz", "application/octet-stream",
-                        lambda: export.npz_bytes(arrays, **(metadata or {}))))
+                        lambda: export.npz_bytes(resolve(arrays), **(metadata or {}))))
     columns = st.columns(len(buttons) + 3)
     for column, (label, name, mime, make) in zip(columns, buttons):
         column.download_button(label, make, file_name=name, mime=mime, key=f"{key}_dl_{label}",
                                icon=":material/download:", on_click="ignore")
+
+
+def resolve(value):
+    """A download's content: the value itself, or what its function returns."""
+    return value() if callable(value) else value

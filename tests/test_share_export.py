@@ -99,8 +99,9 @@ def test_page_downloads_carry_the_page_numbers(patched_loader, monkeypatch):
     prompt = at.text_area(key="gpt_text").value
     loaded = loading.load(registry.default("causal_lm"))  # the patched tiny model, as the page loaded it
     expected = causal_lm.run(loaded, prompt).maps("self")
-    np.testing.assert_allclose(offered["payload"]["weights"], expected.head(layer, head), atol=1e-6)
-    np.testing.assert_allclose(offered["table"].to_numpy(), expected.head(layer, head), atol=1e-6)
+    np.testing.assert_allclose(share.resolve(offered["payload"])["weights"], expected.head(layer, head), atol=1e-6)
+    np.testing.assert_allclose(share.resolve(offered["table"]).to_numpy(), expected.head(layer, head), atol=1e-6)
+    np.testing.assert_allclose(share.resolve(offered["arrays"])["weights"], expected.layer(layer), atol=1e-6)
     assert f"layer-{layer}_head-{head}" in offered["stem"]
-    png = export.chart_png(offered["chart"])
+    png = export.chart_png(share.resolve(offered["chart"]))
     assert Image.open(io.BytesIO(png)).format == "PNG"

@@ -228,7 +228,7 @@ def token_bars(weights: np.ndarray, key_tokens: list[str], title: str = "", allo
         y=alt.Y("weight:Q", title="attention weight"),
         color=alt.Color("weight:Q", scale=alt.Scale(scheme="blues"), legend=None),
         tooltip=["key", "position", alt.Tooltip("weight:Q", format=".4f")],
-    ).properties(title=title, height=260, width=max(320, 22 * len(frame)), autosize=PAD)
+    ).properties(title=title, height=260, width=max(320, min(1100, 22 * len(frame))), autosize=PAD)
 
 
 def probability_bars(tokens: list[str], probabilities: list[float], title: str = "",
