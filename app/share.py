@@ -24,6 +24,7 @@ html, body, [data-testid="stAppViewContainer"] { font-size: 20px; }
 [data-testid="stMainBlockContainer"] { max-width: 100%; padding-left: 2rem; padding-right: 2rem; }
 h1 { font-size: 2.6rem !important; }
 [data-testid="stCaptionContainer"] { font-size: 1rem; }
+[data-testid="stVegaLiteChart"] { zoom: 1.4; max-width: calc(100% / 1.4); }
 </style>
 """  # static: no user text ever goes through unsafe_allow_html
 
@@ -92,12 +93,18 @@ def integers(text: str) -> tuple[int, ...]:
 
 
 def presentation_toggle() -> bool:
-    """Sidebar switch; when on, larger type and full-width figures for a projector."""
+    """Sidebar switch; when on, larger type and full-width figures for a projector. Charts are zoomed too (Vega
+    draws axis labels at a fixed 10–11 px; CSS zoom keeps tooltips on the right cell, and the max-width keeps
+    full-width charts inside the page). It is part of the link, so a lecturer's slide link opens in it."""
+    restore(["presentation"], {"presentation": flag})
     with st.sidebar:
         on = st.toggle("Presentation mode", key="presentation",
                        help="Larger type, full-width figures and a colour-blind-safe colour scale for projectors.")
     if on:
         st.markdown(PRESENTATION_CSS, unsafe_allow_html=True)
+        st.query_params["presentation"] = "True"
+    else:
+        st.query_params.pop("presentation", None)  # off is the default: keep links short
     return on
 
 

@@ -319,3 +319,29 @@ def test_moe_url_round_trip_and_the_offered_numbers_are_the_pages(moe_page, offe
     assert "block-1_token-2" in offered["moe_gate"]["stem"]
     for call in offered.values():
         _check_files(call)
+
+
+# --- presentation mode -------------------------------------------------------------------------------------------
+
+def _presentation_script():
+    import streamlit as st
+
+    from app import share
+
+    share.presentation_toggle()
+    st.text(share.color_scheme())
+
+
+def test_presentation_mode_is_part_of_the_link():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_presentation_script)
+    at.query_params["presentation"] = "True"
+    at.run()
+    assert not at.exception, at.exception
+    assert at.toggle(key="presentation").value is True and at.text[0].value == "cividis"
+    assert any("zoom" in m.value for m in at.markdown)  # the presentation stylesheet is on the page
+    at.toggle(key="presentation").set_value(False).run()
+    assert "presentation" not in at.query_params and at.text[0].value == "viridis"
+    at.toggle(key="presentation").set_value(True).run()
+    assert _param(at, "presentation") == "True"
