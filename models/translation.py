@@ -415,6 +415,11 @@ def hard_links(word_weights: np.ndarray, output: TranslationOutput) -> set[tuple
     return alignment.hard_alignment(word_weights, sources, targets)
 
 
+def reference_for(output: TranslationOutput, pairs) -> str | None:
+    """The grammar's French for this source when it is one of ``pairs``, else None."""
+    return next((pair.french for pair in pairs if pair.english == output.source_text.strip()), None)
+
+
 def gold_links_for(output: TranslationOutput, pairs) -> set[tuple[int, int]] | None:
     """Gold links for this source and output when the sentence pair is one of ``pairs`` (the grammar's) and the
     words match; indices are shifted to the word positions of ``output`` (which include special tokens)."""

@@ -13,14 +13,17 @@ from viz.heatmap import token_labels
 
 GOLD_COLOUR = "#d62728"
 ARGMAX_COLOUR = "#ff7f0e"
+BY_SOURCE_POSITION = alt.EncodingSortField("source position", op="min")
+BY_OUTPUT_POSITION = alt.EncodingSortField("output position", op="min")
 
 
 def alignment_chart(weights: np.ndarray, output_labels: list[str], source_labels: list[str], title: str = "",
                     gold: set[tuple[int, int]] | None = None, argmax: set[tuple[int, int]] | None = None,
-                    scheme: str = "greys", size: int = 460) -> alt.Chart:
+                    scheme: str = "greys", max_width: int = 800) -> alt.Chart:
     """Output words (rows) × source words (columns), white = 0, black = 1 as in the paper.
 
-    ``gold`` / ``argmax``: links ``(source index, output index)`` drawn as a red frame / an orange dot."""
+    ``gold`` / ``argmax``: links ``(source index, output index)`` drawn as a red frame / an orange dot.
+    ``max_width``: pixels for the whole chart, labels and legend included (Streamlit fits it into that)."""
     if weights.shape != (len(output_labels), len(source_labels)):
         raise ValueError(f"alignment {weights.shape} does not match {len(output_labels)} output and "
                          f"{len(source_labels)} source labels")
@@ -32,28 +35,35 @@ def alignment_chart(weights: np.ndarray, output_labels: list[str], source_labels
         "output position": rows.ravel(), "source position": cols.ravel(),
         "weight": weights.ravel().astype(float),
     })
-    x = alt.X("source:N", sort=src_labels, title="source (English)",
-              axis=alt.Axis(orient="top", labelAngle=-60, labelLimit=110))
-    y = alt.Y("output:N", sort=out_labels, title="output (French)", axis=alt.Axis(labelLimit=110))
+    # sorted by position, never by the list of words: Vega-Lite turns a sort list into an expression, and a word
+    # such as "if" then breaks the chart ("Unrecognized signal name")
+    x = alt.X("source:N", sort=BY_SOURCE_POSITION, title="source (English)",
+              axis=alt.Axis(orient="top", labelAngle=-60, labelLimit=110, labelOverlap=False))
+    y = alt.Y("output:N", sort=BY_OUTPUT_POSITION, title="output (French)",
+              axis=alt.Axis(labelLimit=110, labelOverlap=False))  # every word labelled, as in the paper
     cells = alt.Chart(frame).mark_rect().encode(
         x=x, y=y, color=alt.Color("weight:Q", scale=alt.Scale(scheme=scheme, domain=[0, 1]),
                                   legend=alt.Legend(title="attention")),
         tooltip=["output", "source", alt.Tooltip("weight:Q", format=".3f")])
+    # Streamlit fits the whole chart (axis labels and legend included) into width × height: leave room for them.
+    # Cells of ~22 px keep every word label readable; the width stays within a page column.
+    width = min(max_width, 24 * len(src_labels) + 200)
+    height = 22 * len(out_labels) + 140
     layers = [cells]
-    side = max(6, min(22, size // max(len(src_labels), len(out_labels))))
+    side = max(6, min(20, (int(width) - 200) // len(src_labels), (int(height) - 140) // len(out_labels)))
 
     def marks(links: set[tuple[int, int]]) -> alt.Chart:
         ordered = sorted(links)
         return alt.Chart(pd.DataFrame({"source": [src_labels[s] for s, _ in ordered],
-                                       "output": [out_labels[t] for _, t in ordered]})).encode(x=x, y=y)
+                                       "output": [out_labels[t] for _, t in ordered],
+                                       "source position": [s for s, _ in ordered],
+                                       "output position": [t for _, t in ordered]})).encode(x=x, y=y)
 
     if gold:
         layers.append(marks(gold).mark_square(filled=False, color=GOLD_COLOUR, strokeWidth=2.5,
                                               size=int(1.3 * side * side)))
     if argmax:
         layers.append(marks(argmax).mark_circle(color=ARGMAX_COLOUR, opacity=1.0, size=int(0.3 * side * side)))
-    width = max(160, min(size * 1.4, 24 * len(src_labels)))
-    height = max(120, min(size * 1.4, 24 * len(out_labels)))
     return alt.layer(*layers).properties(width=width, height=height, title=title)
 
 
@@ -82,4 +92,5 @@ def aer_grid_chart(per_head: np.ndarray, title: str = "Alignment error rate per 
     labels = base.mark_text(fontSize=12).encode(
         text=alt.Text("AER:Q", format=".2f"),
         color=alt.condition(alt.datum.AER < 0.5, alt.value("white"), alt.value("black")))
-    return (cells + labels).properties(title=title, width=60 * per_head.shape[1], height=40 * per_head.shape[0])
+    return (cells + labels).properties(title=title, width=70 * per_head.shape[1] + 160,
+                                      height=40 * per_head.shape[0] + 90)  # whole chart: axes and legend included

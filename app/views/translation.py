@@ -67,9 +67,9 @@ def view_picker(maps, loaded, key: str):
     if maps.num_layers > 1 or maps.num_heads > 1:
         layers = [AVERAGE_LAYERS] + [f"layer {i}" for i in range(maps.num_layers)]
         heads = [AVERAGE_HEADS] + [f"head {h}" for h in range(maps.num_heads)]
-        chosen_layer = left.selectbox("Decoder layer", layers, index=0 if layer is None else layer + 1,
+        chosen_layer = left.selectbox("Cross-attention: decoder layer", layers, index=0 if layer is None else layer + 1,
                                       key=f"{key}_layer_{loaded.spec.key}")
-        chosen_head = middle.selectbox("Head", heads, index=0 if head is None else head + 1,
+        chosen_head = middle.selectbox("Cross-attention: head", heads, index=0 if head is None else head + 1,
                                        key=f"{key}_head_{loaded.spec.key}")
         layer = None if chosen_layer == AVERAGE_LAYERS else layers.index(chosen_layer) - 1
         head = None if chosen_head == AVERAGE_HEADS else heads.index(chosen_head) - 1
@@ -79,7 +79,7 @@ def view_picker(maps, loaded, key: str):
     return layer, head, units == WORDS
 
 
-def show_alignment(result, layer, head, words: bool) -> float | None:
+def show_alignment(result, layer, head, words: bool, max_width: int = 800) -> float | None:
     """The alignment figure (a chart with tooltips, an image when large); returns the AER when gold is known."""
     view = translation.alignment_view(result, layer, head, words, showcase.values())
     if max(view.weights.shape) > heatmap.MAX_CHART_TOKENS:
@@ -87,7 +87,8 @@ def show_alignment(result, layer, head, words: bool) -> float | None:
                  f"({view.weights.shape[0]} × {view.weights.shape[1]})")
     else:
         st.altair_chart(alignment_viz.alignment_chart(view.weights, view.row_labels, view.column_labels, view.title,
-                                                      gold=view.gold, argmax=view.argmax))
+                                                      gold=view.gold, argmax=view.argmax, max_width=max_width),
+                        width="content")
     return view.aer
 
 
@@ -103,6 +104,10 @@ result = translate(loaded, sentence, settings)
 out = result.extras["translation"]
 st.subheader("Translation")
 st.code(out.translation or "(empty)", language=None, wrap_lines=True)
+reference = translation.reference_for(out, showcase.values())
+if reference is not None and reference != out.translation:
+    st.warning(widgets.plain(f"The grammar's reference is “{reference}”: this output differs, so no gold alignment "
+                             "is drawn. Where the words differ, the attention often shows why."), icon="🔍")
 widgets.show_notices(result)
 
 
@@ -129,8 +134,9 @@ def steps_tab():
     steps = result.generation
     t = st.slider("Output step", 1, len(steps), 1, key="tr_step") if len(steps) > 1 else 1
     step = steps[t - 1]
-    st.text(f"Step {t}: the model chose '{step.token}' (p = {step.probability:.1%}). "
-            f"Output so far: {' '.join(out.output_tokens[:t])}")
+    so_far = loaded.tokenizer.decode(out.output_ids[:t], skip_special_tokens=True)
+    st.text(f"Step {t} of {len(steps)}: the model chose “{step.token}” (p = {step.probability:.1%}). "
+            f"Output so far: {so_far}")
     left, right = st.columns([3, 2])
     if "cross" in result.attention:  # the layer and head chosen above the tabs
         row = translation.cross_weights(result.maps("cross"), layer, head)[t - 1]
@@ -171,9 +177,11 @@ def compare_tab():
             if "cross" not in res.attention:
                 st.info("No attention (fixed context vector).")
                 continue
-            aer = show_alignment(res, res_layer, res_head, True)
+            aer = show_alignment(res, res_layer, res_head, True, max_width=420)
             if aer is not None:
                 st.metric("AER against gold", f"{aer:.3f}")
+            elif translation.reference_for(res.extras["translation"], showcase.values()) is not None:
+                st.caption("This translation differs from the grammar's reference, so no gold alignment is drawn.")
     st.caption("Word-level attention of both models on the same sentence: the left one as chosen above; a mini "
                "Transformer on the right shows its best-aligned head on the held-out set (from its card), other models "
                "their last layer's head average. The GRU shows a_t = softmax(v_aᵀ tanh(W_a s_{t-1} + U_a h_i)), the "
@@ -194,7 +202,8 @@ def quality_tab():
     transformer = metrics["models"].get("transformer", {}).get("alignment")
     if transformer:
         st.altair_chart(alignment_viz.aer_grid_chart(np.array(transformer["per_head"]),
-                                                     "Mini Transformer: AER of each cross-attention head"))
+                                                     "Mini Transformer: AER of each cross-attention head"),
+                        width="content")
         st.caption("Per decoder layer, heads averaged: " + ", ".join(
             f"layer {i}: {v:.3f}" for i, v in enumerate(transformer["per_layer"])) +
             f"; all layers and heads averaged: {transformer['all_layers_average']:.3f}.")

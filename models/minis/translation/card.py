@@ -9,6 +9,9 @@ TITLES = {
     "gru-fixed": "GRU encoder–decoder with a fixed context vector (Cho et al. 2014)",
 }
 
+SHORT_TITLES = {"transformer": "Transformer", "gru-attention": "GRU + additive attention",
+                "gru-fixed": "GRU, fixed context"}
+
 
 def _percent(value: float) -> str:
     return f"{100 * value:.1f}%"
@@ -37,6 +40,8 @@ def card_text(metrics: dict) -> str:
         "python -m models.minis.translation.train            # all three; one CPU thread",
         "python -m models.minis.translation.train --models transformer",
         "```",
+        "Steps: " + ", ".join(f"{name} {m['steps']}" for name, m in metrics.get("models", {}).items()) +
+        " (batch 64, AdamW, learning rate 1e-3 with warm-up and cosine decay, label smoothing 0.1).",
         "",
         "## Measured on the held-out pairs",
         "Exact match: greedy output equals the reference token for token. Alignment error rate (AER, Och & Ney 2003)",
@@ -66,6 +71,13 @@ def card_text(metrics: dict) -> str:
     if transformer and transformer.get("alignment"):
         lines += ["", "Transformer AER per decoder layer (attention averaged over heads): " + ", ".join(
             f"layer {i}: {v:.3f}" for i, v in enumerate(transformer["alignment"]["per_layer"])) + "."]
+        shifted = transformer["alignment"].get("shifted")
+        if shifted:
+            best = shifted["best_head"]
+            lines += ["", "Reading each French word off the decoder step whose *input* it is (shift-att, Chen et al. "
+                      f"2020) instead of the step that produced it: best head (layer {best['layer']}, head "
+                      f"{best['head']}) {best['aer']:.3f}, all layers and heads averaged "
+                      f"{shifted['all_layers_average']:.3f}. The app shows the step that produced each word."]
     lines += ["", "### Exact match by source length (words)", ""]
     names = [n for n in TITLES if n in metrics.get("models", {})]
     if names:
@@ -104,7 +116,7 @@ def summary_rows(metrics: dict) -> list[dict]:
             continue
         align = m.get("alignment") or {}
         best = align.get("best_head", {}).get("aer", align.get("aer"))
-        rows.append({"model": title, "exact match": m["exact_match"], "AER (best head)": best,
+        rows.append({"model": SHORT_TITLES[name], "exact match": m["exact_match"], "AER (best head)": best,
                      "AER (all heads averaged)": align.get("all_layers_average", align.get("aer")),
                      "parameters": m["parameters"], "training (CPU min)": round(m["train_cpu_seconds"] / 60, 1)})
     return rows
