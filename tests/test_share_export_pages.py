@@ -28,9 +28,14 @@ def _param(at, name):
 
 @pytest.fixture
 def offered(monkeypatch):
-    """Every ``share.downloads`` call of a page run, keyed by its widget key (stem, chart, image, table, ...)."""
+    """Every ``share.downloads`` call of a page run, keyed by its widget key (stem, chart, image, table, ...); contents
+    given as functions (built only on click) are built here."""
     calls = {}
-    monkeypatch.setattr(share, "downloads", lambda stem, key, **kw: calls.__setitem__(key, dict(stem=stem, **kw)))
+
+    def capture(stem, key, **kwargs):
+        calls[key] = dict(stem=stem, **{name: share.resolve(value) for name, value in kwargs.items()})
+
+    monkeypatch.setattr(share, "downloads", capture)
     return calls
 
 

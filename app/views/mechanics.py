@@ -133,7 +133,8 @@ with tab_steps:
     share.downloads(
         export.file_stem("attention layer", *stem_parts, "cross" if shown.cross else kind,
                          "all steps" if everything else chosen[0].key, f"head {head}", sentence[:40]), "mech_steps",
-        chart=step_charts[0] if len(step_charts) == 1 else export.combined(*step_charts, vertical=True),
+        chart=step_charts[0] if len(step_charts) == 1 else lambda charts=tuple(step_charts): export.combined(
+            *charts, vertical=True),
         payload={"sentence": sentence, "query_tokens": tokens, "key_tokens": shown.key_tokens, "mask": kind,
                  "head": head, **{step.key: step.value for step in steps}},
         arrays={step.key: step.value for step in steps},
@@ -165,8 +166,8 @@ with tab_steps:
                                                scheme=share.color_scheme()))
         columns[i % 2].altair_chart(head_charts[-1], width="content")
     share.downloads(export.file_stem("multi vs single head", *stem_parts, kind, sentence[:40]), "mech_multihead",
-                    chart=export.combined(*(export.combined(*head_charts[i:i + 2]) for i in range(0, len(head_charts),
-                                                                                                  2)), vertical=True),
+                    chart=lambda charts=tuple(head_charts): export.combined(
+                        *(export.combined(*charts[i:i + 2]) for i in range(0, len(charts), 2)), vertical=True),
                     payload={"tokens": tokens, "heads": trace.weights, "one_head": single.weights[0]},
                     arrays={"heads": trace.weights, "one_head": single.weights[0]},
                     metadata={"input": sentence, "mask": kind, "settings": " ".join(stem_parts)})
@@ -182,8 +183,9 @@ with tab_masks:
     m1.altair_chart(mask_charts[0], width="content")
     m2.altair_chart(mask_charts[1], width="content")
     share.downloads(export.file_stem("mask", kind, *(f"{k} {v}" for k, v in params.items()), f"head {head}",
-                                     sentence[:40]), "mech_masks", chart=export.combined(*mask_charts),
-                    table=export.matrix_frame(trace.weights[head], tokens, tokens),
+                                     sentence[:40]), "mech_masks",
+                    chart=lambda charts=mask_charts: export.combined(*charts),
+                    table=lambda weights=trace.weights[head]: export.matrix_frame(weights, tokens, tokens),
                     payload={"tokens": tokens, "mask": kind, "settings": {k: str(v) for k, v in params.items()},
                              "allowed": allowed, "masked_scores": trace.masked_scores[head],
                              "weights": trace.weights[head]},

@@ -62,7 +62,8 @@ def equivariance_view(encoder) -> None:
     for column, chart in zip((left, right), charts):
         column.altair_chart(chart, width="content")
     share.downloads(export.file_stem(encoder.spec.short_name, "equivariance", setting, f"seed {seed}", sentence[:40]),
-                    "perm", chart=export.combined(*charts), table=export.matrix_frame(maps["attention"], tokens, tokens),
+                    "perm", chart=lambda: export.combined(*charts),
+                    table=lambda: export.matrix_frame(maps["attention"], tokens, tokens),
                     payload={"model": encoder.spec.key, "sentence": sentence, "tokens": tokens, "setting": setting,
                              "seed": seed, **maps, "output_gap": {name: run.output_gap for name, run in runs.items()}},
                     arrays=maps, metadata={"model": encoder.spec.key, "input": sentence, "setting": setting})
@@ -85,9 +86,9 @@ def sinusoidal_view() -> None:
     for column, chart in zip(st.columns(2) * 2, charts):
         column.altair_chart(chart)
     stem = export.file_stem("sinusoidal", f"d {dim}", f"length {length}", f"base {base:g}")
-    figure = export.combined(export.combined(*charts[:2]), export.combined(*charts[2:]), vertical=True)
-    share.downloads(stem, "sin", chart=figure,
-                    table=pd.DataFrame(table, index=pd.RangeIndex(length, name="position"),
+    share.downloads(stem, "sin", chart=lambda: export.combined(export.combined(*charts[:2]),
+                                                               export.combined(*charts[2:]), vertical=True),
+                    table=lambda: pd.DataFrame(table, index=pd.RangeIndex(length, name="position"),
                                        columns=[f"channel {k}" for k in range(dim)]),
                     payload={"d": dim, "length": length, "base": base, "encoding": table, "wavelengths": wavelengths},
                     arrays={"encoding": table, "dot": dot, "wavelengths": wavelengths},
@@ -118,7 +119,7 @@ def text_table_view(spec, model) -> None:
     left.altair_chart(charts[0])
     right.altair_chart(charts[1])
     share.downloads(export.file_stem(spec.short_name, "learned positions", "cosine"), "learned_text_table",
-                    chart=export.combined(*charts), arrays={"table": positions.table, "cosine": cosine},
+                    chart=lambda: export.combined(*charts), arrays={"table": positions.table, "cosine": cosine},
                     metadata={"model": spec.key, "parameter": positions.parameter})
     st.caption(f"`{positions.parameter}`: cosine similarity of every learned position vector with every other. "
                "Nothing forced them to be smooth or periodic: the band along the diagonal is what training found.")
@@ -182,7 +183,8 @@ def rope_view() -> None:
     left.altair_chart(charts[0])
     right.altair_chart(charts[1])
     share.downloads(export.file_stem("rope", f"d {head_dim}", f"base {base:g}", f"offsets {span}"), "rope",
-                    chart=export.combined(*charts), table=pd.DataFrame({"offset": offsets, **scores}),
+                    chart=lambda: export.combined(*charts),
+                    table=lambda: pd.DataFrame({"offset": offsets, **scores}),
                     payload={"head_dim": head_dim, "base": base, "angles": angles, "offsets": offsets,
                              "scores": scores},
                     arrays={"angles": angles, "offsets": offsets, **{f"score {k}": v for k, v in scores.items()}},
@@ -226,7 +228,7 @@ def bias_view() -> None:
     st.altair_chart(charts[0])
     st.altair_chart(charts[1], width="content")
     share.downloads(export.file_stem("alibi", f"{heads} heads", f"length {length}", "causal" if causal else None),
-                    "alibi", chart=export.combined(*charts, vertical=True),
+                    "alibi", chart=lambda charts=charts: export.combined(*charts, vertical=True),
                     table=pd.DataFrame({"head": range(heads), "slope": slopes}),
                     payload={"heads": heads, "length": length, "causal": causal, "slopes": slopes, "bias": bias},
                     arrays={"slopes": slopes, "bias": bias}, metadata={"heads": heads, "length": length})
@@ -248,7 +250,7 @@ def bias_view() -> None:
     for column, chart in zip(st.columns(2), charts):
         column.altair_chart(chart)
     share.downloads(export.file_stem("t5 buckets", f"n {buckets}", f"max distance {max_distance}",
-                                     f"length {t5_length}"), "t5", chart=export.combined(*charts),
+                                     f"length {t5_length}"), "t5", chart=lambda charts=charts: export.combined(*charts),
                     arrays={"bidirectional": matrices[0], "causal": matrices[1]},
                     metadata={"buckets": buckets, "max_distance": max_distance})
     share.publish(BIASES)

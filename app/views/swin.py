@@ -146,9 +146,10 @@ with tabs[2]:
                                         f"{name}: mask added to the scores"))
             c1.altair_chart(pair[0], width="content")
             c2.altair_chart(pair[1], width="content")
-            rows_of_charts.append(export.combined(*pair))
+            rows_of_charts.append(pair)
         share.downloads(export.file_stem(spec.short_name, shifted.label, "attention masks"), "swin_mask",
-                        chart=export.combined(*rows_of_charts, vertical=True),
+                        chart=lambda rows=tuple(rows_of_charts): export.combined(
+                            *(export.combined(*pair) for pair in rows), vertical=True),
                         arrays={"attn_mask": shifted.attn_mask, "window_regions": window_regions},
                         metadata={"model": spec.key, "block": shifted.label})
 
@@ -171,7 +172,8 @@ with tabs[3]:
     c2.altair_chart(pair[1], width="content")
     share.downloads(export.file_stem(spec.short_name, f"stage {stage_index + 1}", block.label,
                                      f"relative position bias head {bias_head}"), "swin_bias",
-                    chart=export.combined(tables_chart, export.combined(*pair), vertical=True),
+                    chart=lambda top=tables_chart, pair=pair: export.combined(top, export.combined(*pair),
+                                                                              vertical=True),
                     arrays={"relative_position_bias_table": block.bias_table, "bias": block.bias(),
                             "relative_position_index": block.relative_position_index},
                     metadata={"model": spec.key, "block": block.label})
@@ -201,7 +203,7 @@ with tabs[4]:
     share.downloads(
         export.file_stem(spec.short_name, input_name, f"stage {stage_index + 1}", block.label, head_choice,
                          f"window {window_index}"), "swin_attn", chart=window_chart,
-        table=export.matrix_frame(weights[window_index], slots, slots),
+        table=lambda: export.matrix_frame(weights[window_index], slots, slots),
         payload={"model": spec.key, "input": input_name, "stage": stage_index + 1, "block": block.label,
                  "head": head_choice, "window": window_index, "query_slot": within, "patch": [row, col],
                  "weights": weights[window_index], "allowed": allowed[window_index]},
