@@ -193,19 +193,9 @@ def translation_figure(args: argparse.Namespace, spec: registry.ModelSpec) -> Fi
         figure.chart = alignment_viz.alignment_chart(view.weights, view.row_labels, view.column_labels, view.title,
                                                      gold=view.gold, argmax=view.argmax)
     figure.table = export.matrix_frame(view.weights, view.row_labels, view.column_labels)
-    figure.payload = alignment_payload(view, spec.key, args.text, out.translation, layer, head, args.units)
+    figure.payload = export.alignment_payload(view, spec.key, args.text, out.translation, layer, head, args.units)
     figure.arrays = {"weights": view.weights}
     return figure
-
-
-def alignment_payload(view, model: str, text: str, translated: str, layer: int | None, head: int | None,
-                      units: str) -> dict:
-    """The JSON of an alignment figure (the page offers the same)."""
-    return {"model": model, "source": text, "translation": translated, "layer": "mean" if layer is None else layer,
-            "head": "mean" if head is None else head, "units": units, "output_labels": view.row_labels,
-            "source_labels": view.column_labels, "weights": view.weights,
-            "argmax_links": sorted(view.argmax or ()), "gold_links": None if view.gold is None else sorted(view.gold),
-            "alignment_error_rate": view.aer}
 
 
 def vit_figure(args: argparse.Namespace, spec: registry.ModelSpec) -> Figure:

@@ -350,3 +350,42 @@ def test_presentation_mode_is_part_of_the_link():
     assert "presentation" not in at.query_params and at.text[0].value == "viridis"
     at.toggle(key="presentation").set_value(True).run()
     assert _param(at, "presentation") == "True"
+
+
+# --- translation -------------------------------------------------------------------------------------------------
+
+from tests.test_translation import _translation_page, fresh_caches  # noqa: E402,F401  (the minis from sample_data)
+
+
+def test_translation_url_round_trip_and_the_offered_alignment_is_the_models(fresh_caches, offered, mini_translation):
+    from models import translation
+    from models.minis.translation import grammar
+
+    at = _translation_page()
+    at.query_params.update({"translation_text": SENTENCE, "tr_layer": "layer 1", "tr_head": "average of heads",
+                            "tr_units": "tokens", "tr_step": "99"})
+    at.run()
+    assert not at.exception, at.exception
+    layer_box = at.selectbox(key="tr_layer_mini Transformer en→fr")
+    assert at.text_area(key="translation_text").value == SENTENCE and layer_box.value == "layer 1"
+    assert at.radio(key="tr_units").value == "tokens"
+    result = translation.run(mini_translation, SENTENCE)
+    view = translation.alignment_view(result, 1, None, False, grammar.showcase_pairs().values())
+    offered_view = offered["tr_align"]
+    assert offered_view["stem"].endswith("_cross_layer-1_mean_tokens")
+    np.testing.assert_allclose(offered_view["payload"]["weights"], view.weights, atol=1e-6)
+    np.testing.assert_allclose(offered_view["table"].to_numpy(), view.weights, atol=1e-6)
+    assert offered_view["payload"]["output_labels"] == view.row_labels
+    _check_files(offered_view)
+
+    at.radio(key="tr_units").set_value("words").run()
+    assert _param(at, "tr_units") == "words" and _param(at, "tr_layer") == "layer 1"
+    words = translation.alignment_view(result, 1, None, True, grammar.showcase_pairs().values())
+    assert offered["tr_align"]["payload"]["alignment_error_rate"] == words.aer is not None
+    at.session_state["tr_view"] = "Step through decoding"
+    at.run()
+    assert not at.exception, at.exception  # tr_step=99 from the link: refused, the first step is shown
+    assert at.slider(key="tr_step").value == 1 and _param(at, "tr_view") == "Step through decoding"
+    np.testing.assert_allclose(offered["tr_step"]["arrays"]["source_attention"],
+                               translation.cross_weights(result.maps("cross"), 1, None)[0], atol=1e-6)
+    _check_files(offered["tr_step"])

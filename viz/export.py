@@ -109,6 +109,17 @@ def json_bytes(payload: dict) -> bytes:
     return json.dumps(payload, default=convert, ensure_ascii=False, indent=1).encode("utf-8")
 
 
+def alignment_payload(view, model: str, source: str, translation: str, layer: int | None, head: int | None,
+                      units: str) -> dict:
+    """A translation alignment (``models.translation.AlignmentView``) as JSON-ready data, the same from the page and
+    the CLI: ``weights (output, source)``, labels, links as ``(source, output)`` index pairs, AER (None without gold)."""
+    return {"model": model, "source": source, "translation": translation, "layer": "mean" if layer is None else layer,
+            "head": "mean" if head is None else head, "units": units, "output_labels": view.row_labels,
+            "source_labels": view.column_labels, "weights": view.weights,
+            "argmax_links": sorted(view.argmax or ()), "gold_links": None if view.gold is None else sorted(view.gold),
+            "alignment_error_rate": view.aer}
+
+
 def npz_bytes(arrays: dict[str, np.ndarray], **metadata: str) -> bytes:
     """The raw arrays, plus string metadata (model, input, layer, head) stored as 0-d unicode arrays."""
     buffer = io.BytesIO()

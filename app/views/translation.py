@@ -4,18 +4,25 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app import attention_view, resources, sidebar, widgets
+from app import attention_view, resources, share, sidebar, widgets
 from models import registry, translation
 from models.loading import SAMPLE_DATA
 from models.minis.translation import card
 from viz import alignment as alignment_viz
-from viz import heatmap
+from viz import export, heatmap
 
 AVERAGE_LAYERS, AVERAGE_HEADS = "average of layers", "average of heads"
 WORDS, PIECES = "words", "tokens"
+# what a link carries; the cross-attention layer/head pickers are per model, in the URL as tr_layer / tr_head
+SHARED = ["model_translation", "tr_max_source", "translation_text", "tr_strategy", "tr_beams", "tr_units", "tr_view",
+          "tr_self_kind", "tr_compare", "tr_encoder_layer", "tr_encoder_head", "tr_decoder_layer", "tr_decoder_head"]
+share.restore(SHARED, {"tr_max_source": int, "tr_beams": int, "tr_compare": int,
+                       "tr_encoder_layer": share.within(0, 1000), "tr_decoder_layer": share.within(0, 1000)})
 
 st.title("🌍 Translation: cross-attention alignments")
 spec = widgets.model_picker("translation")
+PER_MODEL = {f"tr_layer_{spec.key}": "tr_layer", f"tr_head_{spec.key}": "tr_head"}
+share.restore(list(PER_MODEL), names=PER_MODEL)
 with st.sidebar:
     max_source = int(st.number_input("Source token limit", 8, 1024, translation.DEFAULT_MAX_SOURCE_TOKENS, 8,
                                      key="tr_max_source", help="Longer sentences are refused with a message."))
@@ -79,23 +86,32 @@ def view_picker(maps, loaded, key: str):
     return layer, head, units == WORDS
 
 
-def show_alignment(result, layer, head, words: bool, max_width: int = 800) -> float | None:
-    """The alignment figure (a chart with tooltips, an image when large); returns the AER when gold is known."""
+def show_alignment(result, layer, head, words: bool, max_width: int = 800, key: str = "tr_align") -> float | None:
+    """The alignment figure (a chart with tooltips, an image when large) and its downloads; returns the AER when
+    gold is known."""
     view = translation.alignment_view(result, layer, head, words, showcase.values())
+    chart = image = None
     if max(view.weights.shape) > heatmap.MAX_CHART_TOKENS:
-        st.image(heatmap.attention_image(view.weights, None, "greys"), caption=f"{view.title} "
-                 f"({view.weights.shape[0]} × {view.weights.shape[1]})")
+        image = heatmap.attention_image(view.weights, None, "greys")
+        st.image(image, caption=f"{view.title} ({view.weights.shape[0]} × {view.weights.shape[1]})")
     else:
-        st.altair_chart(alignment_viz.alignment_chart(view.weights, view.row_labels, view.column_labels, view.title,
-                                                      gold=view.gold, argmax=view.argmax, max_width=max_width),
-                        width="content")
+        chart = alignment_viz.alignment_chart(view.weights, view.row_labels, view.column_labels, view.title,
+                                              gold=view.gold, argmax=view.argmax, max_width=max_width)
+        st.altair_chart(chart, width="content")
+    model, translated = result.model.key, result.extras["translation"].translation
+    units = WORDS if words else PIECES
+    share.downloads(
+        export.file_stem(model, sentence[:40], "cross", "all layers" if layer is None else f"layer {layer}",
+                         "mean" if head is None else f"head {head}", units), key, chart=chart, image=image,
+        table=lambda: export.matrix_frame(view.weights, view.row_labels, view.column_labels),
+        payload=lambda: export.alignment_payload(view, model, sentence, translated, layer, head, units),
+        arrays={"weights": view.weights}, metadata={"model": model, "text": sentence, "translation": translated})
     return view.aer
 
 
 loaded = load(spec)
 sentence = widgets.text_source({name: pair.english for name, pair in showcase.items()}, key="translation",
                                label="English sentence", height=80)
-show_vocabulary(loaded)
 left, right = st.columns(2)
 strategy = left.radio("Decoding", translation.STRATEGIES, horizontal=True, key="tr_strategy")
 beams = int(right.number_input("Beam width", 2, 16, 4, key="tr_beams", disabled=strategy == "greedy"))
@@ -109,6 +125,7 @@ if reference is not None and reference != out.translation:
     st.warning(widgets.plain(f"The grammar's reference is “{reference}”: this output differs, so no gold alignment "
                              "is drawn. Where the words differ, the attention often shows why."), icon="🔍")
 widgets.show_notices(result)
+show_vocabulary(loaded)
 
 
 def alignment_tab():
@@ -132,21 +149,31 @@ def alignment_tab():
 
 def steps_tab():
     steps = result.generation
+    share.restore(["tr_step"], {"tr_step": share.within(1, len(steps))})  # a link's step must exist in this output
     t = st.slider("Output step", 1, len(steps), 1, key="tr_step") if len(steps) > 1 else 1
+    share.publish(["tr_step"])
     step = steps[t - 1]
     so_far = loaded.tokenizer.decode(out.output_ids[:t], skip_special_tokens=True)
     st.text(f"Step {t} of {len(steps)}: the model chose “{step.token}” (p = {step.probability:.1%}). "
             f"Output so far: {so_far}")
     left, right = st.columns([3, 2])
+    charts, arrays = [], {"candidate_probabilities": np.array([c.probability for c in step.candidates])}
     if "cross" in result.attention:  # the layer and head chosen above the tabs
         row = translation.cross_weights(result.maps("cross"), layer, head)[t - 1]
-        left.altair_chart(heatmap.token_bars(row, out.source_tokens, f"Source attention at step {t} "
-                                             f"({translation.describe_view(result.maps('cross'), layer, head)})"))
+        charts.append(heatmap.token_bars(row, out.source_tokens, f"Source attention at step {t} "
+                                         f"({translation.describe_view(result.maps('cross'), layer, head)})"))
+        left.altair_chart(charts[-1])
+        arrays["source_attention"] = row
     else:
         left.info("No attention: every step reads the same fixed context vector.")
-    right.altair_chart(heatmap.probability_bars([c.token for c in step.candidates],
-                                                [c.probability for c in step.candidates],
-                                                f"Top candidates at step {t}", highlight=step.token))
+    charts.append(heatmap.probability_bars([c.token for c in step.candidates], [c.probability for c in step.candidates],
+                                           f"Top candidates at step {t}", highlight=step.token))
+    right.altair_chart(charts[-1])
+    share.downloads(export.file_stem(spec.short_name, sentence[:40], f"step {t}"), "tr_step",
+                    chart=lambda: export.combined(*charts),
+                    payload={"model": spec.key, "source": sentence, "step": t, "token": step.token,
+                             "source_tokens": out.source_tokens, "candidates": [c.token for c in step.candidates],
+                             **arrays}, arrays=arrays, metadata={"model": spec.key, "text": sentence, "step": t})
     st.caption(f"Decoding: {out.strategy}" + (f" (beam width {out.num_beams})" if out.num_beams > 1 else "") +
                ". Attention and probabilities come from one teacher-forced forward over the final output, so they "
                "belong to the chosen hypothesis; under beam search the chosen token need not be the most probable.")
@@ -159,6 +186,7 @@ def self_attention_tab():
     kind = st.radio("Attention", ["encoder", "decoder"], horizontal=True, key="tr_self_kind",
                     format_func={"encoder": "encoder self-attention (source × source)",
                                  "decoder": "decoder masked self-attention (output × output)"}.get)
+    st.session_state[f"tr_{kind}_stem"] = (spec.short_name, sentence[:40])  # names the explorer's downloads
     attention_view.explorer((resources.run_key(loaded), sentence, settings, kind), result, kind, key=f"tr_{kind}")
 
 
@@ -177,7 +205,7 @@ def compare_tab():
             if "cross" not in res.attention:
                 st.info("No attention (fixed context vector).")
                 continue
-            aer = show_alignment(res, res_layer, res_head, True, max_width=420)
+            aer = show_alignment(res, res_layer, res_head, True, max_width=420, key=f"tr_compare_{name}")
             if aer is not None:
                 st.metric("AER against gold", f"{aer:.3f}")
             elif translation.reference_for(res.extras["translation"], showcase.values()) is not None:
@@ -196,7 +224,10 @@ def quality_tab():
         "exact match": st.column_config.NumberColumn(format="percent"),
         "AER (best head)": st.column_config.NumberColumn(format="%.3f"),
         "AER (all heads averaged)": st.column_config.NumberColumn(format="%.3f")})
-    st.altair_chart(alignment_viz.accuracy_by_length_chart(card.length_rows(metrics)))
+    accuracy = alignment_viz.accuracy_by_length_chart(card.length_rows(metrics))
+    st.altair_chart(accuracy)
+    share.downloads("translation-minis_exact-match-by-length", "tr_quality", chart=accuracy,
+                    table=pd.DataFrame(card.length_rows(metrics)), payload=metrics)
     st.caption("Held-out generated sentences. Without attention, one fixed vector must carry the whole sentence, "
                "and accuracy falls as sentences grow (Cho et al. 2014; Bahdanau et al. 2015, fig. 2).")
     transformer = metrics["models"].get("transformer", {}).get("alignment")
@@ -221,3 +252,5 @@ for tab, render in zip(st.tabs(list(VIEWS), key="tr_view", on_change="rerun"), V
     if tab.open is not False:
         with tab:
             render()
+share.publish(SHARED)
+share.publish(list(PER_MODEL), PER_MODEL)
