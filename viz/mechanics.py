@@ -9,8 +9,12 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from viz.heatmap import BY_KEY_POSITION, BY_QUERY_POSITION
+
 MASKED_COLOUR = "#d9d9d9"
 _LOW_IS_DARK = {"viridis", "magma", "cividis", "inferno", "plasma"}
+BY_ROW_POSITION = alt.EncodingSortField("row position", op="min")
+BY_COL_POSITION = alt.EncodingSortField("col position", op="min")
 
 
 def unique_labels(tokens: list[str]) -> list[str]:
@@ -53,6 +57,7 @@ def matrix_chart(values: np.ndarray, row_labels: list[str], col_labels: list[str
         strongest = float(np.nanmax(np.abs(shown))) if np.isfinite(shown).any() else 1.0
     frame = pd.DataFrame({
         "row": np.asarray(row_labels, dtype=object)[r.ravel()], "col": np.asarray(col_labels, dtype=object)[c.ravel()],
+        "row position": r.ravel(), "col position": c.ravel(),
         "value": np.nan_to_num(shown).ravel(),  # masked cells keep a number: Vega drops NaN rects
         "text": text.ravel(), "masked": masked.ravel(),
         "dark": (~masked & _dark_cells(np.abs(np.nan_to_num(shown)), strongest, probabilities and scheme)).ravel(),
@@ -63,9 +68,11 @@ def matrix_chart(values: np.ndarray, row_labels: list[str], col_labels: list[str
     else:
         scale = alt.Scale(scheme="redblue", domain=[-(strongest or 1.0), strongest or 1.0], reverse=True)
     font = 13 if cell >= 18 else 10
-    x = alt.X("col:N", sort=list(col_labels), title=None,
+    # sorted by position, never by the list of labels: Vega-Lite turns a sort list into an expression, and a token
+    # such as "if" then breaks the chart ("Unrecognized signal name")
+    x = alt.X("col:N", sort=BY_COL_POSITION, title=None,
               axis=alt.Axis(labelAngle=-60, labelFontSize=font, labelOverlap=False))
-    y = alt.Y("row:N", sort=list(row_labels), title=None, axis=alt.Axis(labelFontSize=font, labelOverlap=False))
+    y = alt.Y("row:N", sort=BY_ROW_POSITION, title=None, axis=alt.Axis(labelFontSize=font, labelOverlap=False))
     base = alt.Chart(frame).encode(x=x, y=y)
     colour = alt.condition("datum.masked", alt.value(MASKED_COLOUR), alt.Color("value:Q", scale=scale, title=None))
     heat = base.mark_rect().encode(color=colour, tooltip=["row", "col", alt.Tooltip("text:N", title="value")])
@@ -129,12 +136,13 @@ def mask_chart(allowed: np.ndarray, labels: list[str] | None = None, title: str 
     r, c = np.indices((rows, cols))
     frame = pd.DataFrame({"query": np.asarray(labels_r, dtype=object)[r.ravel()],
                           "key": np.asarray(labels_c, dtype=object)[c.ravel()],
+                          "query position": r.ravel(), "key position": c.ravel(),
                           "allowed": np.where(allowed.ravel(), "may attend", "hidden (−∞)")})
     show_axes = labels is not None
     axis = alt.Axis(labelAngle=-60, labelFontSize=12) if show_axes else None
     chart = alt.Chart(frame).mark_rect(stroke="white", strokeWidth=0.5 if cols <= 32 else 0).encode(
-        x=alt.X("key:N", sort=list(labels_c), title="key" if not show_axes else None, axis=axis),
-        y=alt.Y("query:N", sort=list(labels_r), title="query" if not show_axes else None,
+        x=alt.X("key:N", sort=BY_KEY_POSITION, title="key" if not show_axes else None, axis=axis),
+        y=alt.Y("query:N", sort=BY_QUERY_POSITION, title="query" if not show_axes else None,
                 axis=alt.Axis(labelFontSize=12) if show_axes else None),
         color=alt.Color("allowed:N", scale=alt.Scale(domain=["may attend", "hidden (−∞)"],
                                                      range=["#08519c", "#eeeeee"]), legend=None),

@@ -28,6 +28,7 @@ MAX_CHART_CELLS = 4096  # a matrix with more cells becomes an image
 CHAR_PX = 7.8  # width of one character of the 13 px monospace font used for token text
 # Explicit sizes are the plot area: without this Streamlit fits axes, labels and title *into* the height.
 PAD = alt.AutoSizeParams(type="pad")
+BY_POSITION = alt.EncodingSortField("position", op="min")
 
 
 def expert_colours(num_experts: int) -> list[str]:
@@ -123,14 +124,17 @@ def layer_strip(tokens: list[str], top1: np.ndarray, layer_labels: list[str], nu
         "layer": np.asarray(layer_labels, dtype=object)[layer_index.ravel()],
         "token": np.asarray(labels, dtype=object)[token_index.ravel()],
         "position": token_index.ravel() + offset,
+        "layer index": layer_index.ravel(),
         "expert": [f"E{int(e)}" for e in top1.ravel()],
         "number": [str(int(e)) for e in top1.ravel()],
         "routed": True if kept is None else kept.ravel().astype(bool),
     })
     base = alt.Chart(frame).encode(
-        x=alt.X("token:N", sort=labels, title=None,
+        # sorted by position, never by a list of the tokens: Vega-Lite turns a sort list into an expression, and a
+        # token such as "if" then breaks the chart ("Unrecognized signal name")
+        x=alt.X("token:N", sort=BY_POSITION, title=None,
                 axis=alt.Axis(labelAngle=-90, labelLimit=80, labelFontSize=10, labelOverlap=count > 60)),
-        y=alt.Y("layer:N", sort=list(layer_labels), title=None),
+        y=alt.Y("layer:N", sort=alt.EncodingSortField("layer index", op="min"), title=None),
         tooltip=["position", "token", "layer", "expert", "routed"])
     cells = base.mark_rect(stroke="white", strokeWidth=0.5).encode(
         color=alt.condition(alt.datum.routed, alt.Color("expert:N", scale=_expert_scale(num_experts), legend=None),
@@ -139,8 +143,8 @@ def layer_strip(tokens: list[str], top1: np.ndarray, layer_labels: list[str], nu
     if count <= 80:
         chart = chart + base.mark_text(fontSize=9, font="monospace").encode(text="number:N")
     if selected is not None and 0 <= selected - offset < count:
-        marker = alt.Chart(pd.DataFrame({"token": [labels[selected - offset]]})).mark_rule(
-            color="black", strokeWidth=2, opacity=0.35).encode(x=alt.X("token:N", sort=labels))
+        marker = alt.Chart(pd.DataFrame({"token": [labels[selected - offset]], "position": [selected]})).mark_rule(
+            color="black", strokeWidth=2, opacity=0.35).encode(x=alt.X("token:N", sort=BY_POSITION))
         chart = chart + marker
     return chart.properties(width=max(200, min(860, 14 * count)), height=22 * layers, autosize=PAD)
 
@@ -200,12 +204,14 @@ def _matrix_chart(values: np.ndarray, rows: list[str], cols: list[str], row_titl
     r, c = np.meshgrid(np.arange(values.shape[0]), np.arange(values.shape[1]), indexing="ij")
     frame = pd.DataFrame({"row": np.asarray(rows, dtype=object)[r.ravel()],
                           "col": np.asarray(cols, dtype=object)[c.ravel()],
+                          "row position": r.ravel(), "col position": c.ravel(),
                           "value": values.ravel().astype(float)})
     frame["text"] = [format(v, fmt) for v in frame["value"]]
     flat = len(cols) <= 16 and max(len(str(label)) for label in cols) <= 4
     base = alt.Chart(frame).encode(
-        x=alt.X("col:N", sort=list(cols), title=col_title, axis=alt.Axis(labelAngle=0 if flat else -45)),
-        y=alt.Y("row:N", sort=list(rows), title=row_title),
+        x=alt.X("col:N", sort=alt.EncodingSortField("col position", op="min"), title=col_title,
+                axis=alt.Axis(labelAngle=0 if flat else -45)),
+        y=alt.Y("row:N", sort=alt.EncodingSortField("row position", op="min"), title=row_title),
         tooltip=[alt.Tooltip("row:N", title=row_title), alt.Tooltip("col:N", title=col_title),
                  alt.Tooltip("value:Q", title=value_title, format=fmt)])
     chart = base.mark_rect().encode(color=alt.Color("value:Q", scale=scale, title=value_title))

@@ -230,7 +230,10 @@ def output_gap_chart(tokens: list[str], gaps: dict[str, np.ndarray]) -> alt.Char
                             "gap": np.maximum(values.astype(float), floor), "floor": floor})
               for setting, values in gaps.items()]
     return alt.Chart(pd.concat(frames)).mark_bar().encode(
-        x=alt.X("token:N", sort=labels, title=None, axis=alt.Axis(labelAngle=-60, labelLimit=90)),
+        # sorted by position, never by a list of the tokens: Vega-Lite turns a sort list into an expression, and a
+        # token such as "if" then breaks the chart ("Unrecognized signal name")
+        x=alt.X("token:N", sort=alt.EncodingSortField("position", op="min"), title=None,
+                axis=alt.Axis(labelAngle=-60, labelLimit=90)),
         xOffset=alt.XOffset("setting:N", sort=list(gaps)),
         y=alt.Y("gap:Q", scale=alt.Scale(type="log", domain=[floor, 10]), title="relative output change"),
         y2="floor:Q",
