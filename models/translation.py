@@ -153,7 +153,7 @@ def source_vocabulary(loaded: LoadedModel) -> list[str] | None:
         return None
     from models.minis.translation import grammar
 
-    return grammar.english_words()
+    return [w for w in grammar.english_words() if w.isalnum()]
 
 
 def _unknown_words(loaded: LoadedModel, sentence: str, ids: list[int]) -> list[str]:
