@@ -25,6 +25,8 @@ html, body, [data-testid="stAppViewContainer"] { font-size: 20px; }
 h1 { font-size: 2.6rem !important; }
 [data-testid="stCaptionContainer"] { font-size: 1rem; }
 [data-testid="stVegaLiteChart"] { zoom: 1.4; max-width: calc(100% / 1.4); }
+[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg {
+  max-width: 100%; height: auto !important; }
 </style>
 """  # static: no user text ever goes through unsafe_allow_html
 
@@ -94,8 +96,9 @@ def integers(text: str) -> tuple[int, ...]:
 
 def presentation_toggle() -> bool:
     """Sidebar switch; when on, larger type and full-width figures for a projector. Charts are zoomed too (Vega
-    draws axis labels at a fixed 10–11 px; CSS zoom keeps tooltips on the right cell, and the max-width keeps
-    full-width charts inside the page). It is part of the link, so a lecturer's slide link opens in it."""
+    draws axis labels at a fixed 10–11 px): 1.4× where that fits the column, else as wide as the column (a chart is
+    scaled down, never cut off); tooltips stay on the right cell either way. It is part of the link, so a lecturer's
+    slide link opens in it."""
     restore(["presentation"], {"presentation": flag})
     with st.sidebar:
         on = st.toggle("Presentation mode", key="presentation",

@@ -170,8 +170,8 @@ with tabs[3]:
                                        "relative_position_index s (buffer)"))
     c1.altair_chart(pair[0], width="content")
     c2.altair_chart(pair[1], width="content")
-    share.downloads(export.file_stem(spec.short_name, f"stage {stage_index + 1}", block.label,
-                                     f"relative position bias head {bias_head}"), "swin_bias",
+    share.downloads(export.file_stem(spec.short_name, block.label, f"relative position bias head {bias_head}"),
+                    "swin_bias",
                     chart=lambda top=tables_chart, pair=pair: export.combined(top, export.combined(*pair),
                                                                               vertical=True),
                     arrays={"relative_position_bias_table": block.bias_table, "bias": block.bias(),
@@ -201,8 +201,7 @@ with tabs[4]:
     c2.altair_chart(window_chart, width="content")
     slots = [f"({i // block.window[1]},{i % block.window[1]})" for i in range(weights.shape[-1])]
     share.downloads(
-        export.file_stem(spec.short_name, input_name, f"stage {stage_index + 1}", block.label, head_choice,
-                         f"window {window_index}"), "swin_attn", chart=window_chart,
+        export.file_stem(spec.short_name, input_name, block.label, head_choice, f"window {window_index}"), "swin_attn", chart=window_chart,
         table=lambda: export.matrix_frame(weights[window_index], slots, slots),
         payload={"model": spec.key, "input": input_name, "stage": stage_index + 1, "block": block.label,
                  "head": head_choice, "window": window_index, "query_slot": within, "patch": [row, col],
