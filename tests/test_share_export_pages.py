@@ -99,7 +99,7 @@ def test_swin_url_round_trip_and_downloads(patched_swin, offered):
     assert at.radio(key="swin_attn_block_1").value == 3
     assert _param(at, "swin_view") == "Window attention" and _param(at, "swin_sample") == "coffee"
     stem = offered["swin_attn"]["stem"]
-    assert stem.startswith("mini-swin-shapes_sample-coffee_stage-2_") and "head-3_window-" in stem
+    assert stem.startswith("mini-swin-shapes_sample-coffee_stage-2-block-2-sw-msa_head-3_window-")
     at.slider(key="swin_col_1").set_value(1).run()
     assert _param(at, "swin_col") == "1" and _param(at, "swin_row") == "2"
     assert {"swin_shift", "swin_mask", "swin_bias", "swin_attn", "swin_cost"} <= set(offered)
