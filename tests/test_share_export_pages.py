@@ -129,7 +129,7 @@ def test_swin_upload_is_never_in_the_link(patched_swin, offered, monkeypatch):
     assert not at.exception, at.exception
     assert _param(at, "swin_source") == "Upload"
     assert all(len(_param(at, name)) < 100 for name in at.query_params)  # names and settings, never pixels
-    assert "_upload_stage-1_" in offered["swin_attn"]["stem"]
+    assert offered["swin_attn"]["stem"].startswith("mini-swin-shapes_upload_stage-1-")
 
 
 # --- mechanics ---------------------------------------------------------------------------------------------------
