@@ -12,7 +12,7 @@ def test_gpt_page_shows_smollm2_attention(page, app_url):
 
 def test_gpt_page_takes_new_text_and_hostile_input(page, app_url):
     open_page(page, app_url, "", timeout_s=300)
-    box = page.get_by_label("Prompt")
+    box = page.locator("textarea[aria-label=\"Prompt\"]")
     box.fill("<script>alert('x')</script> ‮evil‬ zero\u200bwidth 🙂")
     box.press("Control+Enter")
     wait_until_idle(page)
