@@ -67,7 +67,8 @@ from tests.test_positional import positional_page  # noqa: E402,F401  (the page 
 def test_positional_url_round_trip_and_downloads(positional_page, offered):
     at = positional_page
     at.query_params.update({"sin_d": "64", "sin_length": "96", "rope_base": "500000.0", "alibi_causal": "False",
-                            "alibi_heads": "99", "pos_view": "RoPE"})  # 99 heads: outside the slider, ignored
+                            "alibi_heads": "99", "pos_view": "RoPE",  # 99 heads: outside the slider, ignored
+                            "rope_span": "1024"})  # 3 × 2,049 chart rows: over Altair's 5,000-row guard
     at.run()
     assert not at.exception, at.exception
     assert at.select_slider(key="sin_d").value == 64 and at.slider(key="sin_length").value == 96
