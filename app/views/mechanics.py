@@ -26,7 +26,7 @@ share.restore(SHARED + COST, {"mech_d": int, "mech_heads": int, "mech_dk": int, 
                               "mech_global": lambda text: list(share.integers(text)), "mech_grid": share.integers,
                               "mech_swin_m": int, "mech_head": int, "mech_all_steps": share.flag, "mech_step": int,
                               "cost_n": int, "cost_h": int, "cost_l": int, "cost_b": int, "kv_tokens": int})
-st.title("🧮 How attention works — and what it costs")
+st.title("How attention works — and what it costs")
 st.latex(r"\operatorname{Attention}(Q,K,V)=\operatorname{softmax}\!\left(\frac{QK^{\top}}{\sqrt{d_k}}+M\right)V")
 sentence = widgets.text_source(PRESETS, key="mechanics", label="Sentence", height=68)
 c1, c2, c3, c4, c5, c6 = st.columns(6)

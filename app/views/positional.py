@@ -265,7 +265,7 @@ def bias_view() -> None:
 
 
 share.restore(TABS + WHY + SINUSOIDAL + GRID + ROPE + BIASES, COERCE)
-st.title("📐 Positional encodings")
+st.title("Positional encodings")
 st.caption("Self-attention treats its input as a set: shuffle the tokens and its outputs shuffle the same way. "
            "Everything a transformer knows about order comes from how positions enter — added to the input "
            "(sinusoidal, learned), rotated into queries and keys (RoPE), or added to the scores (ALiBi, T5, Swin).")

@@ -19,7 +19,7 @@ SHARED = ["model_translation", "tr_max_source", "translation_text", "tr_strategy
 share.restore(SHARED, {"tr_max_source": int, "tr_beams": int, "tr_compare": int,
                        "tr_encoder_layer": share.within(0, 1000), "tr_decoder_layer": share.within(0, 1000)})
 
-st.title("🌍 Translation: cross-attention alignments")
+st.title("Translation: cross-attention alignments")
 spec = widgets.model_picker("translation")
 PER_MODEL = {f"tr_layer_{spec.key}": "tr_layer", f"tr_head_{spec.key}": "tr_head"}
 share.restore(list(PER_MODEL), names=PER_MODEL)
