@@ -21,19 +21,23 @@ from models.results import RunResult
 RUN_CACHE = dict(max_entries=8, ttl=3600, show_spinner=False)
 
 
-@st.cache_resource(max_entries=6, show_spinner=False)
-def load_model(spec: ModelSpec, device: str, dtype: str) -> LoadedModel:
-    """The cached model, with a progress bar naming each step the first time it loads.
+def _with_progress(spec: ModelSpec, load):
+    """``load(progress)`` with a progress bar naming each step, removed when done.
 
-    The bar is created inside the cached function: Streamlit replays a cached function's elements on a cache hit,
-    which only works for elements the function itself created.
+    Call it from inside the cached loader: Streamlit replays a cached function's elements on a cache hit, which only
+    works for elements created while that function ran.
     """
     bar = st.progress(0.0, text=f"Loading {spec.key}…")
     try:
-        return loading.load(spec, device, dtype, lambda step, fraction: bar.progress(
-            min(max(fraction, 0.0), 1.0), text=f"{spec.key}: {step}"))
+        return load(lambda step, fraction: bar.progress(min(max(fraction, 0.0), 1.0), text=f"{spec.key}: {step}"))
     finally:
         bar.empty()
+
+
+@st.cache_resource(max_entries=6, show_spinner=False)
+def load_model(spec: ModelSpec, device: str, dtype: str) -> LoadedModel:
+    """The cached model, with a progress bar naming each step the first time it loads."""
+    return _with_progress(spec, lambda progress: loading.load(spec, device, dtype, progress))
 
 
 def run_key(loaded: LoadedModel) -> tuple:
@@ -159,12 +163,7 @@ def load_vit(spec: ModelSpec, device: str, dtype: str):
     slot = _vit_slot(spec, device, dtype)
     with slot["lock"]:
         if slot["model"] is None:
-            bar = st.progress(0.0, text=f"Loading {spec.key}…")
-            try:
-                slot["model"] = vit.load(spec, device, dtype, lambda step, fraction: bar.progress(
-                    min(max(fraction, 0.0), 1.0), text=f"{spec.key}: {step}"))
-            finally:
-                bar.empty()
+            slot["model"] = _with_progress(spec, lambda progress: vit.load(spec, device, dtype, progress))
     return slot["model"]
 
 
@@ -214,12 +213,7 @@ def load_swin(spec: ModelSpec, device: str, dtype: str):
     """The cached timm Swin (eager window attention per module), with a progress bar the first time it loads."""
     from models import swin
 
-    bar = st.progress(0.0, text=f"Loading {spec.key}…")
-    try:
-        return swin.load(spec, device, dtype, lambda step, fraction: bar.progress(
-            min(max(fraction, 0.0), 1.0), text=f"{spec.key}: {step}"))
-    finally:
-        bar.empty()
+    return _with_progress(spec, lambda progress: swin.load(spec, device, dtype, progress))
 
 
 @st.cache_resource(**RUN_CACHE)
@@ -246,12 +240,7 @@ def load_translation(spec: ModelSpec, device: str, dtype: str) -> LoadedModel:
     inside the cached function, as ``load_model`` explains."""
     from models import translation
 
-    bar = st.progress(0.0, text=f"Loading {spec.key}…")
-    try:
-        return translation.load(spec, device, dtype, lambda step, fraction: bar.progress(
-            min(max(fraction, 0.0), 1.0), text=f"{spec.key}: {step}"))
-    finally:
-        bar.empty()
+    return _with_progress(spec, lambda progress: translation.load(spec, device, dtype, progress))
 
 
 @st.cache_resource(**RUN_CACHE)
