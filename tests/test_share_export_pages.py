@@ -390,3 +390,19 @@ def test_translation_url_round_trip_and_the_offered_alignment_is_the_models(fres
     np.testing.assert_allclose(offered["tr_step"]["arrays"]["source_attention"],
                                translation.cross_weights(result.maps("cross"), 1, None)[0], atol=1e-6)
     _check_files(offered["tr_step"])
+
+
+def test_combined_figure_keeps_each_charts_colours():
+    """Two heatmaps joined for export keep their own colour scales and legends, as the page shows them (Vega-Lite
+    merges same-named colour fields by default: softmax weights were drawn in the scores' red-blue)."""
+    import vl_convert
+
+    from viz import mechanics as charts
+
+    labels = ["a", "b", "c"]
+    scores = charts.matrix_chart(np.array([[-3.0, 0, 3], [1, 2, -1], [0, 0, 0]]), labels, labels, "scores")
+    weights = charts.matrix_chart(np.full((3, 3), 1 / 3), labels, labels, "softmax", probabilities=True,
+                                  scheme="cividis")
+    vega = vl_convert.vegalite_to_vega(export.combined(scores, weights).to_json())
+    color_scales = [s for s in vega["scales"] if s.get("type") != "band" and "scheme" in json.dumps(s)]
+    assert len(color_scales) >= 2, [s["name"] for s in vega["scales"]]

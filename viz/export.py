@@ -42,7 +42,9 @@ def combined(*charts: alt.TopLevelMixin, vertical: bool = False) -> alt.TopLevel
         part.autosize = alt.Undefined
         parts.append(part)
     joined = alt.vconcat(*parts) if vertical else alt.hconcat(*parts)
-    return joined.properties(autosize=alt.AutoSizeParams(type="pad", contains="padding"))
+    # each part keeps its own colours and legend, as on the page (Vega-Lite would merge same-named colour fields)
+    return joined.resolve_scale(color="independent").resolve_legend(color="independent").properties(
+        autosize=alt.AutoSizeParams(type="pad", contains="padding"))
 
 
 def chart_png(chart: alt.TopLevelMixin, scale: float = PRINT_SCALE) -> bytes:
