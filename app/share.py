@@ -24,7 +24,7 @@ html, body, [data-testid="stAppViewContainer"] { font-size: 20px; }
 [data-testid="stMainBlockContainer"] { max-width: 100%; padding-left: 2rem; padding-right: 2rem; }
 h1 { font-size: 2.6rem !important; }
 [data-testid="stCaptionContainer"] { font-size: 1rem; }
-[data-testid="stVegaLiteChart"] { zoom: 1.4; max-width: calc(100% / 1.4); }
+[data-testid="stVegaLiteChart"] { zoom: 1.4; max-width: 100%; }
 [data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg {
   max-width: 100%; height: auto !important; }
 </style>
