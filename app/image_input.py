@@ -6,6 +6,8 @@ working. The upload limit is ``server.maxUploadSize`` in .streamlit/config.toml 
 """
 from __future__ import annotations
 
+import hashlib
+
 import streamlit as st
 from PIL import Image
 
@@ -22,6 +24,11 @@ def _show_error(message: str) -> None:
         st.error(message)
     else:
         show_error(message)
+
+
+def fingerprint(picture: Image.Image) -> str:
+    """What names an image's pixels in the run caches (the image itself is not hashed by Streamlit)."""
+    return hashlib.sha1(picture.tobytes()).hexdigest() + f"{picture.size}"
 
 
 def shared_keys(key: str = "image") -> list[str]:

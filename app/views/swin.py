@@ -1,6 +1,5 @@
 """Swin Transformer: windows, the cyclic shift, attention masks and relative position bias on your own image
 (Liu et al. 2021). Every structure shown is read from the loaded model's own buffers; attention is captured."""
-import hashlib
 from dataclasses import replace
 
 import numpy as np
@@ -35,7 +34,7 @@ if metrics is not None:
 picture = image_input.image_picker("swin")
 if picture is None:
     st.stop()
-image_key = hashlib.sha1(picture.tobytes()).hexdigest() + f"{picture.size}"
+image_key = image_input.fingerprint(picture)
 key = resources.run_key(loaded)
 try:
     result = resources.run_swin(loaded, key, image_key, picture)

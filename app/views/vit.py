@@ -1,6 +1,5 @@
 """Vision Transformer: [CLS] attention over your own image, any patch as the query, attention rollout beside captum
 attributions, and mean attention distance against depth (Dosovitskiy et al. 2021; Abnar & Zuidema 2020)."""
-import hashlib
 from dataclasses import replace
 
 import numpy as np
@@ -37,7 +36,7 @@ except ValueError as error:
 picture = image_input.image_picker("vit")
 if picture is None:
     st.stop()
-image_key = hashlib.sha1(picture.tobytes()).hexdigest() + f"{picture.size}"
+image_key = image_input.fingerprint(picture)
 key = resources.run_key(loaded)
 try:
     result = resources.run_vit(loaded, key, image_key, picture)
