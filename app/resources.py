@@ -12,6 +12,7 @@ import threading
 
 import streamlit as st
 
+from app import warmup
 from models import causal_lm, encoder, loading
 from models.analysis import heads
 from models.loading import LoadedModel
@@ -36,7 +37,12 @@ def _with_progress(spec: ModelSpec, load):
 
 @st.cache_resource(max_entries=6, show_spinner=False)
 def load_model(spec: ModelSpec, device: str, dtype: str) -> LoadedModel:
-    """The cached model, with a progress bar naming each step the first time it loads."""
+    """The cached model, with a progress bar naming each step the first time it loads (or the one the server began
+    loading at start, app/warmup.py)."""
+    preloaded = warmup.claim((spec, device, dtype))
+    if preloaded is not None:
+        with st.spinner(f"Loading {spec.key}…"):
+            return preloaded.result()
     return _with_progress(spec, lambda progress: loading.load(spec, device, dtype, progress))
 
 

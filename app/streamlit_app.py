@@ -1,36 +1,26 @@
-"""Entry point: page config, the shared sidebar, and routing to one page per file in app/views/."""
+"""Server entry point: ``streamlit run app/streamlit_app.py``.
+
+An ASGI ``st.App`` serving app/main.py (the script each browser session runs), with a lifespan hook that starts the
+warm-up (app/warmup.py): PyTorch, transformers and the default model load while the first browser is still
+fetching the page, instead of after it connects.
+"""
 import sys
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # `streamlit run app/streamlit_app.py` puts only app/ on the path
+if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import streamlit as st  # noqa: E402
 
-from app import sidebar  # noqa: E402
+from app import warmup  # noqa: E402
 
-st.set_page_config(page_title="Attention explorer", page_icon=":material/visibility:", layout="wide")
 
-# (file in app/views, title, icon). Material icons ship with Streamlit (emoji need a font the machine may lack).
-# The first page is the default and lives at the root URL; a page whose file does not exist yet is not listed.
-PAGES = [
-    ("gpt", "Language model (GPT)", ":material/chat:"),
-    ("encoder", "Encoder (BERT)", ":material/swap_horiz:"),
-    ("translation", "Translation", ":material/translate:"),
-    ("vit", "Vision Transformer", ":material/image:"),
-    ("swin", "Swin Transformer", ":material/grid_view:"),
-    ("moe", "Mixture of experts", ":material/call_split:"),
-    ("positional", "Positional encodings", ":material/straighten:"),
-    ("mechanics", "How attention works", ":material/calculate:"),
-]
+@asynccontextmanager
+async def lifespan(_app):
+    warmup.start()
+    yield
 
-VIEWS = Path(__file__).resolve().parent / "views"
-pages = [
-    st.Page(str(VIEWS / f"{name}.py"), title=title, icon=icon, url_path=name, default=(name == "gpt"))
-    for name, title, icon in PAGES
-    if (VIEWS / f"{name}.py").exists()
-]
-navigation = st.navigation(pages)
-sidebar.render()
-navigation.run()
+
+streamlit_app = st.App("main.py", lifespan=lifespan)

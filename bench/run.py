@@ -17,7 +17,8 @@ Prints one JSON line per case (and device) with at least ``{"case", "n", "ours_s
   capture + [CLS] attention + rollout (Abnar & Zuidema 2020) against the plain fused forward; ``page_s`` adds copying
   every map to the CPU as the page does), plus ``extra_mb`` measured here in fresh processes.
 - ``startup``: ``streamlit run`` started to the GPT page's first chart visible in headless Chromium (Playwright),
-  offline models already cached; baseline: a one-chart Streamlit page started the same way.
+  offline models already cached; baseline: a one-chart Streamlit page started the same way. ``late_visitor_s``: the
+  same page requested 20 s after the server came up (a lab server started before the lecture), request to chart.
 
 Timing: ours and the baseline run in one process, back to back and alternating in order, after a warm-up; ``ratio`` is
 the median of the per-repeat ratios and the times are medians (the machine is shared: a burst of load then hits one
@@ -439,14 +440,20 @@ st.altair_chart(alt.Chart(pd.DataFrame({"x": [0, 1], "y": [1, 0]})).mark_rect().
 '''
 
 
+LATE_VISITOR_S = 20.0  # long enough for the server's warm-up (app/warmup.py) to finish on a busy 2-core machine
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
 
-def time_to_first_chart(script: Path, browser, timeout_s: float = 300) -> float:
-    """Seconds from ``streamlit run script`` to the first chart (Vega canvas/svg or image) visible in the page."""
+def time_to_first_chart(script: Path, browser, timeout_s: float = 300, connect_after_s: float = 0.0) -> float:
+    """Seconds from ``streamlit run script`` to the first chart (Vega canvas/svg or image) visible in the page.
+
+    ``connect_after_s`` > 0: the browser arrives that long after the server answers its health check (a server
+    started before its first visitor), and the seconds are counted from the browser's request instead."""
     import urllib.request
 
     port = _free_port()
@@ -465,6 +472,9 @@ def time_to_first_chart(script: Path, browser, timeout_s: float = 300) -> float:
                 if time.perf_counter() - start > timeout_s:
                     raise RuntimeError("streamlit did not start") from None
                 time.sleep(0.05)
+        if connect_after_s:
+            time.sleep(connect_after_s)
+            start = time.perf_counter()
         page = browser.new_page()
         try:
             page.goto(url)
@@ -491,16 +501,22 @@ def case_startup(repeats: int) -> dict:
         baseline_page.write_text(ONE_CHART_PAGE)
         browser = p.chromium.launch(executable_path=os.environ.get("CHROMIUM", "/usr/bin/chromium"),
                                     args=CHROMIUM_ARGS)
-        ours, base = [], []
+        ours, base, late, base_late = [], [], [], []
         for _ in range(repeats):
             base.append(time_to_first_chart(baseline_page, browser))
             ours.append(time_to_first_chart(ROOT / "app" / "streamlit_app.py", browser))
+        for _ in range(repeats):
+            base_late.append(time_to_first_chart(baseline_page, browser, connect_after_s=LATE_VISITOR_S))
+            late.append(time_to_first_chart(ROOT / "app" / "streamlit_app.py", browser, connect_after_s=LATE_VISITOR_S))
         browser.close()
     ours_s, baseline_s = min(ours), min(base)
     return {"case": "startup", "n": None, "ours_s": ours_s, "baseline_s": baseline_s, "ratio": ours_s / baseline_s,
             "extra_mb": None, "bytes": None, "ours_samples": ours, "baseline_samples": base,
-            "ours": "streamlit run app/streamlit_app.py to the GPT page's first chart",
-            "baseline": "streamlit run of a one-chart page to its chart", "target": "ours_s <= 10",
+            "late_visitor_s": min(late), "late_visitor_baseline_s": min(base_late), "late_visitor_samples": late,
+            "ours": "streamlit run app/streamlit_app.py to the GPT page's first chart, browser opened at once",
+            "baseline": "streamlit run of a one-chart page to its chart",
+            "late_visitor": f"browser opened {LATE_VISITOR_S:.0f} s after the server answered: request to first chart",
+            "target": "ours_s <= 10",
             "ok": ours_s <= TARGETS["startup"]["ours_s"]}
 
 

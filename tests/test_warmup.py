@@ -1,0 +1,135 @@
+"""The server's warm-up: sessions wait for its imports, the preloaded model is handed over once, failures reach the
+page as messages, an unclaimed model is dropped, and the server entry point really starts it."""
+from __future__ import annotations
+
+import ast
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+
+from app import warmup
+
+ROOT = Path(__file__).resolve().parent.parent
+KEY = ("spec", "cpu", "float32")
+
+
+def gated_warm_up(**kwargs):
+    """A WarmUp whose import phase blocks until the test opens the gate."""
+    gate = threading.Event()
+    loads = []
+
+    def load(key):
+        loads.append(key)
+        return f"model for {key[0]}"
+
+    return warmup.WarmUp(import_modules=gate.wait, pick_key=lambda: KEY, load=load, **kwargs), gate, loads
+
+
+def test_without_a_warm_up_sessions_do_not_wait():
+    assert warmup.WarmUp().wait_for_imports(0)
+    assert warmup.WarmUp().claim(KEY) is None
+
+
+def test_sessions_wait_for_the_import_phase_then_claim_the_model_once():
+    process, gate, loads = gated_warm_up()
+    assert process.start()
+    assert not process.start()  # once per process
+    assert not process.wait_for_imports(0.05)  # still importing: a session must not import torch alongside
+    gate.set()
+    assert process.wait_for_imports(5)
+    preloaded = process.claim(KEY)  # registered before sessions were let in: no session loads it a second time
+    assert isinstance(preloaded, Future)
+    assert preloaded.result(timeout=5) == "model for spec"
+    assert process.claim(KEY) is None  # handed over once; the session's cache owns it now
+    assert loads == [KEY]
+
+
+def test_a_failed_load_reaches_the_session_as_its_error():
+    def load(key):
+        raise ValueError("'spec' has weights that do not match its config")
+
+    process = warmup.WarmUp(import_modules=lambda: None, pick_key=lambda: KEY, load=load)
+    process.start()
+    process.thread.join(5)
+    with pytest.raises(ValueError, match="do not match"):
+        process.claim(KEY).result()
+
+
+def test_failed_imports_let_sessions_in_and_preload_nothing():
+    def broken():
+        raise ImportError("no torch")
+
+    process = warmup.WarmUp(import_modules=broken, pick_key=lambda: KEY)
+    process.start()
+    assert process.wait_for_imports(5)
+    process.thread.join(5)
+    assert process.pending() == [] and process.claim(KEY) is None
+
+
+def test_an_unclaimed_model_is_dropped_after_its_ttl():
+    process, gate, _ = gated_warm_up(unclaimed_ttl_s=0.2)
+    process.start()
+    gate.set()
+    process.thread.join(5)
+    assert process.pending() == [KEY]
+    threading.Event().wait(0.6)
+    assert process.pending() == []
+
+
+def test_warm_up_can_be_switched_off(monkeypatch):
+    monkeypatch.setenv("ATTN_EXPLORER_WARMUP", "0")
+    assert not warmup.enabled()
+    assert not warmup.start()
+    monkeypatch.setenv("ATTN_EXPLORER_WARMUP", "1")
+    assert warmup.enabled()
+
+
+def test_load_model_hands_out_the_preloaded_model_without_loading(monkeypatch):
+    import streamlit as st
+
+    from app import resources
+    from models import loading, registry
+
+    key = (registry.specs("causal_lm")[0], "cpu", "float32")
+    process = warmup.WarmUp(import_modules=lambda: None, pick_key=lambda: key, load=lambda k: "the preloaded model")
+    process.start()
+    process.thread.join(5)
+    monkeypatch.setattr(warmup, "_process", process)
+    monkeypatch.setattr(loading, "load", lambda *a, **k: pytest.fail("loaded although a preloaded model was there"))
+    st.cache_resource.clear()
+    try:
+        assert resources.load_model(*key) == "the preloaded model"
+        assert resources.load_model(*key) == "the preloaded model"  # from the cache now: claimed once only
+        assert process.pending() == []
+    finally:
+        st.cache_resource.clear()
+
+
+def test_the_default_key_is_what_a_new_session_asks_for():
+    """The key the server preloads equals the GPT page's first load in a fresh session (else it is never claimed)."""
+    from app import sidebar
+    from models import registry
+
+    spec, device, dtype = warmup.default_model_key()
+    assert spec == registry.specs("causal_lm")[0]
+    assert (device, dtype) == sidebar.device_choice()
+
+
+def test_the_server_entry_point_starts_the_warm_up_and_serves_the_session_script():
+    """`streamlit run app/streamlit_app.py` finds an st.App whose lifespan starts the warm-up, serving app/main.py."""
+    tree = ast.parse((ROOT / "app" / "streamlit_app.py").read_text())
+    source = ast.unparse(tree)
+    assert "st.App('main.py', lifespan=lifespan)" in source
+    assert "warmup.start()" in source
+    main = (ROOT / "app" / "main.py").read_text()
+    assert main.index("warmup.wait_for_imports") < main.index("from app import sidebar")
+
+
+def test_the_default_model_loads_and_runs_for_real_after_the_warm_up_imports():
+    """The real phases on the packaged SmolLM2: what the server does at start, in this process."""
+    warmup.import_heavy_modules()
+    key = warmup.default_model_key()
+    loaded = warmup.load_default(key)
+    assert loaded.spec == key[0] and loaded.device == key[1]
