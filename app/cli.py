@@ -273,7 +273,10 @@ def render(args: argparse.Namespace) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from models import memory
+
     args = parse(argv)
+    memory.use_fixed_mmap_threshold()  # as the app does: long inputs do not pin freed activations
     try:
         for path in render(args):
             print(path)

@@ -10,6 +10,9 @@ if str(ROOT) not in sys.path:  # Streamlit puts only app/ on the path
 import streamlit as st  # noqa: E402
 
 from app import warmup  # noqa: E402
+from models import memory  # noqa: E402
+
+memory.use_fixed_mmap_threshold()  # also under a plain `streamlit run app/main.py`, where no warm-up ran
 
 st.set_page_config(page_title="Attention explorer", page_icon=":material/visibility:", layout="wide")
 if not warmup.wait_for_imports(0):  # the server is still importing PyTorch; importing it here too is unsafe

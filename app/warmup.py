@@ -127,7 +127,11 @@ _process = WarmUp()
 
 
 def start() -> bool:
-    """Start this process's warm-up unless ``ATTN_EXPLORER_WARMUP=0``; True when this call started it."""
+    """Set the process's allocator up (models/memory.py), then start its warm-up unless ``ATTN_EXPLORER_WARMUP=0``;
+    True when this call started the warm-up."""
+    from models import memory
+
+    memory.use_fixed_mmap_threshold()
     return enabled() and _process.start()
 
 

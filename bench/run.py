@@ -78,14 +78,11 @@ def peak_rss_bytes() -> int:
 
 
 def release_free_heap() -> None:
-    """Give freed heap back to the OS (glibc ``malloc_trim``): memory freed while the model was built would otherwise
-    be reused without raising RSS, and the peak above the start would be under-counted."""
-    import ctypes
+    """Give freed heap back to the OS before measuring: memory freed while the model was built would otherwise be
+    reused without raising RSS, and the peak above the start would be under-counted."""
+    from models import memory
 
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    memory.release_freed_heap()
 
 
 def measure_memory(fn, device: str) -> tuple[dict, object]:
@@ -535,10 +532,20 @@ def worker(job: dict) -> dict:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
+def allocator() -> str:
+    """``app`` (default): workers set glibc's allocator up as the app does (models/memory.py); ``default``: glibc's
+    defaults (``ATTN_BENCH_ALLOCATOR=default``), to see what that set-up changes."""
+    return os.environ.get("ATTN_BENCH_ALLOCATOR", "app")
+
+
 def run_worker(job: dict) -> None:
     import torch
 
+    from models import memory
+
     torch.set_num_threads(job.get("threads", 1))
+    if allocator() == "app":  # the app's process set-up (app/main.py), for ours and the baseline alike
+        memory.use_fixed_mmap_threshold()
     print(json.dumps(TASKS[job["task"]](job)), flush=True)
 
 
@@ -575,7 +582,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     devices = args.device or (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
-    print(json.dumps({"case": "machine", **machine(), "devices": devices}), flush=True)
+    print(json.dumps({"case": "machine", **machine(), "devices": devices, "allocator": allocator()}), flush=True)
     for case in args.cases:
         try:
             run_case(case, args, devices)

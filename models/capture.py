@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from models import memory
+
 ATTENTION_NAME = "capture"
 CAPTURE_DESCRIPTION = "AttentionInterface 'capture' (SDPA forward; weights recomputed from the layer's q, k and mask)"
 CROSS_ATTENTION_NAMES = ("encoder_attn", "crossattention", "EncDecAttention", "cross_attn")
@@ -222,3 +224,4 @@ def recording(model: torch.nn.Module):
         yield recorder
     finally:
         _ACTIVE.reset(token)
+        memory.release_freed_heap()  # the forward's activations, freed but pinned in the heap (models/memory.py)
