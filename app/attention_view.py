@@ -138,7 +138,9 @@ def large_heatmap(weights, allowed, maps: AttentionMaps, name: str, key: str, sc
     shrink = -(-max(n_q, n_k) // 900)
     overview, detail = st.columns([1, 1])
     with overview:
-        st.altair_chart(heatmap.zoom_overview_chart(png, n_q, n_k, queries, keys),
+        # both charts fit half a 1280-px laptop screen (402 px a column): Vega maps the pointer in its own pixels, so
+        # a chart scaled down or cut off by its column would brush and tooltip the wrong cells
+        st.altair_chart(heatmap.zoom_overview_chart(png, n_q, n_k, queries, keys, width=320),
                         on_select="rerun", key=f"{key}_brush", width="content")
         st.caption(f"{name}: all {n_q} × {n_k}" + (f" (each pixel the largest of {shrink} × {shrink} cells)"
                                                   if shrink > 1 else "") +
@@ -148,7 +150,7 @@ def large_heatmap(weights, allowed, maps: AttentionMaps, name: str, key: str, sc
         st.altair_chart(heatmap.attention_chart(
             weights[rows, cols], maps.query_tokens[rows], maps.key_tokens[cols], allowed[rows, cols],
             f"queries {rows.start}–{rows.stop - 1}, keys {cols.start}–{cols.stop - 1}", scheme,
-            query_offset=rows.start, key_offset=cols.start, size=420), width="content")
+            query_offset=rows.start, key_offset=cols.start, size=300, compact=True), width="content")
 
 
 def _apply_table_pick(key: str, num_heads: int) -> None:

@@ -43,10 +43,12 @@ def _check(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str]) 
 
 def attention_chart(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str],
                     allowed: np.ndarray | None = None, title: str = "", scheme: str = "viridis",
-                    query_offset: int = 0, key_offset: int = 0, size: int = 640) -> alt.Chart:
+                    query_offset: int = 0, key_offset: int = 0, size: int = 640, compact: bool = False) -> alt.Chart:
     """A heatmap of one ``(queries, keys)`` map: keys on x, queries on y, weight and both tokens in the tooltip.
 
     ``query_offset``/``key_offset``: positions of the first row/column in the full input (for zoomed ranges).
+    ``compact``: legend below and shorter token labels, for half a laptop screen (the chart must fit its column:
+    Vega maps the pointer in its own pixels, so a chart scaled down by CSS shows the wrong cell's tooltip).
     """
     _check(weights, query_tokens, key_tokens)
     q_labels, k_labels = token_labels(query_tokens), token_labels(key_tokens)
@@ -61,16 +63,17 @@ def attention_chart(weights: np.ndarray, query_tokens: list[str], key_tokens: li
         "state": np.where(visible.ravel(), "visible", "masked"),
     })
     color = alt.Color("weight:Q", scale=alt.Scale(scheme=scheme, domain=[0, float(max(weights.max(), 1e-9))]),
-                      legend=alt.Legend(title="weight"))
+                      legend=alt.Legend(title="weight", orient="bottom" if compact else "right"))
+    label_limit = 60 if compact else 90
     side = max(200, min(size, 24 * max(weights.shape)))
     chart = alt.Chart(frame).mark_rect().encode(
         # every label shown: at >= 10 px a cell rotated labels do not collide, and a missing token misleads
         # sorted by position, never by a list of the tokens: Vega-Lite turns a sort list into an expression, and a
         # token such as "if" then breaks the chart ("Unrecognized signal name")
         x=alt.X("key:N", sort=BY_KEY_POSITION, title="key (attended to)",
-                axis=alt.Axis(labelAngle=-90, labelLimit=90, labelOverlap=side / len(k_labels) < 10)),
+                axis=alt.Axis(labelAngle=-90, labelLimit=label_limit, labelOverlap=side / len(k_labels) < 10)),
         y=alt.Y("query:N", sort=BY_QUERY_POSITION, title="query (attending)",
-                axis=alt.Axis(labelLimit=90, labelOverlap=side / len(q_labels) < 10)),
+                axis=alt.Axis(labelLimit=label_limit, labelOverlap=side / len(q_labels) < 10)),
         color=alt.condition(alt.datum.state == "masked", alt.value(MASKED_HEX), color),
         tooltip=["query", "query position", "key", "key position", alt.Tooltip("weight:Q", format=".4f"), "state"],
     )
