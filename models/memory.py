@@ -36,7 +36,8 @@ MMAP_THRESHOLD_BYTES = 1 << 20
 
 
 def use_fixed_mmap_threshold(nbytes: int = MMAP_THRESHOLD_BYTES) -> bool:
-    """Serve every allocation of ``nbytes`` or more from its own mapping, returned to the OS when freed.
+    """Serve allocations of ``nbytes`` or more that the heap's free chunks cannot hold from their own mapping,
+    returned to the OS when freed (glibc never grows the heap for them).
 
     glibc's default threshold grows after large frees (up to 32 MB), after which a forward pass's activations land in
     the heap and pin it: at 2,048 tokens (GPT-2 small shape) the peak above the plain forward was 320 MB or 630 MB
