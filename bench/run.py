@@ -77,20 +77,16 @@ def peak_rss_bytes() -> int:
     raise RuntimeError("no VmHWM in /proc/self/status")
 
 
-def release_free_heap() -> None:
-    """Give freed heap back to the OS before measuring: memory freed while the model was built would otherwise be
-    reused without raising RSS, and the peak above the start would be under-counted."""
-    from models import memory
-
-    memory.release_freed_heap()
-
-
 def measure_memory(fn, device: str) -> tuple[dict, object]:
     """Run ``fn()`` once; peak memory above the level before it (MB), and what stays held while its result lives."""
     import torch
 
+    from models import memory
+
     gc.collect()
-    release_free_heap()
+    # freed heap back to the OS first: memory freed while the model was built would otherwise be reused without
+    # raising RSS, and the peak above the start would be under-counted
+    memory.release_freed_heap()
     if device.startswith("cuda"):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
