@@ -1,17 +1,17 @@
 """The attention views every text family shares: one head as a heatmap, all heads as a grid, token focus.
 
-Used by the GPT, encoder and translation pages with any ``AttentionMaps``; pages differ only in inputs and extras.
+Used by the GPT, encoder and translation pages with any result that has attention; the figures come from
+viz/figures/attention.py (the same ones ``python -m app.cli`` writes), this module adds the widgets around them.
 """
 from __future__ import annotations
 
-import uuid
-
 import streamlit as st
 
-from app import resources, share
+from app import display, presentation, resources, widgets
 from models.analysis import heads
-from models.results import AttentionMaps
-from viz import export, heatmap
+from models.results import AttentionMaps, RunResult
+from viz import heatmap
+from viz.figures.attention import FocusOptions, GridOptions, HeadOptions, StatisticsOptions, ZoomOptions
 
 AVERAGE = "average of heads"
 
@@ -43,49 +43,30 @@ def layer_head_picker(maps: AttentionMaps, key: str) -> tuple[int, int | None]:
     return min(layer, maps.num_layers - 1), None if choice == AVERAGE else options.index(choice) - 1
 
 
-def head_heatmap(maps: AttentionMaps, layer: int, head: int | None, key: str, scheme: str = "viridis") -> None:
+def head_heatmap(result: RunResult, kind: str, layer: int, head: int | None, key: str, scheme: str) -> None:
     """One head (or the head average) as a chart when small, as an image with a zoomable token range when large."""
-    weights = maps.head(layer, head)
-    allowed = maps.allowed(layer)
-    n_q, n_k = weights.shape
-    name = f"layer {layer}, {'average of heads' if head is None else f'head {head}'}"
-    limit = heatmap.MAX_CHART_TOKENS
-    if max(n_q, n_k) <= limit:
-        st.altair_chart(heatmap.attention_chart(weights, maps.query_tokens, maps.key_tokens, allowed, name, scheme),
-                        width="content")
-    else:
-        # the maps object lives in the run cache: a random id set on it once names it for the image cache
-        run_id = maps.__dict__.setdefault("_view_id", uuid.uuid4().hex)
-        large_heatmap(weights, allowed, maps, name, key, scheme, cache_key=(run_id, layer, head))
-    st.caption("Rows: the token doing the attending (query). Columns: the tokens it attends to (keys). "
-               "Each row sums to 1. Grey cells are masked (the model could not look there).")
-    head_downloads(maps, layer, head, key, scheme)
-
-
-def head_downloads(maps: AttentionMaps, layer: int, head: int | None, key: str, scheme: str) -> None:
-    """The shown head as PNG/SVG (the chart, or the image for long inputs), its numbers as CSV/JSON, the layer as .npz.
-
-    Everything is built on click (functions, not values): a rerun that moves a slider computes none of it.
-    """
-    stem_parts = st.session_state.get(f"{key}_stem", ())
-    head_name = "mean" if head is None else head
-    stem = export.file_stem(*stem_parts, maps.kind, f"layer {layer}", f"head {head_name}")
-    small = max(len(maps.query_tokens), len(maps.key_tokens)) <= heatmap.MAX_CHART_TOKENS
-    title = f"{maps.kind} attention, layer {layer}, head {head_name}"
-
-    def weights():
-        return maps.head(layer, head)
-
-    share.downloads(
-        stem, key,
-        chart=(lambda: heatmap.attention_chart(weights(), maps.query_tokens, maps.key_tokens, maps.allowed(layer),
-                                               title, scheme)) if small else None,
-        image=None if small else (lambda: heatmap.attention_image(weights(), maps.allowed(layer), scheme)),
-        table=lambda: export.matrix_frame(weights(), maps.query_tokens, maps.key_tokens),
-        payload=lambda: {"kind": maps.kind, "layer": layer, "head": head_name, "query_tokens": maps.query_tokens,
-                         "key_tokens": maps.key_tokens, "weights": weights(), "allowed": maps.allowed(layer)},
-        arrays=lambda: {"weights": maps.layer(layer), "allowed": maps.allowed(layer)},
-        metadata={"kind": maps.kind, "layer": layer, "input": " ".join(map(str, stem_parts))})
+    figure = widgets.figure_or_none("head", result, HeadOptions(kind, layer, head, scheme))
+    if figure is None:
+        return
+    if figure.chart is not None:
+        display.show(figure, key)
+        return
+    maps = result.maps(kind)
+    n_q, n_k = (len(tokens) for tokens in maps.tokens_in(layer))
+    queries, keys = _zoom_ranges(key, n_q, n_k, heatmap.MAX_CHART_TOKENS)
+    overview, detail = st.columns([1, 1])
+    with overview:
+        # both charts fit half a 1280-px laptop screen (402 px a column): Vega maps the pointer in its own pixels, so
+        # a chart scaled down or cut off by its column would brush and tooltip the wrong cells
+        png = resources.figure_png(figure, (result.run_id, kind, layer, head, scheme))
+        st.altair_chart(heatmap.zoom_overview_chart(png, n_q, n_k, queries, keys, width=320),
+                        on_select="rerun", key=f"{key}_brush", width="content")
+        st.caption(figure.caption + " Drag a rectangle to zoom; the red frame is the region on the right.")
+    with detail:
+        zoom = widgets.figure_or_none("head_zoom", result, ZoomOptions(kind, layer, head, scheme, queries, keys))
+        if zoom is not None:
+            display.part(zoom.chart)
+    display.offer(figure, key)
 
 
 def _zoom_ranges(key: str, n_q: int, n_k: int, limit: int) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -119,40 +100,6 @@ def _zoom_ranges(key: str, n_q: int, n_k: int, limit: int) -> tuple[tuple[int, i
     return (queries[0], min(queries[1], queries[0] + limit - 1)), (keys[0], min(keys[1], keys[0] + limit - 1))
 
 
-def large_heatmap(weights, allowed, maps: AttentionMaps, name: str, key: str, scheme: str,
-                  cache_key: tuple = ()) -> None:
-    """A map too large for a chart: the whole map as one image with a brush, beside the brushed region cell by cell.
-
-    The overview is a PNG (block maxima beyond 900 tokens, so a single strong cell never disappears) inside a
-    Vega-Lite chart: drag a rectangle over it to pick query and key ranges, or set them with the sliders; the region
-    is drawn as a chart with a tooltip per cell. Bytes sent: the PNG once, plus at most 64 × 64 chart rows.
-    """
-    n_q, n_k = weights.shape
-    limit = heatmap.MAX_CHART_TOKENS
-    queries, keys = _zoom_ranges(key, n_q, n_k, limit)
-    rows, cols = slice(queries[0], queries[1] + 1), slice(keys[0], keys[1] + 1)
-    if cache_key:
-        png, vmax = resources.overview_png(weights, allowed, cache_key, scheme)
-    else:
-        png, vmax = heatmap.overview_png(weights, allowed, scheme)
-    shrink = -(-max(n_q, n_k) // 900)
-    overview, detail = st.columns([1, 1])
-    with overview:
-        # both charts fit half a 1280-px laptop screen (402 px a column): Vega maps the pointer in its own pixels, so
-        # a chart scaled down or cut off by its column would brush and tooltip the wrong cells
-        st.altair_chart(heatmap.zoom_overview_chart(png, n_q, n_k, queries, keys, width=320),
-                        on_select="rerun", key=f"{key}_brush", width="content")
-        st.caption(f"{name}: all {n_q} × {n_k}" + (f" (each pixel the largest of {shrink} × {shrink} cells)"
-                                                  if shrink > 1 else "") +
-                   f". Colours saturate at {vmax:.3f} (the median of each query's largest weight). Drag a "
-                   "rectangle to zoom; the red frame is the region on the right; grey = masked.")
-    with detail:
-        st.altair_chart(heatmap.attention_chart(
-            weights[rows, cols], maps.query_tokens[rows], maps.key_tokens[cols], allowed[rows, cols],
-            f"queries {rows.start}–{rows.stop - 1}, keys {cols.start}–{cols.stop - 1}", scheme,
-            query_offset=rows.start, key_offset=cols.start, size=300, compact=True), width="content")
-
-
 def _apply_table_pick(key: str, num_heads: int) -> None:
     """A row picked in the statistics table (previous run) opens that head, as a click on the chart does."""
     event = st.session_state.get(f"{key}_table")
@@ -163,54 +110,56 @@ def _apply_table_pick(key: str, num_heads: int) -> None:
         st.session_state[f"{key}_head"] = f"head {rows[0] % num_heads}"
 
 
-def model_view(result_key: tuple, result, kind: str, layer: int, head: int | None, key: str) -> None:
-    """All layers × heads: pooled thumbnails, and a clickable statistic chart that opens a head above."""
+def model_view(result: RunResult, kind: str, layer: int, head: int | None, key: str, loaded=None) -> None:
+    """All layers × heads: a clickable statistic chart and a sortable table that open a head above, and pooled
+    thumbnails of every head."""
     maps = result.maps(kind)
-    with st.spinner(f"Summarising {maps.num_layers * maps.num_heads} heads (once per input)…"):
-        summary = resources.head_summary(result, result_key, kind)
     statistic = st.selectbox("Colour the layer × head chart by", list(heads.STATISTICS),
                              format_func=heads.STATISTICS.get, key=f"{key}_statistic")
-    selected = (layer, head if head is not None else -1)
+    with st.spinner(f"Summarising {maps.num_layers * maps.num_heads} heads (once per input)…"):
+        chart = widgets.figure_or_none("head_statistics", result,
+                                       StatisticsOptions(kind, statistic, layer, head, presentation.color_scheme()),
+                                       loaded)
+        thumbnails = widgets.figure_or_none("grid", result, GridOptions(kind, layer, head, presentation.color_scheme()),
+                                            loaded)
+    if chart is None or thumbnails is None:
+        return
     left, right = st.columns([1, 1])
     with left:
-        st.altair_chart(heatmap.head_statistic_chart(summary.statistics[statistic], heads.STATISTICS[statistic],
-                                                     selected if head is not None else None),
-                        on_select="rerun", key=f"{key}_grid_pick", width="content")
-        st.caption("Click a cell to open that head above.")
+        st.altair_chart(chart.chart, on_select="rerun", key=f"{key}_grid_pick", width="content")
+        st.caption(chart.caption)
     with right:
-        st.dataframe(heads.summary_table(summary), hide_index=True, height=420,
-                     on_select="rerun", selection_mode="single-row", key=f"{key}_table",
-                     column_config={label: st.column_config.NumberColumn(format="%.3f")
-                                    for label in heads.STATISTICS.values()})
+        st.dataframe(chart.table, hide_index=True, height=420, on_select="rerun", selection_mode="single-row",
+                     key=f"{key}_table", column_config={label: st.column_config.NumberColumn(format="%.3f")
+                                                        for label in heads.STATISTICS.values()})
         st.caption("Every head, one row each: click a column header to sort (e.g. the most focused heads by "
                    "entropy), select a row to open that head above.")
-    st.image(heatmap.head_grid_image(summary.thumbnails, selected=selected),
-             caption="Every head of every layer (block-averaged to at most 64 × 64); red frame: the head shown above")
+    display.show(thumbnails, f"{key}_grid")
 
 
-def token_focus(maps: AttentionMaps, layer: int, head: int | None, key: str) -> None:
+def token_focus(result: RunResult, kind: str, layer: int, head: int | None, key: str) -> None:
     """Pick a query token and see its attention over the keys."""
-    labels = heatmap.token_labels(maps.query_tokens)
+    labels = heatmap.token_labels(result.maps(kind).tokens_in(layer)[0])
     position = st.selectbox("Query token", range(len(labels)), index=len(labels) - 1,
                             format_func=lambda i: f"{i}: {labels[i]}", key=f"{key}_focus")
-    weights = maps.head(layer, head)[position]
-    st.altair_chart(heatmap.token_bars(weights, maps.key_tokens, f"Where '{labels[position]}' looks",
-                                       maps.allowed(layer)[position]))
+    figure = widgets.figure_or_none("focus", result, FocusOptions(kind, layer, head, position))
+    if figure is not None:
+        display.show(figure, f"{key}_focus", downloads=False)
 
 
-def explorer(result_key: tuple, result, kind: str, key: str) -> None:
+def explorer(result: RunResult, kind: str, key: str, loaded=None) -> None:
     """Pickers, then the three views in tabs."""
-    maps = result.maps(kind)
+    maps: AttentionMaps = result.maps(kind)
     layer, head = layer_head_picker(maps, key)
     # lazy tabs: only the open tab runs, so a slider move on "One head" never pays for the all-heads summary
     one, grid, focus = st.tabs(["One head", "All heads (model view)", "Token focus"], key=f"{key}_view",
                                on_change="rerun")
     if one.open is not False:
         with one:
-            head_heatmap(maps, layer, head, key, share.color_scheme())
+            head_heatmap(result, kind, layer, head, key, presentation.color_scheme())
     if grid.open is not False:
         with grid:
-            model_view(result_key, result, kind, layer, head, key)
+            model_view(result, kind, layer, head, key, loaded)
     if focus.open is not False:
         with focus:
-            token_focus(maps, layer, head, key)
+            token_focus(result, kind, layer, head, key)

@@ -2,33 +2,20 @@
 
 Decoding and every check live in ``models.images`` (formats, EXIF orientation, bombs, tiny images, downscaling); this
 widget only reads the choice, shows what was changed in words, and shows a bad file as ``st.error`` so the page keeps
-working. The upload limit is ``server.maxUploadSize`` in .streamlit/config.toml (25 MB, = images.MAX_FILE_BYTES).
+working. The page gets a ``models.inputs.ImageInput`` named ``sample cat``, ``upload`` or ``camera``: an upload's own
+file name never reaches a link or a file name. The upload limit is ``server.maxUploadSize`` in .streamlit/config.toml
+(25 MB, = images.MAX_FILE_BYTES).
 """
 from __future__ import annotations
 
-import hashlib
-
 import streamlit as st
-from PIL import Image
 
+from app.widgets import show_error
 from models import images
+from models.inputs import ImageInput
 
 SOURCES = ("Sample photo", "Upload", "Camera")
 UPLOAD_TYPES = ["png", "jpg", "jpeg", "webp", "bmp", "gif", "tif", "tiff"]
-
-
-def _show_error(message: str) -> None:
-    try:
-        from app.widgets import show_error
-    except ImportError:  # the shared widgets module is optional here
-        st.error(message)
-    else:
-        show_error(message)
-
-
-def fingerprint(picture: Image.Image) -> str:
-    """What names an image's pixels in the run caches (the image itself is not hashed by Streamlit)."""
-    return hashlib.sha1(picture.tobytes()).hexdigest() + f"{picture.size}"
 
 
 def shared_keys(key: str = "image") -> list[str]:
@@ -45,8 +32,8 @@ def input_label(key: str = "image") -> str:
     return str(source).lower()
 
 
-def image_picker(key: str = "image", default_sample: str = "cat") -> Image.Image | None:
-    """Show the picker and return the chosen image as 8-bit RGB ``PIL.Image`` (≤ 2048 px a side), or None.
+def image_picker(key: str = "image", default_sample: str = "cat") -> ImageInput | None:
+    """Show the picker and return the chosen image, 8-bit RGB (≤ 2048 px a side) and named by ``input_label``, or None.
 
     ``key`` keeps two pickers on one page apart. None means nothing usable was given yet (no upload, no photo, or a
     file that could not be read; its error is already on the page).
@@ -68,11 +55,11 @@ def image_picker(key: str = "image", default_sample: str = "cat") -> Image.Image
         try:
             picked = images.load_sample(st.session_state[chosen_key])
         except (ValueError, OSError) as error:
-            _show_error(f"The sample photo could not be read: {error}")
+            show_error(f"The sample photo could not be read: {error}")
             return None
         st.caption(f"Sample photo '{st.session_state[chosen_key]}' ({picked.size[0]} × {picked.size[1]}), "
                    "CC0 / public domain via scikit-image (sample_data/images/LICENSES).")
-        return picked.image
+        return ImageInput(picked.image, input_label(key))
 
     if source == "Upload":
         upload = st.file_uploader("Your image", type=UPLOAD_TYPES, key=f"{key}_upload")
@@ -90,10 +77,10 @@ def image_picker(key: str = "image", default_sample: str = "cat") -> Image.Image
     try:
         picked = images.decode_image(data, name)
     except ValueError as error:
-        _show_error(str(error))
+        show_error(str(error))
         return None
     described = f"{picked.source_format}, {picked.size[0]} × {picked.size[1]} pixels"
     if picked.notes:
         described += " — " + "; ".join(picked.notes)
-    st.caption(described)
-    return picked.image
+    st.caption(described)  # what decoding changed is said here, so the input carries the picture alone
+    return ImageInput(picked.image, input_label(key))

@@ -21,25 +21,11 @@ if not warmup.wait_for_imports(0):  # the server is still importing PyTorch; imp
 
 from app import sidebar  # noqa: E402
 
-# (file in app/views, title, icon). Material icons ship with Streamlit (emoji need a font the machine may lack).
-# The first page is the default and lives at the root URL; a page whose file does not exist yet is not listed.
-PAGES = [
-    ("gpt", "Language model (GPT)", ":material/chat:"),
-    ("encoder", "Encoder (BERT)", ":material/swap_horiz:"),
-    ("translation", "Translation", ":material/translate:"),
-    ("vit", "Vision Transformer", ":material/image:"),
-    ("swin", "Swin Transformer", ":material/grid_view:"),
-    ("moe", "Mixture of experts", ":material/call_split:"),
-    ("positional", "Positional encodings", ":material/straighten:"),
-    ("mechanics", "How attention works", ":material/calculate:"),
-]
+from app import catalog  # noqa: E402
 
-VIEWS = Path(__file__).resolve().parent / "views"
-pages = [
-    st.Page(str(VIEWS / f"{name}.py"), title=title, icon=icon, url_path=name, default=(name == "gpt"))
-    for name, title, icon in PAGES
-    if (VIEWS / f"{name}.py").exists()
-]
+# Every page in the catalog is routed; a missing file is an error here and in the tests, never a quietly hidden page.
+pages = [st.Page(str(page.file), title=page.title, icon=page.icon, url_path=page.name,
+                 default=(page is catalog.PAGES[0])) for page in catalog.PAGES]
 navigation = st.navigation(pages)
 sidebar.render()
 navigation.run()

@@ -1,33 +1,42 @@
 """The only caching in the app.
 
-- Models: ``st.cache_resource``; one loaded model serves every browser session, so it is never mutated after loading
-  and capture keeps its per-call state out of it (models/capture.py).
-- Runs: ``st.cache_resource`` too, not ``st.cache_data``: ``cache_data`` unpickles a fresh copy on every rerun, and for
-  long inputs that copy (the kept queries and keys) costs more than the 200 ms a slider move may take. Results are
-  immutable (arrays are handed out read-only), so sharing them is safe; ``max_entries`` and ``ttl`` bound the memory.
+- Models (``load``): one loaded model serves every browser session, so it is never mutated after loading and capture
+  keeps its per-call state out of it (models/capture.py). Each (spec, device, dtype) has a cached slot, filled under
+  a lock by the first session that asks, with a progress bar in that session's page; the server's warm-up
+  (app/warmup.py) may have filled it already.
+- Runs (``run``): ``st.cache_resource``, not ``st.cache_data``: ``cache_data`` unpickles a fresh copy on every rerun,
+  and for long inputs that copy (the kept queries and keys) costs more than the 200 ms a slider move may take.
+  Results are frozen and their arrays read-only, so sharing them is safe; ``max_entries`` and ``ttl`` bound memory.
+- Attention recomputed from a result's queries and keys (``cached_maps``): a byte-bounded LRU keyed by the result's
+  ``run_id``, so moving the head slider back does not recompute and a long input cannot fill the memory.
+- Analyses and figures (``analysis``, ``figure``): keyed by the view, the run and the options that matter.
 """
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
+from dataclasses import replace
+from typing import Any
 
+import numpy as np
 import streamlit as st
 
 from app import warmup
-from models import causal_lm, encoder, loading
-from models.analysis import heads
+from models import families
 from models.loading import LoadedModel
 from models.registry import ModelSpec
-from models.results import RunResult
+from models.results import AttentionMaps, RunResult
+from viz import figures
+from viz.figure import Figure
 
 RUN_CACHE = dict(max_entries=8, ttl=3600, show_spinner=False)
+ATTENTION_CACHE_BYTES = 512 * 2**20  # recomputed layers and heads kept across reruns and sessions, newest first
 
+
+# --- models --------------------------------------------------------------------------------------------------------
 
 def _with_progress(spec: ModelSpec, load):
-    """``load(progress)`` with a progress bar naming each step, removed when done.
-
-    Call it from inside the cached loader: Streamlit replays a cached function's elements on a cache hit, which only
-    works for elements created while that function ran.
-    """
+    """``load(progress)`` with a progress bar naming each step, removed when done."""
     bar = st.progress(0.0, text=f"Loading {spec.key}…")
     try:
         return load(lambda step, fraction: bar.progress(min(max(fraction, 0.0), 1.0), text=f"{spec.key}: {step}"))
@@ -36,238 +45,201 @@ def _with_progress(spec: ModelSpec, load):
 
 
 @st.cache_resource(max_entries=6, show_spinner=False)
-def load_model(spec: ModelSpec, device: str, dtype: str) -> LoadedModel:
-    """The cached model, with a progress bar naming each step the first time it loads (or the one the server began
-    loading at start, app/warmup.py)."""
-    preloaded = warmup.claim((spec, device, dtype))
-    if preloaded is not None:
-        with st.spinner(f"Loading {spec.key}…"):
-            return preloaded.result()
-    return _with_progress(spec, lambda progress: loading.load(spec, device, dtype, progress))
+def _slot(spec: ModelSpec, device: str, dtype: str) -> dict:
+    """The cached holder one model is loaded into. The loading itself happens outside any cached function, so its
+    progress bar belongs to the page that asked (a cached function's elements are replayed on every cache hit); the
+    lock makes sessions arriving at once load it once."""
+    return {"lock": threading.Lock(), "model": None}
 
 
-def run_key(loaded: LoadedModel) -> tuple:
+def load(spec: ModelSpec, device: str, dtype: str) -> LoadedModel:
+    """The loaded model for (spec, device, dtype): cached, or the one the server preloaded, or loaded now with a
+    progress bar. A failure is a ``ValueError`` with a message for the page; the next call tries again."""
+    slot = _slot(spec, device, dtype)
+    with slot["lock"]:
+        if slot["model"] is None:
+            preloaded = warmup.claim((spec, device, dtype))
+            if preloaded is not None:
+                with st.spinner(f"Loading {spec.key}…"):
+                    slot["model"] = preloaded.result()
+            else:
+                slot["model"] = _with_progress(spec, lambda progress: families.load(spec, device, dtype, progress))
+        return slot["model"]
+
+
+def model_key(loaded: LoadedModel) -> tuple:
     """What identifies a loaded model in the run caches (the object itself is not hashed)."""
     return loaded.spec, loaded.device, loaded.dtype
 
 
-# --- text families -----------------------------------------------------------------------------------------------
+run_key = model_key  # the name the pages not yet rewritten use
+
+
+# --- runs ------------------------------------------------------------------------------------------------------------
 
 @st.cache_resource(**RUN_CACHE)
-def run_causal_lm(_loaded: LoadedModel, key: tuple, prompt: str, max_tokens: int) -> RunResult:
-    return causal_lm.run(_loaded, prompt, max_tokens)
+def _run(_loaded: LoadedModel, model: tuple, inputs: tuple, options: str, _inputs, _options) -> RunResult:
+    return families.run(_loaded, _inputs, _options)
 
 
-@st.cache_resource(**RUN_CACHE)
-def generate_causal_lm(_loaded: LoadedModel, key: tuple, prompt: str, settings: causal_lm.GenerationSettings,
-                       max_tokens: int) -> RunResult:
-    return causal_lm.generate(_loaded, prompt, settings, max_tokens)
+def run(loaded: LoadedModel, inputs, options=None) -> RunResult:
+    """``families.run`` cached by model, input (``inputs.key``) and options."""
+    return _run(loaded, model_key(loaded), inputs.key, repr(options), inputs, options)
 
 
-@st.cache_resource(**RUN_CACHE)
-def run_encoder(_loaded: LoadedModel, key: tuple, sentence: str, max_tokens: int) -> RunResult:
-    return encoder.run(_loaded, sentence, max_tokens)
+# --- recomputed attention ---------------------------------------------------------------------------------------------
+
+class _BytesLRU:
+    """A thread-safe LRU of read-only arrays bounded in bytes, not entries (the newest entry is always kept): at
+    2,048 tokens one GPT-2 layer is 201 MB, so "four layers" would be 0.8 GB."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[tuple, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple, compute) -> np.ndarray:
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                return self._entries[key]
+        value = compute()
+        value.setflags(write=False)  # shared between reruns and sessions: nobody edits it in place
+        with self._lock:
+            self._entries[key] = value
+            while len(self._entries) > 1 and sum(a.nbytes for a in self._entries.values()) > self.max_bytes:
+                self._entries.popitem(last=False)
+        return value
+
+    def peek(self, key: tuple) -> np.ndarray | None:
+        with self._lock:
+            return self._entries.get(key)
 
 
-@st.cache_resource(**RUN_CACHE)
-def head_summary(_result: RunResult, key: tuple, kind: str) -> heads.HeadSummary:
-    """Thumbnails and statistics of every head; ``key`` identifies the run (model key + input + settings)."""
-    return heads.summarize(_result.maps(kind))
+_attention = _BytesLRU(ATTENTION_CACHE_BYTES)
 
 
-@st.cache_resource(max_entries=16, show_spinner=False)
-def overview_png(_weights, _allowed, key: tuple, scheme: str) -> tuple[bytes, float]:
-    """A large map's overview PNG and the weight its top colour stands for; ``key`` = (run, kind, layer, head).
-    Cached so that zooming (the most frequent move) re-draws only the 64 × 64 region, not the whole image."""
+class CachedMaps(AttentionMaps):
+    """An ``AttentionMaps`` whose layers and heads come from the app's byte-bounded cache (keyed by the run and the
+    kind), computed by the result's own maps on a miss. Everything else is the wrapped maps'."""
+
+    def __init__(self, inner: AttentionMaps, run_id: str):
+        self.inner, self.run_id = inner, run_id
+
+    def __getattr__(self, name: str) -> Any:  # kind, tokens, heads, the subclass's own methods
+        return getattr(self.inner, name)
+
+    @property
+    def num_layers(self) -> int:
+        return self.inner.num_layers
+
+    @property
+    def num_heads(self) -> int:
+        return self.inner.num_heads
+
+    @property
+    def uniform(self) -> bool:
+        return self.inner.uniform
+
+    def heads_in(self, layer: int) -> int:
+        return self.inner.heads_in(layer)
+
+    def tokens_in(self, layer: int):
+        return self.inner.tokens_in(layer)
+
+    def allowed(self, layer: int) -> np.ndarray:
+        return self.inner.allowed(layer)
+
+    def _key(self, *parts) -> tuple:
+        return (self.run_id, self.inner.kind, *parts)
+
+    def layer(self, layer: int) -> np.ndarray:
+        return _attention.get(self._key("layer", layer), lambda: self.inner.layer(layer))
+
+    def head(self, layer: int, head: int | None) -> np.ndarray:
+        whole = _attention.peek(self._key("layer", layer))
+        if whole is not None:  # a layer already computed has every head
+            return whole.mean(axis=0) if head is None else whole[head]
+        return _attention.get(self._key("head", layer, head), lambda: np.asarray(self.inner.head(layer, head)))
+
+    def iter_heads(self, layer: int):
+        whole = _attention.peek(self._key("layer", layer))
+        if whole is not None:
+            yield from enumerate(whole)
+        else:
+            yield from self.inner.iter_heads(layer)
+
+
+def cached_maps(result: RunResult) -> RunResult:
+    """``result`` whose maps read through the app's attention cache (same ``run_id``, same everything else)."""
+    if all(isinstance(maps, CachedMaps) for maps in result.attention.values()):
+        return result
+    return replace(result, attention={kind: maps if isinstance(maps, CachedMaps) else CachedMaps(maps, result.run_id)
+                                      for kind, maps in result.attention.items()})
+
+
+# --- analyses and figures -----------------------------------------------------------------------------------------
+
+@st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)
+def _analysis(key: tuple, run_id: str | None, model: tuple | None, _view, _loaded, _result, _options):
+    """Keyed by the analysis and the options it reads (``View.analysis_key``), not by the view: views that share an
+    analysis (the heads table and the thumbnails) share its result."""
+    return _view.analysis(_loaded, _result, _options)
+
+
+@st.cache_resource(max_entries=64, ttl=3600, show_spinner=False)
+def _figure(name: str, data_key: tuple, options: str, _data, _options) -> Figure:
+    return figures.build(name, _data, _options)
+
+
+def figure(name: str, result: RunResult | None = None, options=None, loaded: LoadedModel | None = None) -> Figure:
+    """View ``name``'s figure of ``result`` with ``options`` (the view's defaults when None), cached; an analysis
+    view first runs (and caches) its analysis, for which ``loaded`` is the model that produced ``result``."""
+    view = figures.get(name)
+    options = options if options is not None else view.options()
+    run_id = result.run_id if result is not None else None
+    if view.data == "analysis":
+        key = view.analysis_key(options)
+        model = None if loaded is None else model_key(loaded)  # two models' tables are two entries
+        data = _analysis(key, run_id, model, view, loaded, None if result is None else cached_maps(result), options)
+        data_key = ("analysis", key, run_id, model)
+    elif view.data == "result":
+        if result is None:
+            raise ValueError(f"the view {name!r} draws a run's result; none was given")
+        data, data_key = cached_maps(result), ("result", run_id)
+    else:
+        data, data_key = None, ("options",)
+    return _figure(name, data_key, repr(options), data, options)
+
+
+@st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)
+def _png(key: tuple, _image) -> bytes:
     from viz import heatmap
 
-    return heatmap.overview_png(_weights, _allowed, scheme)
+    return heatmap.png_bytes(_image)
+
+
+def figure_png(figure_: Figure, key: tuple) -> bytes:
+    """A figure's image as fast PNG bytes (for a chart that embeds it, such as the brushable overview), cached."""
+    return _png(key, figure_.image)
 
 
 # --- mechanics (how attention works, what it costs) --------------------------------------------------------------
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def mechanics_embeddings(sentence: str, d_model: int, source: str, seed: int):
-    """(tokens, X float64 (N, D)) for the step-by-step layer; small, so cached by value."""
+def mechanics_tokens(sentence: str) -> list[str]:
+    """MiniLM's WordPiece tokens of the layer's sentence (the page sizes its mask settings by them); a ValueError
+    says why a sentence cannot be shown."""
     from models import mechanics
 
-    return mechanics.embed(sentence, d_model, source, seed)
+    return mechanics.tokenize(sentence)[0]
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def mechanics_entropy_curve(sentence: str, d_model: int, source: str, seed: int, heads: int):
-    from models import mechanics
+# --- model cards ----------------------------------------------------------------------------------------------------
 
-    _, x = mechanics.embed(sentence, d_model, source, seed)
-    return mechanics.softmax_entropy_by_d_k(x, heads=heads)
+@st.cache_data(max_entries=8, show_spinner=False)
+def mini_card(spec: ModelSpec) -> tuple[str, dict | None]:
+    """A mini model's card and measured metrics (``models.loading.mini_card``); ``("", None)`` for other models."""
+    from models import loading
 
-
-@st.cache_resource(show_spinner=False)
-def kv_cache_presets():
-    """KV-cache specs of the app's own models (read from their configs) and of published ones, read once."""
-    from models import cost
-
-    report = cost.app_model_kv_specs()
-    return report.specs, cost.published_kv_specs(), report.skipped
-
-
-# --- positional encodings ----------------------------------------------------------------------------------------
-
-@st.cache_resource(max_entries=1, show_spinner="Creating an untrained ViT…")
-def untrained_vit_positions():
-    """The random initial ``pos_embed`` grid of timm's vit_tiny (no weights downloaded); read-only, shared."""
-    from models import positional
-
-    return positional.untrained_vit_positions()
-
-
-# --- mixture of experts ------------------------------------------------------------------------------------------
-
-@st.cache_resource(**RUN_CACHE)
-def run_moe(_loaded: LoadedModel, key: tuple, text: str, max_tokens: int) -> RunResult:
-    from models import moe
-
-    return moe.run(_loaded, text, max_tokens)
-
-
-@st.cache_resource(**RUN_CACHE)
-def moe_statistics(_result: RunResult, key: tuple):
-    """Balance, consistency and specialisation of one routing (the shuffled baseline takes about a second)."""
-    from models.analysis import routing as stats
-
-    routing = _result.extras["routing"]
-    return (stats.summarise(routing.probs, routing.top_experts, routing.kept),
-            stats.cross_layer_consistency(routing.top1), stats.consecutive_repeat_rate(routing.top1),
-            stats.specialisation(routing.top_experts, routing.categories, shuffles=100))
-
-
-@st.cache_data(max_entries=4, show_spinner=False)
-def moe_mini_card(folder: str) -> tuple[dict, str] | None:
-    """The mini MoE's measured metrics and card, or None before it is trained."""
-    import json
-    from pathlib import Path
-
-    path = Path(folder)
-    if not (path / "metrics.json").is_file():
-        return None
-    return json.loads((path / "metrics.json").read_text()), (path / "card.md").read_text()
-
-
-# --- vision transformers (ViT) -----------------------------------------------------------------------------------
-
-@st.cache_resource(max_entries=4, show_spinner=False)
-def _vit_slot(spec: ModelSpec, device: str, dtype: str) -> dict:
-    """A cached holder the ViT is loaded into, outside any cached function, so the progress bar is never replayed
-    into a page that no longer has it; the lock makes concurrent sessions load once."""
-    return {"lock": threading.Lock(), "model": None}
-
-
-def load_vit(spec: ModelSpec, device: str, dtype: str):
-    """The cached timm ViT (``models.vit.LoadedVision``), loaded once per (spec, device, dtype) with a progress bar."""
-    from models import vit
-
-    slot = _vit_slot(spec, device, dtype)
-    with slot["lock"]:
-        if slot["model"] is None:
-            slot["model"] = _with_progress(spec, lambda progress: vit.load(spec, device, dtype, progress))
-    return slot["model"]
-
-
-@st.cache_resource(**RUN_CACHE)
-def run_vit(_loaded: LoadedModel, key: tuple, image_key: str, _image) -> RunResult:
-    """One image through one ViT; ``image_key`` (a digest of the pixels) identifies the image."""
-    from models import vit
-
-    return vit.run(_loaded, _image)
-
-
-@st.cache_resource(max_entries=32, ttl=3600, show_spinner=False)
-def vit_rollout(_result: RunResult, key: tuple, image_key: str, head_fusion: str, discard_ratio: float):
-    """[CLS] rollout over the patch grid ``(rows, cols)`` for the chosen head fusion and discard ratio."""
-    from models.analysis import rollout
-
-    info = _result.image
-    query = 0 if info.num_prefix_tokens and info.prefix_names[0] == "[CLS]" else None
-    maps = _result.maps("self")
-    return rollout.cls_rollout([maps.layer(i) for i in range(maps.num_layers)], info.num_prefix_tokens,
-                               info.patch_grid, head_fusion, discard_ratio, query)
-
-
-@st.cache_resource(max_entries=8, ttl=3600, show_spinner=False)
-def vit_distances(_result: RunResult, key: tuple, image_key: str):
-    """Mean attention distance ``(layers, heads)`` in pixels."""
-    from models.analysis import attention_distance
-
-    info = _result.image
-    maps = _result.maps("self")
-    return attention_distance.mean_attention_distance([maps.layer(i) for i in range(maps.num_layers)],
-                                                      info.patch_grid, info.patch_size, info.num_prefix_tokens)
-
-
-@st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)
-def vit_attribution(_loaded: LoadedModel, key: tuple, image_key: str, _image, target: int, method: str, steps: int):
-    """A captum attribution of class ``target`` (``models.vit_attribution.Attribution``)."""
-    from models import vit_attribution
-
-    return vit_attribution.attribute(_loaded, _image, target, method, steps)
-
-
-# --- Swin Transformer --------------------------------------------------------------------------------------------
-
-@st.cache_resource(max_entries=3, show_spinner=False)
-def load_swin(spec: ModelSpec, device: str, dtype: str):
-    """The cached timm Swin (eager window attention per module), with a progress bar the first time it loads."""
-    from models import swin
-
-    return _with_progress(spec, lambda progress: swin.load(spec, device, dtype, progress))
-
-
-@st.cache_resource(**RUN_CACHE)
-def run_swin(_loaded: LoadedModel, key: tuple, image_key: str, _image) -> RunResult:
-    """One image through one Swin with every block's window attention captured; ``image_key`` names the pixels."""
-    from models import swin
-
-    return swin.run(_loaded, _image)
-
-
-@st.cache_data(max_entries=4, show_spinner=False)
-def swin_card(spec: ModelSpec) -> tuple[str, dict | None]:
-    """The mini Swin's card and measured metrics; ``("", None)`` for hub and local models."""
-    from models import swin
-
-    return swin.model_card(spec)
-
-
-# --- translation (encoder–decoder) -------------------------------------------------------------------------------
-
-@st.cache_resource(max_entries=4, show_spinner=False)
-def load_translation(spec: ModelSpec, device: str, dtype: str) -> LoadedModel:
-    """A cached translation model (transformers with capture, or the project's GRUs); the progress bar is created
-    inside the cached function, as ``load_model`` explains."""
-    from models import translation
-
-    return _with_progress(spec, lambda progress: translation.load(spec, device, dtype, progress))
-
-
-@st.cache_resource(**RUN_CACHE)
-def run_translation(_loaded: LoadedModel, key: tuple, sentence: str, settings) -> RunResult:
-    from models import translation
-
-    return translation.run(_loaded, sentence, settings)
-
-
-@st.cache_data(max_entries=4, show_spinner=False)
-def translation_quality(modified: float) -> dict | None:
-    """The minis' measured quality (``sample_data/translation/metrics.json``); ``modified`` keys the cache."""
-    import json
-
-    path = loading.SAMPLE_DATA / "translation" / "metrics.json"
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-@st.cache_resource(show_spinner=False)
-def translation_showcase():
-    """Named grammar sentences with gold word alignments (the page's presets)."""
-    from models.minis.translation import grammar
-
-    return grammar.showcase_pairs()
+    return loading.mini_card(spec)

@@ -1,7 +1,7 @@
 """The sidebar every page shares: device and dtype choice, and what the device has in memory."""
 import streamlit as st
 
-from app import share
+from app import presentation
 from models import loading
 from viz.heatmap import COLOR_SCHEMES
 
@@ -17,7 +17,7 @@ def render() -> None:
         st.caption("Display")
         st.selectbox("Colour scale", COLOR_SCHEMES, key="scheme",
                      help="cividis is readable for colour-blind viewers and survives projectors.")
-    share.presentation_toggle()
+    presentation.toggle()
 
 
 def device_choice() -> tuple[str, str]:

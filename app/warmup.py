@@ -8,7 +8,7 @@ server, a visitor who comes later finds everything ready.
 Two rules keep this safe:
 - Sessions wait for the import phase (``wait_for_imports``) before importing anything heavy themselves: two
   threads importing the same packages at once can see half-initialised modules.
-- The preloaded model is handed over once (``claim``) to ``resources.load_model``, whose cache then owns it; if no
+- The preloaded model is handed over once (``claim``) to ``resources.load``, whose cache then owns it; if no
   session asks for it within ``unclaimed_ttl_s`` it is dropped, so an unused copy does not hold memory for good.
 
 This module imports nothing heavy at the top: sessions import it before they wait.
@@ -38,9 +38,11 @@ def default_model_key() -> tuple:
 
 
 def import_heavy_modules() -> None:
-    """Everything the default page imports, plus transformers' modelling code (``capture.register``)."""
-    from app import attention_view, resources, sidebar, widgets  # noqa: F401
-    from models import capture
+    """What the default page needs that is slow to import: PyTorch, transformers' modelling code (through
+    ``capture.register``), every model family, and the figure builders (Altair, pandas). The app's own modules are
+    light once these are in; importing them here would make the warm-up depend on the pages it prepares."""
+    from models import capture, families  # noqa: F401
+    from viz import figures  # noqa: F401
 
     capture.register()
 
@@ -48,10 +50,11 @@ def import_heavy_modules() -> None:
 def load_default(key: tuple):
     """The default model, loaded, after one short forward (the first one allocates and picks kernels: 0.2 s idle,
     0.8 s on a busy machine)."""
-    from models import causal_lm, loading
+    from models import families
+    from models.inputs import TextInput
 
-    loaded = loading.load(*key)
-    causal_lm.run(loaded, "Hello", 8)
+    loaded = families.load(*key)
+    families.run(loaded, TextInput("Hello", 8))
     return loaded
 
 

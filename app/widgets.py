@@ -1,4 +1,5 @@
-"""Widgets every page shares: model picker, text input with presets and upload, token limit, errors, model card."""
+"""Widgets every page shares: model picker, loading and running with errors shown on the page, text input with
+presets and upload, token limit, model card, notices."""
 from __future__ import annotations
 
 import re
@@ -10,6 +11,7 @@ from models import limits, registry, text
 from models.loading import LoadedModel
 from models.registry import ModelSpec
 from models.results import RunResult
+from viz.figure import Figure
 
 OTHER = "Other: a hub id or a local folder…"
 
@@ -56,10 +58,31 @@ def load_or_stop(spec: ModelSpec) -> LoadedModel:
     """Load the model picked in the sidebar on the sidebar's device; a failure is shown and the page stops."""
     device, dtype = sidebar.device_choice()
     try:
-        return resources.load_model(spec, device, dtype)
+        return resources.load(spec, device, dtype)
     except ValueError as error:
         show_error(error)
         st.stop()
+
+
+def run_or_stop(loaded: LoadedModel, inputs, options=None) -> RunResult:
+    """The cached run of ``loaded`` on ``inputs``; a user mistake (empty text, a bad setting, out of memory) is
+    shown and the page stops."""
+    try:
+        return resources.run(loaded, inputs, options)
+    except ValueError as error:
+        show_error(error)
+        st.stop()
+
+
+def figure_or_none(name: str, result: RunResult | None = None, options=None,
+                   loaded: LoadedModel | None = None) -> Figure | None:
+    """The cached figure of view ``name``, or None after showing why it cannot be drawn (the rest of the page goes
+    on: a stale layer from a link, a target the model does not have)."""
+    try:
+        return resources.figure(name, result, options, loaded)
+    except ValueError as error:
+        show_error(error)
+        return None
 
 
 def token_limit(default: int = text.DEFAULT_MAX_TOKENS) -> int:
@@ -91,15 +114,15 @@ def model_card(result_or_spec: RunResult | ModelSpec) -> None:
     """One caption line saying what the model is, where its weights come from and how attention was captured."""
     if isinstance(result_or_spec, RunResult):
         info = result_or_spec.model
-        st.caption(f"**{plain(info.key)}** · source: {info.source} · licence: {info.licence} · "
-                   f"trained on: {info.trained_on}"
-                   f" · {info.device}, {info.dtype} · capture: {info.capture}")
+        st.caption(f"**{plain(info.key)}** · source: {info.source} · licence: {plain(info.licence)} · "
+                   f"trained on: {plain(info.trained_on)} · {info.device}, {info.dtype} · capture: "
+                   f"{plain(info.capture)}")
     else:
         spec = result_or_spec
-        st.caption(f"**{plain(spec.key)}** · source: {spec.source} · licence: {spec.licence} · "
-                   f"trained on: {spec.trained_on}")
+        st.caption(f"**{plain(spec.key)}** · source: {spec.source} · licence: {plain(spec.licence)} · "
+                   f"trained on: {plain(spec.trained_on)}")
 
 
 def show_notices(result: RunResult) -> None:
     for notice in result.notices:
-        st.warning(notice, icon="✂️")
+        st.warning(plain(notice), icon="✂️")

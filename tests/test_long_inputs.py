@@ -84,15 +84,28 @@ def test_one_head_recomputed_alone_equals_the_layer():
         maps.head(0, 9)
 
 
-def test_layer_cache_is_bounded_in_bytes(monkeypatch):
+def test_results_hold_no_cache_and_the_app_cache_is_bounded_in_bytes(monkeypatch):
+    """Recomputed heads are not kept on the (frozen, shared) result; the app keeps them in one LRU bounded in bytes,
+    keyed by the run, and hands back exactly what the result computes."""
+    from app import resources
+
     maps = _random_recomputed(n=64)
-    monkeypatch.setattr(RecomputedAttention, "_cache_bytes", 3 * 64 * 64 * 4)  # room for three single heads
+    before = dict(vars(maps))
     for h in range(4):
         maps.head(0, h)
-    cache = maps.__dict__["_layer_cache"]
-    assert sum(a.nbytes for a in cache.values()) <= 3 * 64 * 64 * 4
-    maps.layer(1)  # one layer (4 heads) is larger than the budget: it is kept alone
-    assert list(cache) == [("layer", 1)]
+    maps.layer(1)
+    assert vars(maps) == before  # nothing was stored on the maps
+    cache = resources._BytesLRU(3 * 64 * 64 * 4)  # room for three single heads
+    monkeypatch.setattr(resources, "_attention", cache)
+    cached = resources.CachedMaps(maps, "run-1")
+    for h in range(4):
+        np.testing.assert_array_equal(cached.head(0, h), maps.head(0, h))
+    assert sum(a.nbytes for a in cache._entries.values()) <= 3 * 64 * 64 * 4
+    assert ("run-1", "self", "head", 0, 0) not in cache._entries  # the oldest head went first
+    cached.layer(1)  # one layer (4 heads) is larger than the budget: it is kept alone
+    assert list(cache._entries) == [("run-1", "self", "layer", 1)]
+    np.testing.assert_array_equal(cached.head(1, 2), maps.head(1, 2))  # served from the cached layer
+    assert not cached.head(1, 2).flags.writeable
 
 
 # --- the image heatmap is the matrix -----------------------------------------------------------------------------
@@ -205,13 +218,32 @@ def test_charts_sort_tokens_by_position_not_by_a_token_list():
         assert sorts and all(isinstance(s, dict) and s.get("field") for s in sorts), sorts
 
 
-def test_overview_png_saturates_at_the_median_row_maximum():
+def test_overview_saturates_at_the_median_row_maximum():
     weights = np.zeros((100, 100), dtype=np.float32)
     allowed = np.tril(np.ones((100, 100), dtype=bool))
     weights[np.arange(100), np.arange(100)] = np.linspace(0.1, 1.0, 100)  # row maxima 0.1 … 1.0
-    png, vmax = heatmap.overview_png(weights, allowed)
+    image, vmax = heatmap.overview_image(weights, allowed)
     assert vmax == pytest.approx(np.median(np.linspace(0.1, 1.0, 100)))
-    pixels = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+    pixels = np.asarray(Image.open(io.BytesIO(heatmap.png_bytes(image))).convert("RGB"))
     expected = np.asarray(heatmap.attention_image(weights, allowed, vmax=vmax))
     assert np.array_equal(pixels, expected)
     assert tuple(pixels[-1, -1]) == tuple(heatmap._colormap("viridis")[255])  # above vmax: the top colour
+
+
+@pytest.mark.parametrize("head, named", [(3, "layer 0, head 3"), (None, "layer 0, average of heads")])
+def test_a_long_map_is_one_overview_image_named_by_its_head(head, named):
+    """Past 64 tokens the head view draws the whole map as one image; its caption names the head as the page always
+    has ("layer 0, head 3: all 100 × 100"), which the browser test of the 2,048-token page reads."""
+    from models.results import ModelInfo, TextResult
+    from viz import figures
+    from viz.figures.attention import HeadOptions
+
+    n = 100
+    causal = np.tril(np.ones((n, n), dtype=np.float32))
+    layer = np.stack([causal / causal.sum(-1, keepdims=True)] * 4)
+    tokens = [f"t{i}" for i in range(n)]
+    result = TextResult(model=ModelInfo("tiny", "causal_lm", "mini", "cpu", "float32", "test"), tokens=tokens,
+                        attention={"self": StoredAttention("self", tokens, tokens, [layer], causal.astype(bool))})
+    figure = figures.build("head", result, HeadOptions(layer=0, head=head))
+    assert figure.chart is None and figure.image is not None
+    assert figure.caption.startswith(f"{named}: all {n} × {n}. Colours saturate at "), figure.caption

@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
 
-from models import cost, mechanics
+from models import cost, mechanics, swin_geometry
+from models.gguf import gguf_attention_config
 from tests.conftest import ROOT
 
 SENTENCE = "The animal didn't cross the street because it was too tired to walk."
@@ -165,13 +167,33 @@ def test_swin_mask_equals_direct_construction(rows, cols, window, shift):
 def test_swin_region_ids_and_additive_mask_as_the_model_builds_them():
     ids = mechanics.swin_region_ids(4, 4, 2, 1)
     assert ids.tolist() == [[0, 0, 1, 2], [0, 0, 1, 2], [3, 3, 4, 5], [6, 6, 7, 8]]
-    additive = mechanics.swin_attention_mask(4, 4, 2, 1)  # (nW, M², M²)
+    additive = swin_geometry.shifted_window_mask(ids, (2, 2))  # (nW, M², M²)
     assert additive.shape == (4, 4, 4) and set(np.unique(additive)) == {0.0, -100.0}
     assert (additive[0] == 0).all()  # the first window holds one region
     # the last window glues four corners of the image together: four regions, each token alone
     assert (additive[3] == np.where(np.eye(4, dtype=bool), 0.0, -100.0)).all()
-    assert (mechanics.swin_attention_mask(4, 4, 2, 0) == 0).all()  # W-MSA: no mask
-    assert mechanics.swin_shifted_positions(4, 4, 2, 1)[0].tolist() == [5, 6, 9, 10]  # after roll by −1
+    assert (swin_geometry.shifted_window_mask(mechanics.swin_region_ids(4, 4, 2, 0), (2, 2)) == 0).all()  # W-MSA
+
+
+@pytest.mark.parametrize("rows,cols,window,shift", [(4, 4, 2, 1), (6, 9, 3, 1), (8, 8, 4, 2)])
+def test_swin_mask_equals_timm_block(rows, cols, window, shift):
+    """The page's mask against a timm SwinTransformerBlock's own ``attn_mask`` buffer and its roll + partition."""
+    from timm.models.swin_transformer import SwinTransformerBlock, window_partition
+
+    block = SwinTransformerBlock(dim=8, input_resolution=(rows, cols), num_heads=2, window_size=window,
+                                 shift_size=shift)
+    regions = mechanics.swin_region_ids(rows, cols, window, shift)
+    np.testing.assert_array_equal(swin_geometry.shifted_window_mask(regions, (window, window)),
+                                  block.attn_mask.numpy())
+    # where each original token sits after timm's roll and partition, and which pairs its buffer leaves at 0
+    raster = torch.arange(rows * cols, dtype=torch.float32).reshape(1, rows, cols, 1)
+    rolled = torch.roll(raster, shifts=(-shift, -shift), dims=(1, 2))
+    tokens = window_partition(rolled, (window, window)).reshape(block.attn_mask.shape[0], -1).long().numpy()
+    expected = np.zeros((rows * cols, rows * cols), dtype=bool)
+    for window_tokens, mask in zip(tokens, block.attn_mask.numpy()):
+        expected[np.ix_(window_tokens, window_tokens)] = mask == 0
+    assert (mechanics.swin_shifted_window_mask(rows, cols, window, shift) == expected).all()
+    assert (mechanics.build_mask("swin", rows * cols, grid_rows=rows, window=window, shift=shift) == expected).all()
 
 
 def test_mask_mistakes_raise_actionable_errors():
@@ -295,14 +317,17 @@ def test_gguf_header_reader_stops_before_the_tokenizer(tmp_path):
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.close()
-    config = cost.gguf_attention_config(path)
+    config = gguf_attention_config(path)
     assert (config.num_hidden_layers, config.num_attention_heads, config.num_key_value_heads, config.hidden_size,
             config.head_dim) == (4, 8, 2, 256, 32)
     spec = cost.kv_cache_spec(config, "tiny")
     assert spec.kind == "GQA" and spec.bytes_per_token("float32") == 4 * 2 * 2 * 32 * 4
     (tmp_path / "bad.gguf").write_bytes(b"NOPE" + bytes(20))
     with pytest.raises(ValueError, match="not a GGUF"):
-        cost.gguf_attention_config(tmp_path / "bad.gguf")
+        gguf_attention_config(tmp_path / "bad.gguf")
+    (tmp_path / "cut.gguf").write_bytes(path.read_bytes()[:40])  # ends inside the first key
+    with pytest.raises(ValueError, match="truncated"):
+        gguf_attention_config(tmp_path / "cut.gguf")
 
 
 def test_cost_mistakes_raise_actionable_errors():
@@ -316,7 +341,56 @@ def test_cost_mistakes_raise_actionable_errors():
     assert cost.custom_kv_spec("MLA", 2, 8, 16, latent_dim=32, rope_dim=8).bytes_per_token("float16") == 2 * 40 * 2
 
 
-# --- charts and the page ----------------------------------------------------------------------------------------
+# --- the page's layer: outline, mask settings, one wide head ---------------------------------------------------
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_step_outline_is_the_computed_layer_before_computing(cross):
+    config = mechanics.LayerConfig(8, 2, 4)
+    x, y = _random_x(7, 8), _random_x(5, 8, 1)
+    trace = mechanics.attention_layer(x, config, x_key=y if cross else None)
+    outline = mechanics.step_outline(config, 7, 5 if cross else 7, cross)
+    assert [(s.key, s.title, s.shape, s.latex) for s in outline] == [(s.key, s.title, s.shape, s.latex)
+                                                                     for s in trace.steps()]
+    assert all(s.value is None for s in outline) and all(s.value is not None for s in trace.steps())
+    assert ("q" if cross else "qkv") in [s.key for s in outline] and ("qkv" in [s.key for s in outline]) != cross
+
+
+def test_mask_parameters_fill_in_the_pages_first_choice():
+    assert mechanics.mask_parameters("padding", 16) == {"real_tokens": 12}
+    assert mechanics.mask_parameters("prefix_lm", 16) == {"prefix": 5}
+    assert mechanics.mask_parameters("sliding_window", 2) == {"window": 2, "causal": True}
+    assert mechanics.mask_parameters("global_local", 16, window=5, global_tokens=(0, 3)) == {
+        "window": 5, "global_tokens": [0, 3]}
+    assert mechanics.mask_parameters("swin", 16) == {"grid_rows": 4, "window": 2, "shift": 1}
+    assert mechanics.mask_parameters("swin", 7) == {"grid_rows": 7, "window": 1, "shift": 0}  # a prime: no window
+    assert mechanics.mask_parameters("causal", 16, window=4) == {}
+    with pytest.raises(ValueError, match="rows that divides"):
+        mechanics.mask_parameters("swin", 16, grid_rows=3)
+    with pytest.raises(ValueError, match="unknown mask"):
+        mechanics.mask_parameters("diagonal", 4)
+
+
+def test_sentence_layer_is_the_layer_on_the_sentences_embeddings():
+    config = mechanics.LayerConfig(8, 2, 4, True, 3)
+    tokens, x = mechanics.embed(SENTENCE, 8, "minilm", 3)
+    trace = mechanics.sentence_layer(SENTENCE, config, "minilm", "swin", grid_rows=4, swin_window=2, shift=1)
+    expected = mechanics.attention_layer(x, config, allowed=mechanics.swin_shifted_window_mask(4, 4, 2, 1),
+                                         mask_value=-100.0, query_tokens=tokens)
+    np.testing.assert_array_equal(trace.output, expected.output)
+    assert trace.query_tokens == tokens and trace.mask_value == -100.0
+    cross = mechanics.sentence_layer(SENTENCE, config, "minilm", "causal", other="A tired dog stays at home.")
+    assert cross.cross and cross.allowed.all() and cross.scores.shape == (2, 16, len(cross.key_tokens))
+    wide = mechanics.one_wide_head(trace)
+    assert wide.config.heads == 1 and wide.config.d_head == 8
+    np.testing.assert_array_equal(wide.allowed, trace.allowed)
+    np.testing.assert_allclose(wide.weights.sum(-1), 1.0, atol=1e-12)
+    with pytest.raises(ValueError, match="self-attention"):
+        mechanics.one_wide_head(cross)
+    big = mechanics.LayerConfig(8, 8, 512)  # the page's widest: one head of 4096 must be allowed
+    assert mechanics.one_wide_head(mechanics.attention_layer(x, big)).config.d_head == 4096
+
+
+# --- charts ------------------------------------------------------------------------------------------------------
 
 def test_matrix_chart_marks_masked_cells_and_checks_labels():
     from viz import mechanics as charts
@@ -332,8 +406,169 @@ def test_matrix_chart_marks_masked_cells_and_checks_labels():
     assert charts.unique_labels(["the", "cat", "the"]) == ["0 the", "1 cat", "2 the"]
 
 
+def chart_matrix(chart) -> np.ndarray:
+    """The values a ``viz.mechanics.matrix_chart`` draws, read back from the chart's own data ``(rows, cols)``."""
+    frame = pd.DataFrame(next(iter(chart.to_dict()["datasets"].values())))
+    matrix = frame.pivot(index="row position", columns="col position", values="value").to_numpy()
+    masked = frame.pivot(index="row position", columns="col position", values="masked").to_numpy().astype(bool)
+    return np.where(masked, -np.inf, matrix)
+
+
+# --- the figures (viz/figures/mechanics.py) against the model ---------------------------------------------------
+
+def _figures():
+    from viz import figures
+    from viz.figures import mechanics as views
+
+    return figures, views
+
+
+def test_every_view_of_the_page_draws_its_defaults_and_makes_its_files():
+    from tests.conftest import check_files
+
+    figures, _ = _figures()
+    names = [view.name for view in figures.page_views("mechanics")]
+    assert names == ["layer_steps", "entropy_by_d_k", "multi_vs_single_head", "masked_softmax", "swin_mask_regions",
+                     "mask_zoo", "attention_memory", "worked_examples", "kv_cache"]
+    published = cost.published_kv_specs()
+    for view in figures.page_views("mechanics"):
+        data = cost.KVPresets(tuple(published), ()) if view.data == "analysis" else None
+        check_files(figures.build(view.name, data))
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_steps_figure_holds_the_layers_numbers(cross):
+    figures, views = _figures()
+    other = "A tired dog stays at home." if cross else None
+    options = views.StepsOptions(mask="sliding_window", window=2, other=other, head=1, all_steps=True, heads=2)
+    figure = figures.build("layer_steps", None, options)
+    config = mechanics.LayerConfig(8, 2, 4, True, 0)
+    trace = mechanics.sentence_layer(SENTENCE, config, mask="sliding_window", window=2, other=other)
+    steps = trace.steps()
+    assert figure.payload()["steps"] == [s.key for s in steps] and len(figure.charts) == len(steps)
+    for step, chart in zip(steps, figure.charts):
+        expected = step.value[1] if step.per_head else step.value
+        np.testing.assert_array_equal(figure.arrays()[step.key], expected)
+        np.testing.assert_allclose(chart_matrix(chart), expected, atol=1e-12)  # −∞ drawn where masked
+    masked = chart_matrix(figure.charts[[s.key for s in steps].index("masked_scores")])
+    assert (np.isinf(masked) == (~trace.allowed)).all() and np.isinf(masked).any() != cross
+    assert figure.stem.startswith("attention-layer_d-8_h-2_dk-4_scaled_seed-0_" + ("cross" if cross else
+                                                                                   "sliding-window"))
+    one = figures.build("layer_steps", None, views.StepsOptions(step="scores", head=1))
+    assert list(one.arrays()) == ["scores"] and "_scores_head-1_" in one.stem  # the file holds what it names
+    np.testing.assert_allclose(chart_matrix(one.charts[0]), mechanics.sentence_layer(SENTENCE, config).scores[1])
+
+
+def test_mask_multihead_entropy_swin_and_zoo_figures_hold_the_models_numbers():
+    figures, views = _figures()
+    config = mechanics.LayerConfig(8, 4, 8, False, 2)
+    layer = dict(heads=4, d_head=8, scaled=False, seed=2, mask="padding", real_tokens=10)
+    trace = mechanics.sentence_layer(SENTENCE, config, mask="padding", real_tokens=10)
+
+    masks = figures.build("masked_softmax", None, views.MaskOptions(**layer, head=3))
+    assert masks.stem.startswith("mask_padding_real-tokens-10_head-3")
+    np.testing.assert_array_equal(masks.arrays()["allowed"], mechanics.padding_mask(16, 10))
+    np.testing.assert_allclose(masks.table().to_numpy(), trace.weights[3])
+    np.testing.assert_allclose(chart_matrix(masks.charts[1]), trace.weights[3], atol=1e-12)
+    drawn = chart_matrix(masks.charts[0])
+    np.testing.assert_allclose(drawn[trace.allowed], trace.masked_scores[3][trace.allowed], atol=1e-12)
+
+    heads = figures.build("multi_vs_single_head", None, views.HeadsOptions(**layer))
+    np.testing.assert_array_equal(heads.arrays()["heads"], trace.weights)
+    np.testing.assert_array_equal(heads.arrays()["one_head"], mechanics.one_wide_head(trace).weights[0])
+    assert len(heads.charts) == 4  # three heads of four, and the one wide head
+    np.testing.assert_allclose(chart_matrix(heads.charts[3]), mechanics.one_wide_head(trace).weights[0])
+
+    entropy = figures.build("entropy_by_d_k", None, views.EntropyOptions(**layer))
+    curve = mechanics.softmax_entropy_by_d_k(mechanics.embed(SENTENCE, 8, "minilm", 2)[1], heads=4)
+    for name, values in curve.items():
+        np.testing.assert_array_equal(entropy.arrays()[name], values)
+    assert f"**{trace.row_entropy_bits().mean():.2f} bits**" in entropy.caption
+
+    swin = figures.build("swin_mask_regions", None, views.SwinOptions(grid_rows=2, swin_window=2, shift=1))
+    np.testing.assert_array_equal(swin.arrays()["region_ids"], mechanics.swin_region_ids(2, 8, 2, 1))
+    tokens = mechanics.tokenize(SENTENCE)[0]
+    assert swin.payload()["shifted_tokens"][0][:2] == [tokens[9], tokens[10]]  # row 1 rolled up, column 1 rolled left
+
+    zoo = figures.build("mask_zoo", None, views.ZooOptions(12))
+    assert zoo.arrays().keys() == mechanics.zoo(12).keys() and len(zoo.charts) == len(mechanics.MASK_KINDS)
+    for kind, pattern in mechanics.zoo(12).items():
+        np.testing.assert_array_equal(zoo.arrays()[kind], pattern)
+
+
+def test_cost_figures_hold_the_calculators_numbers():
+    figures, views = _figures()
+    memory = figures.build("attention_memory", None, views.MemoryOptions(16, 48, "float16", 2))
+    table = memory.table()
+    for tokens, maps, flash in table[["tokens", "attention_map_bytes", "flash_bytes"]].itertuples(index=False):
+        expected = cost.attention_cost(int(tokens), 16, 48, "float16", 2)
+        assert (maps, flash) == (expected.bytes_all, expected.flash_bytes_all)
+    assert table["tokens"].min() == 10 and table["tokens"].max() == 1_000_000
+    assert memory.stem == "attention-memory_h-16_l-48_float16_b-2"
+
+    examples = figures.build("worked_examples", None)
+    rows = examples.table().to_dict("records")
+    assert rows == cost.worked_examples_table(cost.worked_examples())
+    assert {"example": "ViT-B/16 on a 224×224 image", "what": "all maps, 48 layers × 16 heads",
+            "entries": "29,805,312", "bytes": "119,221,248", "decimal": "119.22 MB", "binary": "113.7 MiB"} in rows
+
+    published = tuple(cost.published_kv_specs())
+    kv = figures.build("kv_cache", cost.KVPresets(published, ("x: skipped",)), views.KVOptions(1024, "float32"))
+    assert kv.table.to_dict("records") == cost.kv_table(list(published), 1024, "float32")
+    bars = pd.DataFrame(next(iter(kv.chart.to_dict()["datasets"].values())))
+    np.testing.assert_allclose(bars["MiB"], [s.bytes_per_sequence(1024, "float32") / 2**20 for s in published])
+    assert "DeepSeek-V2 (MLA)" in kv.caption and "Not read: x: skipped" in kv.caption
+    assert [m.value for m in cost.calculator_metrics(cost.attention_cost(197, 12, 12))] == [
+        "38,809", "21.32 MiB", "110.81 KiB"]
+
+
+def test_bad_options_are_messages():
+    figures, views = _figures()
+    for name, options, message in [
+            ("layer_steps", views.StepsOptions(sentence="word " * 40), "Shorten it"),
+            ("layer_steps", views.StepsOptions(head=2), "outside 0..1"),
+            ("layer_steps", views.StepsOptions(step="qkv", other="A dog."), "no step 'qkv'"),
+            ("masked_softmax", views.MaskOptions(mask="global_local", global_tokens=(99,)), "global token"),
+            ("masked_softmax", views.MaskOptions(mask="swin", grid_rows=3), "rows that divides"),
+            ("swin_mask_regions", views.SwinOptions(swin_window=3), "must divide"),
+            ("attention_memory", views.MemoryOptions(dtype="int3"), "unknown precision"),
+            ("mask_zoo", views.ZooOptions(0), "at least one token")]:
+        with pytest.raises(ValueError, match=message):
+            figures.build(name, None, options)
+
+
+# --- the command line ----------------------------------------------------------------------------------------------
+
+def test_cli_writes_the_default_view_and_lists_every_view(tmp_path, capsys):
+    from app import cli
+
+    assert cli.main(["--list"]) == 0
+    listing = capsys.readouterr().out
+    assert "--page mechanics" in listing and "--view layer_steps" in listing and "--view kv_cache" in listing
+    assert cli.main(["--page", "mechanics", "--out", str(tmp_path), "--format", "png,json,npz"]) == 0
+    npz = np.load(next(tmp_path.glob("attention-layer_*_qkv_head-0_*.npz")))
+    tokens, x = mechanics.embed(SENTENCE, 8)
+    np.testing.assert_array_equal(npz["qkv"], mechanics.attention_layer(x, mechanics.LayerConfig()).qkv)
+    assert cli.main(["--page", "mechanics", "--view", "masked_softmax", "--mask", "global_local", "--global_tokens",
+                     "0,5", "--head", "1", "--out", str(tmp_path), "--format", "csv"]) == 0
+    assert next(tmp_path.glob("mask_global-local_window-3_global-tokens-0-5_head-1_*.csv"))
+
+
+def test_cli_bad_input_is_a_message(tmp_path, capsys):
+    from app import cli
+
+    assert cli.main(["--page", "mechanics", "--sentence", "word " * 40, "--out", str(tmp_path)]) == 2
+    assert "Shorten it" in capsys.readouterr().err
+    assert cli.main(["--page", "mechanics", "--view", "attention_memory", "--heads", "many",
+                     "--out", str(tmp_path)]) == 2
+    assert "--heads must be int" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+# --- the page (AppTest) --------------------------------------------------------------------------------------------
+
 @pytest.fixture
-def page(monkeypatch):
+def page(monkeypatch, offered):
     from streamlit.testing.v1 import AppTest
 
     published = cost.published_kv_specs()  # the GGUF header read is tested above; keep the page test fast
@@ -343,18 +578,26 @@ def page(monkeypatch):
     return app
 
 
-def test_page_walks_through_steps_masks_and_cost(page):
+def test_page_walks_through_steps_masks_and_cost(page, offered):
     assert not page.exception, page.exception
     text = " ".join(m.value for m in page.markdown) + " ".join(str(m.value) for m in page.metric)
     assert "38,809" in text  # the calculator's default: one ViT-B/16 map
+    tokens, x = mechanics.embed(SENTENCE, 8)
+    trace = mechanics.attention_layer(x, mechanics.LayerConfig(), query_tokens=tokens)
+    np.testing.assert_array_equal(offered["mech_steps"].arrays()["qkv"], trace.qkv)  # the page's figure, the model's
+    np.testing.assert_array_equal(offered["mech_multihead"].arrays()["heads"], trace.weights)
     page.radio(key="mech_mask").set_value("swin").run()
     assert not page.exception and not page.error
+    assert "swin" in offered["mech_masks"].stem
+    np.testing.assert_array_equal(offered["mech_masks"].arrays()["allowed"],
+                                  mechanics.swin_shifted_window_mask(4, 4, 2, 1))
     page.toggle(key="mech_all_steps").set_value(True).run()
     page.toggle(key="mech_scaled").set_value(False).run()
     page.select_slider(key="mech_dk").set_value(512).run()
-    assert not page.exception
+    assert not page.exception and not page.error
     page.radio(key="mech_mode").set_value("Cross-attention").run()
-    assert not page.exception
+    assert not page.exception and not page.error
+    assert offered["mech_steps"].payload()["mask"] == "none (cross-attention)"
 
 
 def test_page_shows_user_mistakes_as_errors(page):
@@ -364,3 +607,6 @@ def test_page_shows_user_mistakes_as_errors(page):
     assert not page.exception and "Type a sentence" in page.error[0].value
     page.text_area(key="mechanics_text").set_value("Attention is all you need.").run()
     assert not page.exception and not page.error
+    page.radio(key="mech_mode").set_value("Cross-attention").run()
+    page.text_input(key="mech_other").set_value("   ").run()
+    assert not page.exception and "Type a sentence" in page.error[0].value

@@ -1,6 +1,7 @@
 """Mixture-of-experts routing: capture proven against each family's own MoE output, statistics, views, the mini."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from pathlib import Path
@@ -10,8 +11,9 @@ import pytest
 import torch
 import transformers
 
-from models import moe
+from models import families, moe, registry
 from models.analysis import routing as stats
+from models.inputs import TextInput
 
 ROOT = Path(__file__).resolve().parents[1]
 MINI = ROOT / "sample_data" / "moe"
@@ -240,29 +242,37 @@ def saved_mixtral(tmp_path_factory, tiny_tokenizer):
 
 
 def _load_local(folder: Path, monkeypatch):
-    from models import loading, registry
-
     monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(folder.parent))
-    return loading.load(registry.custom("moe", str(folder)), "cpu", "float32")
+    return families.load(registry.custom("moe", str(folder)), "cpu", "float32")
 
 
 def test_run_on_a_saved_model_through_the_loader(saved_mixtral, monkeypatch):
     loaded = _load_local(saved_mixtral, monkeypatch)
     text = "def add(a, b):\n    return a + b\n\nThe cat sat on 12 mats."
-    result = moe.run(loaded, text)
-    routing = result.extras["routing"]
+    result = moe.run(loaded, TextInput(text))
+    routing = result.routing
+    assert isinstance(result, moe.RoutingResult) and result.attention == {} and result.input_name == text[:40]
     assert result.tokens == routing.tokens and len(routing.tokens) == routing.probs.shape[1]
     assert "".join(routing.raw_tokens) == text  # offsets cover the text exactly
     np.testing.assert_allclose(routing.probs.sum(-1), 1.0, atol=1e-5)
     assert result.model.family == "moe" and "hooks" in result.model.capture
 
-    long = moe.run(loaded, "word " * 400, max_tokens=32)
-    assert long.extras["routing"].probs.shape[1] == 32
+    assert routing.text == text and routing.layer_labels == ["block 0", "block 1"]
+    with pytest.raises(AttributeError):
+        result.routing = routing  # frozen: cached results are shared between sessions
+    assert not routing.probs.flags.writeable
+
+    long = moe.run(loaded, TextInput("word " * 400, 32))
+    assert long.routing.probs.shape[1] == 32
     assert any("only the first 32" in notice for notice in long.notices)
     for bad in ("", "   \n"):
         with pytest.raises(ValueError, match="empty"):
-            moe.run(loaded, bad)
-    odd = moe.run(loaded, "\u202e<b>bold</b>\u200b\t😀")
+            families.run(loaded, TextInput(bad))
+    with pytest.raises(ValueError, match="at least 2"):
+        moe.run(loaded, TextInput(text, 1))
+    with pytest.raises(ValueError, match="reads a TextInput"):
+        families.run(loaded, text)
+    odd = moe.run(loaded, TextInput("\u202e<b>bold</b>\u200b\t😀"))
     assert any("⟨U+202E⟩" in token for token in odd.tokens)  # bidi override made visible, not applied
 
 
@@ -274,8 +284,8 @@ def test_switch_loads_through_the_loader_and_routes_its_encoder(tmp_path, tiny_t
     tiny_tokenizer.save_pretrained(folder)
     loaded = _load_local(folder, monkeypatch)
     assert loaded.model.config.is_encoder_decoder
-    result = moe.run(loaded, "Numbers like 42 and words.")
-    routing = result.extras["routing"]
+    result = moe.run(loaded, TextInput("Numbers like 42 and words."))
+    routing = result.routing
     assert routing.stack == "encoder" and routing.num_layers == 2 and routing.top_k == 1
     assert any("encoder" in notice for notice in result.notices)
 
@@ -364,15 +374,13 @@ def test_code_line_heuristic_agrees_with_the_generator():
 
 @pytest.mark.skipif(not (MINI / "model.safetensors").exists(), reason="mini MoE not trained")
 def test_the_mini_loads_routes_and_has_its_card():
-    from models import loading, registry
-
     assert (MINI / "model.safetensors").stat().st_size < 20 * 2**20
     spec = next(s for s in registry.specs("moe") if s.source == "mini")
-    loaded = loading.load(spec, "cpu", "float32")
+    loaded = families.load(spec, "cpu", "float32")
     config = loaded.model.config
     assert config.num_local_experts >= 4 and config.num_experts_per_tok == 2 and config.num_hidden_layers >= 3
-    result = moe.run(loaded, "def mean(values):\n    return sum(values) / len(values)\n\nAnna sang 3 songs.")
-    routing = result.extras["routing"]
+    result = moe.run(loaded, TextInput("def mean(values):\n    return sum(values) / len(values)\n\nAnna sang 3 songs."))
+    routing = result.routing
     np.testing.assert_allclose(routing.probs.sum(-1), 1.0, atol=1e-5)
     assert routing.num_layers == config.num_hidden_layers and routing.renormalized
     measured = json.loads((MINI / "metrics.json").read_text())
@@ -382,9 +390,9 @@ def test_the_mini_loads_routes_and_has_its_card():
     assert "Perplexity" in card and "python -m models.minis.moe.train" in card
 
 
-# --- views ------------------------------------------------------------------------------------------------------
+# --- drawing primitives (viz/moe.py) --------------------------------------------------------------------------------
 
-def test_views_build_and_keep_token_text_as_data():
+def test_primitives_build_and_keep_token_text_as_data():
     from viz import moe as viz
 
     tokens = ["<b>hi</b>", "␣", "x"]
@@ -408,26 +416,185 @@ def test_views_build_and_keep_token_text_as_data():
     assert big.size[0] >= 128  # 16k cells: an image, not a chart
 
 
+# --- figures (viz/figures/moe.py): the numbers in every file are the model's -----------------------------------------
+
+@pytest.fixture(scope="module")
+def routed(saved_mixtral):
+    """The tiny Mixtral (loaded as a typed local folder) and its routing of a short mixed text."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ATTN_EXPLORER_MODEL_DIRS", str(saved_mixtral.parent))
+    try:
+        loaded = families.load(registry.custom("moe", str(saved_mixtral)))
+    finally:
+        mp.undo()
+    return loaded, moe.run(loaded, TextInput("def add(a, b):\n    return a + b\n\nThe cat sat on 12 mats."))
+
+
+def _table(figure):
+    from viz.figure import resolved
+
+    return resolved(figure.table)
+
+
+def test_every_view_of_the_family_builds_and_its_files_hold_what_they_say(routed):
+    from tests.conftest import check_files
+    from viz import figures
+
+    loaded, result = routed
+    assert families.get("moe").views[0] == "routed_text"
+    for name in families.get("moe").views:
+        view = figures.get(name)
+        data = view.analysis(loaded, result, view.options()) if view.data == "analysis" else result
+        figure = figures.build(name, data)
+        files = check_files(figure)
+        assert figure.stem.startswith("tiny-mixtral"), figure.stem
+        if "json" in files:
+            assert json.loads(files["json"])["model"] == result.model.key
+
+
+def test_routing_gate_and_strip_figures_hold_the_models_numbers(routed):
+    from viz import figures
+    from viz.figures.moe import GateOptions, RoutedOptions, StripOptions
+
+    _, result = routed
+    routing = result.routing
+    figure = figures.build("routed_text", result, RoutedOptions(layer=1, token=3))
+    assert figure.stem.endswith("_routing_block-1")
+    np.testing.assert_array_equal(_table(figure)["top-1 expert"], routing.top1[1])
+    np.testing.assert_allclose(_table(figure)["top-1 weight"], routing.top_weights[1, :, 0])
+    np.testing.assert_array_equal(figure.arrays["top_experts"], routing.top_experts[1])
+    drawn = next(iter(figure.chart.to_dict()["datasets"].values()))
+    assert [row["expert"] for row in drawn] == [f"E{e}" for e in routing.top1[1]]
+    assert [row["position"] for row in drawn if row["selected"]] == [3]
+
+    gate = figures.build("gate", result, GateOptions(layer=1, token=4))
+    assert gate.stem.endswith("_gate_block-1_token-4")
+    np.testing.assert_allclose(gate.arrays["probs"], routing.probs[1, 4])
+    np.testing.assert_allclose(_table(gate)["probability"], routing.probs[1, 4])
+    np.testing.assert_array_equal(gate.arrays["top_experts"], routing.top_experts[1, 4])
+    bars = next(iter(gate.chart.to_dict()["datasets"].values()))
+    chosen = [int(row["expert"][1:]) for row in sorted(bars, key=lambda r: r["rank"]) if row["rank"]]
+    assert chosen == list(routing.top_experts[1, 4])
+
+    count = len(routing.tokens)
+    strip = figures.build("layer_strip", result, StripOptions(token=count - 1, window=8))
+    assert strip.stem.endswith(f"tokens-{count - 8}-{count - 1}")  # the window ends at the text's end
+    np.testing.assert_array_equal(strip.arrays()["top1"], routing.top1[:, count - 8:])
+    np.testing.assert_array_equal(_table(strip).to_numpy(), routing.top1[:, count - 8:])
+
+
+def test_balance_and_layer_figures_hold_the_models_numbers(routed):
+    from viz import figures
+    from viz.figures.moe import CoactivationOptions, ConsistencyOptions, SpecialisationOptions
+
+    loaded, result = routed
+    routing = result.routing
+    load = figures.build("load", result)
+    expected = stats.expert_load(routing.top_experts, routing.num_experts)
+    np.testing.assert_allclose(load.arrays["load"], expected)
+    np.testing.assert_allclose(_table(load).to_numpy(), expected)
+    np.testing.assert_allclose(load.arrays["load"].sum(axis=1), 1.0)
+    co = figures.build("coactivation", result, CoactivationOptions(layer=1))
+    np.testing.assert_allclose(co.arrays["coactivation"], stats.coactivation(routing.top_experts[1], 4))
+    assert np.trace(co.arrays["coactivation"]) == pytest.approx(routing.top_k)  # each token picks k experts
+    consistency = figures.build("consistency", result, ConsistencyOptions("cividis"))
+    np.testing.assert_allclose(consistency.arrays["nmi"], stats.cross_layer_consistency(routing.top1))
+    repeat, _ = stats.consecutive_repeat_rate(routing.top1)
+    assert f"{repeat[0]:.0%} (chance" in consistency.caption
+    assert "cividis" in json.dumps(consistency.chart.to_dict())
+    options = SpecialisationOptions(shuffles=20)
+    special = figures.build("specialisation", stats.specialisation_of_run(loaded, result, options), options)
+    reference = stats.specialisation(routing.top_experts, routing.categories, shuffles=20)
+    np.testing.assert_allclose(special.arrays["observed_bits"], reference.observed)
+    np.testing.assert_allclose(special.arrays["shuffled_mean_bits"], reference.shuffled_mean)
+    assert "(20 times)" in special.caption
+
+
+def test_two_prompts_from_cached_runs_and_from_the_analysis_agree(routed):
+    from viz import figures
+    from viz.figures.moe import LoadDifferenceOptions
+
+    loaded, result = routed
+    options = LoadDifferenceOptions("The cat sat on 12 mats.", "def add(a, b):\n    return a + b", 64)
+    analysed = figures.build("load_difference", moe.prompt_pair(loaded, result, options), options)
+    pair = moe.PromptPair(*(moe.run(loaded, TextInput(t, 64)) for t in (options.prompt_a, options.prompt_b)))
+    from_runs = figures.build("load_difference", pair, options)
+    assert analysed.stem == from_runs.stem
+    assert analysed.stem.endswith("_load-difference_the-cat-sat-on-12-ma_def-add-a-b-r")  # 20 characters each
+    for name in ("load_a", "load_b", "difference"):
+        np.testing.assert_allclose(analysed.arrays[name], from_runs.arrays[name])
+    np.testing.assert_allclose(from_runs.arrays["load_a"],
+                               stats.expert_load(pair.a.routing.top_experts, pair.a.routing.num_experts))
+    assert not np.allclose(from_runs.arrays["difference"], 0)  # code and prose are routed differently
+    with pytest.raises(ValueError, match="empty"):
+        moe.prompt_pair(loaded, result, LoadDifferenceOptions("", "x", 64))
+    with pytest.raises(ValueError, match="same model"):
+        moe.PromptPair(pair.a, dataclasses.replace(pair.b, model=dataclasses.replace(pair.b.model, key="other")))
+
+
+def test_a_bad_layer_or_token_is_a_message(routed):
+    from viz import figures
+    from viz.figures.moe import CoactivationOptions, GateOptions, RoutedOptions, StripOptions
+
+    _, result = routed
+    with pytest.raises(ValueError, match=r"MoE layer 2 does not exist.*0\.\.1"):
+        figures.build("routed_text", result, RoutedOptions(layer=2))
+    with pytest.raises(ValueError, match="MoE layer -1 does not exist"):
+        figures.build("coactivation", result, CoactivationOptions(layer=-1))
+    with pytest.raises(ValueError, match="token 999 does not exist"):
+        figures.build("gate", result, GateOptions(token=999))
+    with pytest.raises(ValueError, match="token -1 does not exist"):
+        figures.build("layer_strip", result, StripOptions(token=-1))
+
+
+def test_a_model_without_experts_is_refused_when_it_loads(tiny_folders, monkeypatch):
+    monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tiny_folders["llama"].parent))
+    with pytest.raises(ValueError, match="no mixture-of-experts layers"):
+        families.load(registry.custom("moe", str(tiny_folders["llama"])))
+
+
+# --- the command line (the page's offline mini, as a user runs it) ---------------------------------------------------
+
+@pytest.mark.skipif(not (MINI / "model.safetensors").exists(), reason="mini MoE not trained")
+def test_cli_default_view_writes_the_minis_routing(tmp_path, capsys):
+    from app import cli
+    assert cli.main(["--page", "moe", "--out", str(tmp_path), "--format", "png,csv,json,npz"]) == 0
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert [p.rsplit(".", 1)[1] for p in written] == ["csv", "json", "npz", "png"]
+    assert written[0].startswith("mini-moe-8-experts-top-2_the-old-man-walked-slowly-to-the-harbour_routing_block-0")
+    saved = np.load(tmp_path / written[2])
+    loaded = families.load(registry.default("moe"))
+    routing = moe.run(loaded, TextInput(moe.SAMPLES["Prose"])).routing
+    np.testing.assert_allclose(saved["probs"], routing.probs[0], atol=1e-6)
+    np.testing.assert_array_equal(saved["top_experts"], routing.top_experts[0])
+    assert json.loads((tmp_path / written[1]).read_text())["text"] == moe.SAMPLES["Prose"]
+
+    assert cli.main(["--page", "moe", "--view", "gate", "--layer", "9", "--out", str(tmp_path)]) == 2
+    assert "MoE layer 9 does not exist" in capsys.readouterr().err
+    assert cli.main(["--page", "moe", "--text", "  ", "--out", str(tmp_path)]) == 2
+    assert "The text is empty" in capsys.readouterr().err
+
+
 # --- the page (AppTest, loader patched to tiny models) -------------------------------------------------------------
 
 @pytest.fixture
 def moe_page(saved_mixtral, monkeypatch):
-    """The MoE page with every registered MoE model replaced by the tiny Mixtral (typed folders load for real)."""
+    """The MoE page with every registered offline MoE model replaced by the tiny Mixtral (hub ids and typed folders
+    load for real)."""
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
-    from models import loading, registry
     from models.registry import ModelSpec
 
-    real_load = loading.load
+    real_load = families.load
 
-    def fake_load(spec, device="cpu", dtype="float32", progress=loading._no_progress):
+    def fake_load(spec, device="cpu", dtype="float32", progress=lambda step, fraction: None):
         if spec.family != "moe" or spec.source == "hub" or spec not in registry.specs("moe"):
             return real_load(spec, device, dtype, progress)
         tiny = ModelSpec("moe", spec.key, "mini", str(saved_mixtral), spec.licence, spec.trained_on)
-        return loading.load_transformers(tiny, device, dtype, progress)
+        return moe.load(tiny, device, dtype, progress)
 
-    monkeypatch.setattr(loading, "load", fake_load)
+    monkeypatch.setattr(families, "load", fake_load)
     monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(saved_mixtral.parent))
     st.cache_resource.clear()
     yield AppTest.from_file(str(ROOT / "app" / "views" / "moe.py"), default_timeout=120)
@@ -436,6 +603,19 @@ def moe_page(saved_mixtral, monkeypatch):
 
 def _charts(at) -> int:
     return len(at.get("vega_lite_chart")) + len(at.get("image"))
+
+
+def chart_frame(at, *columns: str, where=None):
+    """The data of the first chart on the page that has ``columns`` (and whose frame passes ``where``), read back
+    from what the page sent to the browser."""
+    import pyarrow as pa
+
+    for chart in at.get("vega_lite_chart"):
+        for dataset in chart.proto.datasets:
+            frame = pa.ipc.open_stream(dataset.data.data).read_all().to_pandas()
+            if set(columns) <= set(frame.columns) and (where is None or where(frame)):
+                return frame
+    raise AssertionError(f"no chart with {columns}")
 
 
 def test_page_routes_the_default_text(moe_page):
@@ -447,6 +627,24 @@ def test_page_routes_the_default_text(moe_page):
     at.selectbox(key="moe_layer").set_value("block 1").run()
     at.slider(key="moe_token").set_value(3).run()
     assert not at.exception, at.exception
+
+
+def test_page_draws_the_models_routing_for_the_picked_layer_and_token(moe_page):
+    """The coloured text and the gate bars the page sends to the browser are the model's routing of the page's text,
+    for the layer and token picked."""
+    at = moe_page.run()
+    loaded = families.load(registry.default("moe"))  # the same tiny model the page was given
+    routing = moe.run(loaded, TextInput(at.text_area(key="moe_text").value, 512)).routing
+    at.selectbox(key="moe_layer").set_value("block 1").run()
+    at.slider(key="moe_token").set_value(5).run()
+    assert not at.exception, at.exception
+    text = chart_frame(at, "expert", "selected", where=lambda f: f["selected"].any())
+    assert list(text["expert"]) == [f"E{e}" for e in routing.top1[1]]
+    assert list(text["position"][text["selected"]]) == [5]
+    np.testing.assert_allclose(text["weight"], routing.top_weights[1, :, 0], atol=1e-6)
+    bars = chart_frame(at, "probability", "dispatch weight")
+    np.testing.assert_allclose(bars["probability"], routing.probs[1, 5], atol=1e-6)
+    assert any("token 5: " in t.value for t in at.text)
 
 
 @pytest.mark.parametrize("text", ["<script>alert(1)</script>", "🙂\u202eevil\u202c", "word " * 700, "a\x00b\u200bc"])
@@ -467,6 +665,15 @@ def test_page_empty_text_and_hub_model_offline(moe_page):
     assert not at.exception, at.exception
     assert any("downloads from the Hugging Face hub" in i.value for i in at.info)
     assert at.error and "Could not load" in at.error[0].value  # offline: a message, not a traceback
+
+
+def test_page_empty_prompt_b_is_a_hint_and_the_rest_still_draws(moe_page):
+    at = moe_page.run()
+    at.text_area(key="moe_prompt_b").set_value(" ").run()
+    assert not at.exception, at.exception
+    assert any("Type two prompts" in i.value for i in at.info)
+    assert not any("A minus B" in m.value for m in at.markdown)
+    assert {m.label for m in at.metric} >= {"Mean load CV"}
 
 
 def test_page_on_a_typed_switch_folder(moe_page, tmp_path, tiny_tokenizer, monkeypatch):

@@ -39,15 +39,41 @@ def test_sinusoidal_wavelengths_and_offset_only_similarity():
     assert dot[20, 21] > dot[20, 30]
 
 
-def test_sinusoidal_2d_is_rows_then_columns():
+def _mae_2d_sincos(rows, cols, dim, base=10000.0):
+    """MAE's 2-D table rebuilt from its formula (facebookresearch/mae, util/pos_embed.py, written out here):
+    ``meshgrid(grid_w, grid_h)`` makes the first coordinate the column; each coordinate gets ``dim/2`` channels,
+    ``[sin(pos·ω) | cos(pos·ω)]`` with ω_k = 1 / base^(k / (dim/4)), k = 0 … dim/4 − 1; patches row-major."""
+    quarter = dim // 4
+    omega = np.array([1.0 / base ** (k / quarter) for k in range(quarter)])
+    grid_w, grid_h = np.meshgrid(np.arange(cols, dtype=np.float64), np.arange(rows, dtype=np.float64))  # (rows, cols)
+    out = np.zeros((rows * cols, dim))
+    for index, (w, h) in enumerate(zip(grid_w.ravel(), grid_h.ravel())):
+        for half, position in enumerate((w, h)):  # w (the column) first, as MAE's meshgrid orders them
+            for k in range(quarter):
+                out[index, half * dim // 2 + k] = math.sin(position * omega[k])
+                out[index, half * dim // 2 + quarter + k] = math.cos(position * omega[k])
+    return out
+
+
+@pytest.mark.parametrize("rows,cols,dim,base", [(14, 14, 192, 10000.0), (3, 5, 16, 10000.0), (4, 2, 8, 100.0)])
+def test_sinusoidal_2d_matches_mae_layout(rows, cols, dim, base):
+    grid = pe.sinusoidal_encoding_2d(rows, cols, dim, base)
+    assert grid.shape == (rows * cols, dim) and grid.dtype == np.float32
+    np.testing.assert_allclose(grid, _mae_2d_sincos(rows, cols, dim, base), atol=1e-6)
+
+
+def test_sinusoidal_2d_is_columns_then_rows():
     rows, cols, d = 3, 5, 16
-    grid = pe.sinusoidal_encoding_2d(rows, cols, d)
-    assert grid.shape == (rows * cols, d)
+    grid = pe.sinusoidal_encoding_2d(rows, cols, d).reshape(rows, cols, d)
+    # the first half depends on the column only, the second half on the row only
+    assert np.allclose(grid[:, :, :8], grid[:1, :, :8]) and np.allclose(grid[:, :, 8:], grid[:, :1, 8:])
+    # each half is the 1-D encoding of width d/2 with its sines first, then its cosines (not interleaved)
+    one_d = pe.sinusoidal_encoding(max(rows, cols), 8)
+    halves = np.concatenate([one_d[:, 0::2], one_d[:, 1::2]], axis=1)  # (positions, 8): [sin | cos]
     for r in range(rows):
         for c in range(cols):
-            patch = grid[r * cols + c]
-            np.testing.assert_allclose(patch[:8], pe.sinusoidal_encoding(rows, 8)[r], atol=1e-7)
-            np.testing.assert_allclose(patch[8:], pe.sinusoidal_encoding(cols, 8)[c], atol=1e-7)
+            np.testing.assert_allclose(grid[r, c, :8], halves[c], atol=1e-7)
+            np.testing.assert_allclose(grid[r, c, 8:], halves[r], atol=1e-7)
     with pytest.raises(ValueError, match="divisible by 4"):
         pe.sinusoidal_encoding_2d(2, 2, 18)
 
@@ -279,21 +305,151 @@ def test_hub_cache_check_needs_config_and_weights(tmp_path):
     assert not pe.hub_model_cached("someone/absent-model", cache_dir=str(tmp_path))
 
 
+# --- the page's analyses and figures -------------------------------------------------------------------------------
+
+def _loaded(model, key="tiny", family="encoder", notes=(), tokenizer=None):
+    from models.loading import LoadedModel
+    from models.registry import ModelSpec
+
+    return LoadedModel(ModelSpec(family, key, "local", key, "-", "-"), model, tokenizer, "cpu", "float32",
+                       notes=tuple(notes))
+
+
+def test_equivariance_analysis_reads_the_models_embeddings_and_table():
+    from tests.conftest import minilm_tokenizer, tiny_model
+    from viz import figures
+    from viz.figures.positional import EquivarianceMapsOptions
+
+    bert = tiny_model("bert")
+    loaded = _loaded(bert, tokenizer=minilm_tokenizer())
+    options = EquivarianceMapsOptions("the cat saw the dog", seed=2, setting="tiny's learned table (X + P)")
+    demo = pe.equivariance_of_model(loaded, None, options)
+    assert demo.tokens == ("the", "cat", "saw", "the", "dog") and demo.model == "tiny"
+    ids = minilm_tokenizer()("the cat saw the dog", add_special_tokens=False)["input_ids"]
+    embeddings = bert.embeddings.word_embeddings.weight[ids].detach().numpy()
+    table = bert.embeddings.position_embeddings.weight.detach().numpy()
+    expected = pe.permutation_equivariance(embeddings, list(demo.tokens), table, seed=2)
+    maps = figures.build("equivariance_maps", demo, options)
+    np.testing.assert_allclose(maps.arrays()["attention"], expected.attention, atol=1e-6)
+    gaps = figures.build("equivariance", demo, options)
+    assert gaps.payload()["shuffled_tokens"] == [demo.tokens[i] for i in expected.permutation]
+    np.testing.assert_allclose(gaps.arrays()["output_gap"][2], expected.output_gap, atol=1e-6)
+    assert gaps.arrays()["output_gap"][0].max() < 1e-9  # no positions: the outputs only shuffle
+    with pytest.raises(ValueError, match="unknown setting"):
+        figures.build("equivariance_maps", demo, EquivarianceMapsOptions(setting="sorted"))
+    with pytest.raises(ValueError, match="fewer than two tokens"):
+        pe.equivariance_of_model(loaded, None, EquivarianceMapsOptions("hello"))
+
+
+def test_grid_and_table_analyses_read_the_model_and_say_where_it_came_from():
+    import timm
+
+    from viz import figures
+    from viz.figures.positional import GridOptions, ResizedGridOptions
+
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, depth=1)
+    loaded = _loaded(vit, family="vit", notes=["created at 64 px"])
+    found = pe.position_grid(loaded, None, GridOptions())
+    np.testing.assert_array_equal(found.positions.table, vit.pos_embed[0, 1:].detach().numpy())
+    assert found.notes == ("created at 64 px",) and found.positions.grid == (4, 4)
+    grid = figures.build("position_grid", found, GridOptions())
+    assert grid.payload()["grid"] == [4, 4] and grid.stem == "tiny_position-grid_4x4"
+    resized = figures.build("position_grid_resized", found, ResizedGridOptions())  # default: twice the grid
+    np.testing.assert_allclose(resized.arrays()["resized"], pe.interpolate_grid(found.positions.table, (4, 4),
+                                                                                (8, 8)))
+    assert "8 × 8 patches" in resized.caption and resized.stem.endswith("resized-8x8")
+    with pytest.raises(ValueError, match="between 2 and 64"):
+        figures.build("position_grid_resized", found, ResizedGridOptions(side=500))
+    sinusoidal = pe.position_grid(None, None, GridOptions("sinusoidal"))
+    np.testing.assert_array_equal(sinusoidal.positions.table, pe.sinusoidal_encoding_2d(14, 14, 192))
+    with pytest.raises(ValueError, match="needs a loaded ViT"):
+        pe.position_grid(None, None, GridOptions("model"))
+    with pytest.raises(ValueError, match="unknown grid source"):
+        pe.position_grid(loaded, None, GridOptions("imagenet"))
+    with pytest.raises(ValueError, match="not a patch grid"):
+        pe.position_grid(_loaded(transformers.GPT2Model(transformers.GPT2Config(n_embd=8, n_layer=1, n_head=2))),
+                         None, GridOptions())
+
+
+def test_rope_analysis_figure_holds_the_models_frequencies():
+    from viz import figures
+
+    llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64,
+        vocab_size=50, rope_parameters={"rope_type": "default", "rope_theta": 500.0}))
+    found = pe.rope_of_model(_loaded(llama, "tiny-llama", "causal_lm"))
+    figure = figures.build("rope_in_model", found)
+    payload = figure.payload()
+    assert payload["theta"] == 500.0 and payload["rotary_dim"] == 16 and payload["facts"]["Head dimension"] == "16"
+    np.testing.assert_allclose(figure.arrays()["model_frequencies"], llama.model.rotary_emb.inv_freq.numpy())
+    np.testing.assert_allclose(figure.arrays()["frequencies"], 500.0 ** (-np.arange(0, 16, 2) / 16))
+    assert "equals b^(−2i/d)" in figure.caption and figure.stem == "tiny-llama_rope-frequencies"
+    with pytest.raises(ValueError, match="does not use RoPE"):
+        pe.rope_of_model(_loaded(transformers.GPT2Model(transformers.GPT2Config(n_embd=8, n_layer=1, n_head=2))))
+
+
+@pytest.mark.parametrize("name,options", [("sinusoidal", dict(d=7)), ("sinusoidal", dict(length=100_000)),
+                                          ("t5_buckets", dict(buckets=128, max_distance=16)),
+                                          ("alibi", dict(heads=0)), ("rope", dict(head_dim=9)),
+                                          ("sinusoidal_2d", dict(d=18))])
+def test_formula_views_refuse_bad_options_with_a_message(name, options):
+    from viz import figures
+
+    view = figures.get(name)
+    with pytest.raises(ValueError):
+        view.build(None, view.options(**options))
+
+
+def test_cli_writes_the_default_view_and_a_formula(patched_loader, tmp_path, capsys):
+    import json
+
+    from app import cli
+
+    assert cli.main(["--page", "positional", "--out", str(tmp_path / "why"), "--format", "png,json"]) == 0
+    (written,) = (tmp_path / "why").glob("*.json")  # the default view: the equivariance demo on the tiny BERT
+    payload = json.loads(written.read_text())
+    assert written.name.startswith("all-minilm-l6-v2_equivariance_output-change_seed-0_the-dog-bit")
+    assert max(payload["output_gap"]["no positions"]) < 1e-9 < min(payload["output_gap"]["sinusoidal (X·√d + PE)"])
+    assert cli.main(["--page", "positional", "--view", "sinusoidal", "--d", "256", "--length", "64", "--out",
+                     str(tmp_path), "--format", "png,npz"]) == 0
+    saved = np.load(tmp_path / "sinusoidal_d-256_length-64_base-10000.npz")
+    assert saved["encoding"].shape == (64, 256) and str(saved["meta_d"]) == "256"
+    assert saved["encoding"][17, 2 * 5] == pytest.approx(math.sin(17 / 10000 ** (10 / 256)), abs=1e-6)
+    capsys.readouterr()
+    assert cli.main(["--page", "positional", "--view", "t5_buckets", "--buckets", "128", "--max_distance", "16",
+                     "--out", str(tmp_path)]) == 2
+    assert "max_distance (16) must exceed" in capsys.readouterr().err
+    assert cli.main(["--page", "positional", "--view", "rope", "--layer", "3", "--out", str(tmp_path)]) == 2
+    assert "has no option --layer" in capsys.readouterr().err
+
+
 # --- the page (AppTest, tiny models) -----------------------------------------------------------------------------
 
 @pytest.fixture
-def positional_page(patched_loader, tiny_folders, monkeypatch):
-    """The page with tiny BERT / Llama models and a tiny untrained timm ViT in place of the registered ViTs."""
+def tiny_vit():
     import timm
+
+    return timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, depth=1)
+
+
+@pytest.fixture
+def positional_page(patched_loader, tiny_folders, tiny_vit, monkeypatch):
+    """The page with tiny BERT / Llama models and a tiny untrained timm ViT in place of the registered ViTs."""
     from streamlit.testing.v1 import AppTest
 
-    from app import resources
+    from models import families
+    from models.loading import LoadedModel
 
     monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tiny_folders["bert"].parent))  # the tiny models' folder
+    text_load = families.load
 
-    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, depth=1)
-    monkeypatch.setattr(resources, "load_vit", lambda spec, device, dtype: type(
-        "FakeVision", (), {"model": vit, "notes": ("created at 64 px for the test",)})())
+    def fake_load(spec, device="cpu", dtype="float32", progress=lambda step, fraction: None):
+        if spec.family == "vit":
+            return LoadedModel(spec, tiny_vit, None, device, dtype, notes=("created at 64 px for the test",))
+        return text_load(spec, device, dtype, progress)
+
+    monkeypatch.setattr(families, "load", fake_load)
+    monkeypatch.setattr(pe, "hub_model_cached", lambda model_id, cache_dir=None: False)  # gpt2: not downloaded
     return AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app" / "views" / "positional.py"),
                              default_timeout=120)
 
@@ -313,7 +469,7 @@ def _page_text(app) -> str:
     return "\n".join(str(p) for p in parts)
 
 
-def test_page_shows_every_view_and_reads_the_models(positional_page):
+def test_page_shows_every_view_and_reads_the_models(positional_page, tiny_folders, tiny_vit, offered):
     app = positional_page.run()
     assert not app.exception, app.exception
     assert not app.error, [e.value for e in app.error]
@@ -322,10 +478,24 @@ def test_page_shows_every_view_and_reads_the_models(positional_page):
     assert metrics["rope_theta"] == "10000" and metrics["Head dimension"] == "8"  # the tiny Llama's config
     text = _page_text(app)
     assert "inv_freq` equals b^(−2i/d)" in text
-    app.button[0].click().run()  # "use these settings": the tiny Llama's head dimension moves into the RoPE charts
-    assert app.select_slider(key="rope_d").value == 8 and app.number_input(key="rope_base").value == 10000.0
     assert "embeddings.position_embeddings.weight" in text  # the tiny BERT's learned table was read
     assert "Shuffled:" in text and "created at 64 px for the test" in text
+    # the figures hold the models' own numbers
+    bert = transformers.BertModel.from_pretrained(tiny_folders["bert"])
+    table = bert.embeddings.position_embeddings.weight.detach().numpy()
+    np.testing.assert_array_equal(offered["learned_text_table"].arrays()["table"], table)
+    np.testing.assert_allclose(offered["learned_text_table"].arrays()["cosine"], pe.position_similarity(table))
+    np.testing.assert_array_equal(offered["learned_grid"].arrays()["table"], tiny_vit.pos_embed[0, 1:].detach())
+    assert offered["learned_grid"].arrays()["resized"].shape == (8 * 8, 192)  # twice the 4 × 4 grid
+    shuffled = next(t.value for t in app.text if t.value.startswith("Shuffled:"))
+    tokens = offered["perm"].payload()["tokens"]
+    assert shuffled == "Shuffled: " + " ".join(tokens[i] for i in offered["perm"].arrays()["permutation"])
+    np.testing.assert_allclose(offered["perm"].arrays()["attention"].sum(-1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(offered["perm"].arrays()["shuffled_attention_restored"],
+                               offered["perm"].arrays()["attention"], atol=1e-6)  # no positions: equivariant
+    app.button[0].click().run()  # "use these settings": the tiny Llama's head dimension moves into the RoPE charts
+    assert app.select_slider(key="rope_d").value == 8 and app.number_input(key="rope_base").value == 10000.0
+    assert offered["rope"].metadata["head_dim"] == 8
 
 
 def test_page_user_mistakes_are_messages_and_the_page_keeps_working(positional_page):
@@ -338,11 +508,30 @@ def test_page_user_mistakes_are_messages_and_the_page_keeps_working(positional_p
     assert not app.exception and not app.error
     shuffled = [t.value for t in app.text if t.value.startswith("Shuffled:")]
     assert shuffled and "<" in shuffled[0]  # shown as plain text, never as HTML or markdown
+    app.select_slider(key="t5_buckets").set_value(128)
+    app.select_slider(key="t5_distance").set_value(16).run()  # 16 is inside T5's exact range of 32 offsets
+    assert not app.exception
+    assert any("must exceed the exact range" in e.value for e in app.error)
     app.select_slider(key="t5_buckets").set_value(8)
-    app.select_slider(key="t5_distance").set_value(16)
     app.toggle(key="alibi_causal").set_value(False)
     app.radio(key="learned_grid").set_value("2-D sinusoidal (formula)")
     app.slider(key="learned_resize").set_value(5).run()
     assert not app.exception and not app.error
     captions = _image_captions(app._tree)
     assert any("14 × 14 patches" in c for c in captions) and any("5 × 5 patches" in c for c in captions)
+    app.radio(key="learned_grid").set_value(f"timm {pe.UNTRAINED_VIT}, untrained (random init)").run()
+    assert not app.exception and not app.error
+    assert any("untrained model" in w.value for w in app.warning)
+    app.radio(key="learned_text").set_value(app.radio(key="learned_text").options[1]).run()  # gpt2, from the hub
+    assert not app.exception
+    assert any("not in this machine's Hugging Face cache" in i.value for i in app.info)
+
+
+def test_page_reads_the_picked_text_models_own_table(positional_page, monkeypatch):
+    """Another text model's table is that model's, not the first one's from the cache (gpt2 here is the tiny Llama,
+    which has no learned table: a message)."""
+    monkeypatch.setattr(pe, "hub_model_cached", lambda model_id, cache_dir=None: True)
+    app = positional_page.run()
+    app.radio(key="learned_text").set_value(app.radio(key="learned_text").options[1]).run()
+    assert not app.exception
+    assert any("no learned absolute position table" in e.value for e in app.error)

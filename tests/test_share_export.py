@@ -11,8 +11,9 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 from app import cli
-from models import causal_lm, loading, registry
-from tests.conftest import ROOT
+from models import causal_lm, families, registry
+from models.inputs import TextInput
+from tests.conftest import ROOT, check_files, url_param
 from viz import export
 
 
@@ -45,15 +46,16 @@ def test_cli_writes_valid_files_with_the_model_numbers(tiny_llama, tmp_path):
     image = Image.open(files[".png"])
     assert image.format == "PNG" and min(image.size) > 300  # print resolution
     assert files[".svg"].read_text().lstrip().startswith("<svg")
-    expected = causal_lm.run(loading.load(registry.custom("causal_lm", tiny_llama)), text).maps("self")
+    expected = causal_lm.run(families.load(registry.custom("causal_lm", tiny_llama)), TextInput(text)).maps("self")
     payload = json.loads(files[".json"].read_text())
     np.testing.assert_allclose(payload["weights"], expected.head(1, 2), atol=1e-6)
     assert payload["query_tokens"] == expected.query_tokens
     csv = pd.read_csv(files[".csv"], index_col=0)
     np.testing.assert_allclose(csv.to_numpy(), expected.head(1, 2), atol=1e-6)
-    arrays = np.load(files[".npz"])
-    np.testing.assert_allclose(arrays["weights"], expected.layer(1), atol=1e-6)
-    assert str(arrays["meta_text"]) == text
+    arrays = np.load(files[".npz"])  # named for layer 1, head 2: holds that head, not the whole layer
+    np.testing.assert_allclose(arrays["weights"], expected.head(1, 2), atol=1e-6)
+    assert arrays["weights"].shape == (len(expected.query_tokens), len(expected.key_tokens))
+    assert str(arrays["meta_input"]) == text and str(arrays["meta_head"]) == "2"
 
 
 def test_cli_grid_and_focus_views(tiny_llama, tmp_path):
@@ -87,21 +89,60 @@ def test_url_round_trips_to_the_same_state(patched_loader):
     assert at.query_params["gpt_text"] in ("hello shared world", ["hello shared world"])
 
 
-def test_page_downloads_carry_the_page_numbers(patched_loader, monkeypatch):
-    from app import share
-
-    offered = {}
-    monkeypatch.setattr(share, "downloads", lambda stem, key, **kw: offered.update(stem=stem, **kw))
+def test_page_downloads_carry_the_page_numbers(patched_loader, offered):
     at = _gpt_page()
     at.run()
     assert not at.exception, at.exception
     layer, head = at.slider(key="gpt_layer").value, int(at.selectbox(key="gpt_head").value.split()[1])
     prompt = at.text_area(key="gpt_text").value
-    loaded = loading.load(registry.default("causal_lm"))  # the patched tiny model, as the page loaded it
-    expected = causal_lm.run(loaded, prompt).maps("self")
-    np.testing.assert_allclose(share.resolve(offered["payload"])["weights"], expected.head(layer, head), atol=1e-6)
-    np.testing.assert_allclose(share.resolve(offered["table"]).to_numpy(), expected.head(layer, head), atol=1e-6)
-    np.testing.assert_allclose(share.resolve(offered["arrays"])["weights"], expected.layer(layer), atol=1e-6)
-    assert f"layer-{layer}_head-{head}" in offered["stem"]
-    png = export.chart_png(share.resolve(offered["chart"]))
-    assert Image.open(io.BytesIO(png)).format == "PNG"
+    loaded = families.load(registry.default("causal_lm"))  # the patched tiny model, as the page loaded it
+    expected = causal_lm.run(loaded, TextInput(prompt)).maps("self").head(layer, head)
+    figure = offered["gpt"]
+    files = check_files(figure)
+    assert f"layer-{layer}_head-{head}" in figure.stem
+    np.testing.assert_allclose(json.loads(files["json"])["weights"], expected, atol=1e-6)
+    np.testing.assert_allclose(pd.read_csv(io.BytesIO(files["csv"]), index_col=0).to_numpy(), expected, atol=1e-6)
+    np.testing.assert_allclose(np.load(io.BytesIO(files["npz"]))["weights"], expected, atol=1e-6)
+
+
+# --- presentation mode -------------------------------------------------------------------------------------------
+
+def _presentation_script():
+    import streamlit as st
+
+    from app import presentation
+
+    presentation.toggle()
+    st.text(presentation.color_scheme())
+
+
+def test_presentation_mode_is_part_of_the_link():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_presentation_script)
+    at.query_params["presentation"] = "True"
+    at.run()
+    assert not at.exception, at.exception
+    assert at.toggle(key="presentation").value is True and at.text[0].value == "cividis"
+    assert any("zoom" in m.value for m in at.markdown)  # the presentation stylesheet is on the page
+    at.toggle(key="presentation").set_value(False).run()
+    assert "presentation" not in at.query_params and at.text[0].value == "viridis"
+    at.toggle(key="presentation").set_value(True).run()
+    assert url_param(at, "presentation") == "True"
+
+
+
+def test_combined_figure_keeps_each_charts_colours():
+    """Two heatmaps joined for export keep their own colour scales and legends, as the page shows them (Vega-Lite
+    merges same-named colour fields by default: softmax weights were drawn in the scores' red-blue)."""
+    import vl_convert
+
+    from viz import mechanics as charts
+
+    labels = ["a", "b", "c"]
+    scores = charts.matrix_chart(np.array([[-3.0, 0, 3], [1, 2, -1], [0, 0, 0]]), labels, labels, "scores")
+    weights = charts.matrix_chart(np.full((3, 3), 1 / 3), labels, labels, "softmax", probabilities=True,
+                                  scheme="cividis")
+    vega = vl_convert.vegalite_to_vega(export.combined(scores, weights).to_json())
+    color_scales = [s for s in vega["scales"] if s.get("type") != "band" and "scheme" in json.dumps(s)]
+    assert len(color_scales) >= 2, [s["name"] for s in vega["scales"]]

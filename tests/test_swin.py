@@ -6,7 +6,9 @@ import pytest
 import timm
 import torch
 
-from models import capture_timm, swin
+from models import capture_timm, loading, swin
+from models import swin_geometry as geometry
+from models.inputs import ImageInput
 from models.registry import ModelSpec
 
 
@@ -46,7 +48,7 @@ def original_window_mask(size, window, shift):
     cols = (np.arange(width) + mw - sw) // mw
     group = rows[:, None] * (width + 1) + cols[None, :]  # (H, W): displaced-window id in the original layout
     rolled = np.roll(group, (-sh, -sw), axis=(0, 1))
-    ids = swin.window_partition(rolled, window).reshape(-1, mh * mw)
+    ids = geometry.window_partition(rolled, window).reshape(-1, mh * mw)
     return np.where(ids[:, :, None] == ids[:, None, :], 0.0, -100.0).astype(np.float32)
 
 
@@ -54,22 +56,22 @@ def original_window_mask(size, window, shift):
 
 def test_partition_reverse_round_trip_and_timm_order():
     x = np.random.default_rng(0).normal(size=(12, 8, 3)).astype(np.float32)
-    windows = swin.window_partition(x, (4, 4))
+    windows = geometry.window_partition(x, (4, 4))
     assert windows.shape == (6, 4, 4, 3)
     np.testing.assert_array_equal(windows[1], x[0:4, 4:8])  # row-major over the window grid
-    np.testing.assert_array_equal(swin.window_reverse(windows, (4, 4), 12, 8), x)
+    np.testing.assert_array_equal(geometry.window_reverse(windows, (4, 4), 12, 8), x)
     from timm.models.swin_transformer import window_partition as timm_partition
 
     np.testing.assert_array_equal(timm_partition(torch.from_numpy(x)[None], (4, 4)).numpy(), windows)
     with pytest.raises(ValueError, match="pad it first"):
-        swin.window_partition(x, (5, 4))
+        geometry.window_partition(x, (5, 4))
 
 
 def test_cyclic_shift_is_undone():
     x = np.arange(7 * 7).reshape(7, 7)
-    rolled = swin.cyclic_shift(x, (3, 3))
+    rolled = geometry.cyclic_shift(x, (3, 3))
     assert rolled[0, 0] == x[3, 3]  # the token at (s, s) moves to the top-left corner
-    np.testing.assert_array_equal(swin.undo_cyclic_shift(rolled, (3, 3)), x)
+    np.testing.assert_array_equal(geometry.undo_cyclic_shift(rolled, (3, 3)), x)
 
 
 def test_mask_equals_independent_construction_and_model_buffer(model):
@@ -78,7 +80,7 @@ def test_mask_equals_independent_construction_and_model_buffer(model):
     assert len(shifted) == 2
     for block in shifted:
         size, window, shift = tuple(block.input_resolution), tuple(block.window_size), tuple(block.shift_size)
-        ours = swin.shifted_window_mask(swin.region_ids(size, window, shift), window)
+        ours = geometry.shifted_window_mask(geometry.region_ids(size, window, shift), window)
         independent = original_window_mask(size, window, shift)
         np.testing.assert_array_equal(ours, independent)
         np.testing.assert_array_equal(ours, block.attn_mask.numpy())
@@ -86,17 +88,17 @@ def test_mask_equals_independent_construction_and_model_buffer(model):
     tiny224 = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, depths=(2, 2, 2, 2),
                                 weight_init="skip")  # buffers are built either way; skipping weight init saves seconds
     block = tiny224.layers[0].blocks[1]
-    ours = swin.shifted_window_mask(swin.region_ids((56, 56), (7, 7), (3, 3)), (7, 7))
+    ours = geometry.shifted_window_mask(geometry.region_ids((56, 56), (7, 7), (3, 3)), (7, 7))
     np.testing.assert_array_equal(ours, block.attn_mask.numpy())
     np.testing.assert_array_equal(ours, original_window_mask((56, 56), (7, 7), (3, 3)))
 
 
 def test_four_window_types_differ():
-    regions = swin.region_ids((8, 8), (4, 4), (2, 2))
-    mask = swin.shifted_window_mask(regions, (4, 4))
-    kinds = swin.window_types((2, 2))
+    regions = geometry.region_ids((8, 8), (4, 4), (2, 2))
+    mask = geometry.shifted_window_mask(regions, (4, 4))
+    kinds = geometry.window_types((2, 2))
     assert kinds == {"interior": 0, "right edge": 1, "bottom edge": 2, "corner": 3}
-    regions_per_window = [len(np.unique(w)) for w in swin.window_partition(regions, (4, 4))]
+    regions_per_window = [len(np.unique(w)) for w in geometry.window_partition(regions, (4, 4))]
     assert regions_per_window == [1, 2, 2, 4]
     assert (mask[0] == 0).all()  # interior: nothing masked
     blocked = [(mask[i] < 0).sum() for i in range(4)]
@@ -106,14 +108,14 @@ def test_four_window_types_differ():
 
 def test_relative_position_index_and_bias_equal_model(model):
     attn = model.layers[0].blocks[0].attn
-    index = swin.relative_position_index((4, 4))
+    index = geometry.relative_position_index((4, 4))
     np.testing.assert_array_equal(index, attn.relative_position_index.numpy())
     # s(Δx, Δy) = (Δx + M − 1)(2M − 1) + (Δy + M − 1): query (0, 0) vs key (3, 3) is Δ = (−3, −3) -> 0
     assert index[0, 15] == 0 and index[15, 0] == 48 and index[5, 5] == 3 * 7 + 3
     table = attn.relative_position_bias_table.detach().numpy()
-    bias = swin.relative_position_bias(table, index)
+    bias = geometry.relative_position_bias(table, index)
     np.testing.assert_allclose(bias, attn._get_rel_pos_bias()[0].detach().numpy(), atol=0)
-    images = swin.bias_table_images(table, (4, 4))
+    images = geometry.bias_table_images(table, (4, 4))
     assert images.shape == (2, 7, 7) and images[1, 3, 3] == table[24, 1]  # Δ = (0, 0) is the table's centre
 
 
@@ -136,7 +138,7 @@ def eager_window_attention(model, pixels):
     for block, x in zip(blocks, inputs):
         window, shift = tuple(block.window_size), tuple(block.shift_size)
         h = block.norm1(x)[0].detach().numpy()  # (H, W, C)
-        windows = swin.window_partition(swin.cyclic_shift(h, shift), window).reshape(-1, window[0] * window[1],
+        windows = geometry.window_partition(geometry.cyclic_shift(h, shift), window).reshape(-1, window[0] * window[1],
                                                                                      h.shape[-1])
         heads = block.attn.num_heads
         qkv = windows @ block.attn.qkv.weight.detach().numpy().T + block.attn.qkv.bias.detach().numpy()
@@ -146,10 +148,10 @@ def eager_window_attention(model, pixels):
         k = k.reshape(*k.shape[:2], heads, d).transpose(0, 2, 1, 3)
         scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(d)
         table = block.attn.relative_position_bias_table.detach().numpy()
-        scores = scores + swin.relative_position_bias(table, swin.relative_position_index(window))[None]
+        scores = scores + geometry.relative_position_bias(table, geometry.relative_position_index(window))[None]
         if any(shift):
             size = tuple(block.input_resolution)
-            scores = scores + swin.shifted_window_mask(swin.region_ids(size, window, shift), window)[:, None]
+            scores = scores + geometry.shifted_window_mask(geometry.region_ids(size, window, shift), window)[:, None]
         scores = np.exp(scores - scores.max(-1, keepdims=True))
         maps.append(scores / scores.sum(-1, keepdims=True))
     return maps
@@ -173,10 +175,10 @@ def test_capture_equals_eager_reference(model, captured):
 def test_rows_sum_to_one_and_cross_region_weights_vanish(model, captured):
     structure = swin.read_structure(model)
     _, _, windows = captured
-    for geometry, maps in zip(structure.blocks, windows):
+    for block, maps in zip(structure.blocks, windows):
         np.testing.assert_allclose(maps.sum(-1), 1.0, atol=1e-5)
-        blocked = ~geometry.allowed()  # (nW, N, N)
-        assert blocked.any() == (geometry.kind == "SW-MSA")
+        blocked = ~block.allowed()  # (nW, N, N)
+        assert blocked.any() == (block.kind == "SW-MSA")
         assert np.abs(maps.transpose(1, 0, 2, 3)[:, blocked]).max(initial=0) < 1e-30
 
 
@@ -187,27 +189,28 @@ def test_reassembled_patch_attention_lands_on_the_right_pixels():
     reflect = np.zeros((4, n, n), dtype=np.float32)
     reflect[:, np.arange(n), n - 1 - np.arange(n)] = 1.0
     # query (2, 2) sits at rolled (0, 0): window 0 slot 0 -> key slot 15 = rolled (3, 3) -> original (5, 5)
-    got = swin.patch_attention_map(reflect, (2, 2), size, window, shift)
+    got = geometry.patch_attention_map(reflect, (2, 2), size, window, shift)
     assert got[5, 5] == 1.0 and got.sum() == 1.0
     # query (0, 0) is rolled to (6, 6): window 3 slot 10 -> key slot 5 = rolled (5, 5) -> original (7, 7)
-    got = swin.patch_attention_map(reflect, (0, 0), size, window, shift)
+    got = geometry.patch_attention_map(reflect, (0, 0), size, window, shift)
     assert got[7, 7] == 1.0
     # no shift: window of (0, 0) is window 0, key slot 15 = (3, 3)
-    assert swin.patch_attention_map(reflect, (0, 0), size, window, (0, 0))[3, 3] == 1.0
+    assert geometry.patch_attention_map(reflect, (0, 0), size, window, (0, 0))[3, 3] == 1.0
     with pytest.raises(ValueError, match="outside"):
-        swin.patch_attention_map(reflect, (8, 0), size, window, shift)
+        geometry.patch_attention_map(reflect, (8, 0), size, window, shift)
 
 
 def test_shifted_block_reaches_across_the_old_window_border(model, captured):
     structure = swin.read_structure(model)
-    attention = swin.SwinAttention("self", [], [], captured[2], structure.blocks)
+    windows = swin.WindowAttention(tuple(captured[2]), tuple(structure.blocks))
+    attention = swin.SwinAttention(windows)
     # token (3, 3): in W-MSA its window is rows/cols 0..3; in SW-MSA its window is rows/cols 2..5 (displaced by 2)
-    regular = attention.patch_map(0, 0, (3, 3))
-    shifted = attention.patch_map(1, 0, (3, 3))
+    regular = windows.patch_map(0, 0, (3, 3))
+    shifted = windows.patch_map(1, 0, (3, 3))
     assert regular[4:, :].sum() == 0 and regular[:, 4:].sum() == 0
     assert shifted[4:6, 4:6].sum() > 0.05 and shifted[:2].sum() < 1e-30 and shifted[6:].sum() < 1e-30
     # token (0, 0) in SW-MSA: the corner window, but only its own region [0, 2) × [0, 2) is visible
-    corner = attention.patch_map(1, 1, (0, 0))
+    corner = windows.patch_map(1, 1, (0, 0))
     assert abs(corner[:2, :2].sum() - 1.0) < 1e-5
     # the dense contract matrix agrees with the per-window maps, and with allowed()
     dense = attention.layer(1)
@@ -263,15 +266,18 @@ def test_run_local_checkpoint_through_the_load_path(tmp_path, monkeypatch):
     from PIL import Image
 
     photo = Image.fromarray(np.random.default_rng(0).integers(0, 255, (50, 70, 3), dtype=np.uint8))
-    result = swin.run(loaded, photo)
-    extras = result.extras["swin"]
+    result = swin.run(loaded, ImageInput(photo, "photo"))
     assert result.image.image.shape == (32, 32, 3) and result.image.patch_grid == (16, 16)
-    assert [p.token for p in extras.predictions][:1] and {p.token for p in extras.predictions} <= set("abcde")
+    assert [p.token for p in result.predictions][:1] and {p.token for p in result.predictions} <= set("abcde")
+    assert result.label_source == "the checkpoint's label_names" and result.input_name == "photo"
     from models import images
 
     pixels = images.preprocess(photo, images.data_config(loaded.model)).tensor
     _, windows = swin.capture_windows(model, pixels)  # the in-memory model before saving
-    np.testing.assert_allclose(extras.attention.windows[1], windows[1], atol=1e-6)
+    np.testing.assert_allclose(result.windows.windows[1], windows[1], atol=1e-6)
+    maps = result.maps("self")  # the contract: not uniform, heads and tokens per stage
+    assert not maps.uniform and [maps.heads_in(b) for b in range(4)] == [2, 2, 4, 4]
+    assert len(maps.tokens_in(2)[0]) == 8 * 8
     with pytest.raises(ValueError, match="outside the folders"):
         swin.load(ModelSpec("swin", "/etc", "local", "/etc", "", "", library="timm"))
 
@@ -296,7 +302,7 @@ def test_shift_steps_draw_the_model_geometry(model):
     assert all(pictures[s].size == (96, 96) for s in swin_viz.SHIFT_STEPS[:4])
     assert pictures["regrouped windows"].size[0] > 96  # exploded: gaps between the 4 × 4 windows
     # the rolled picture is the crop rolled by −s tokens = −4 px (checked away from drawn lines and tint)
-    rolled = np.asarray(swin_viz._scaled(swin.cyclic_shift(crop, (4, 4)), 3))
+    rolled = np.asarray(swin_viz._scaled(geometry.cyclic_shift(crop, (4, 4)), 3))
     plain = np.asarray(pictures["original layout"])
     assert (plain[1, 1] == np.asarray(swin_viz._scaled(crop, 3))[1, 1]).all()
     assert rolled[1, 1].tolist() == np.asarray(swin_viz._scaled(crop, 3))[13, 13].tolist()
@@ -316,27 +322,114 @@ def test_patch_picture_lights_the_query_token_pixels(model):
     assert lit[10:12, 18:20].all() and lit.sum() == 4  # coloured (yellow, red, cyan: channel sums below 600)
 
 
+# --- figures (viz/figures/swin.py) and the command line -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_result(model):
+    """The tiny Swin run through the family's ``run`` on a photo, with the pixels it saw."""
+    from PIL import Image
+
+    from models import images, loading
+
+    photo = Image.fromarray(np.random.default_rng(2).integers(0, 255, (40, 52, 3), dtype=np.uint8))
+    loaded = loading.LoadedModel(ModelSpec("swin", "tiny", "local", "tiny", "", "", library="timm"), model, None,
+                                 "cpu", "float32", capture=swin.CAPTURE_DESCRIPTION)
+    model.pretrained_cfg = {**model.pretrained_cfg, "input_size": (3, 32, 32), "crop_pct": 1.0,
+                            "interpolation": "bilinear", "label_names": list("abcde")}
+    pixels = images.preprocess(photo, images.data_config(model)).tensor
+    return swin.run(loaded, ImageInput(photo, "photo")), pixels
+
+
+def test_every_view_draws_the_models_numbers(model, tiny_result):
+    """Every view the family declares builds with its defaults and writes valid files; the window maps in them are
+    the eager reference's, the predictions the model's softmax."""
+    from tests.conftest import check_files
+    from viz import figures
+
+    result, pixels = tiny_result
+    built = {name: figures.build(name, result) for name in swin.FAMILY.views}
+    for figure in built.values():
+        assert "json" in check_files(figure)  # python -m app.cli --format png,json works for every view
+    reference = eager_window_attention(model, pixels)[1].mean(axis=1)  # block 1 (SW-MSA), mean of heads
+    block = result.structure.blocks[1]
+    window, _ = geometry.window_of((7, 7), block)  # the default patch: left of and above the centre of 16 × 16
+    np.testing.assert_allclose(built["window_attention"].arrays()["weights"], reference[window], atol=1e-5)
+    assert built["window_attention"].stem == f"tiny_photo_stage-1-block-2-sw-msa_average-of-heads_window-{window}"
+    np.testing.assert_allclose(built["block_windows"].arrays()["windows"], reference, atol=1e-5)
+    patch = built["patch_attention"].arrays["attention"]
+    np.testing.assert_allclose(patch, geometry.patch_attention_map(reference, (7, 7), (16, 16), (4, 4), (2, 2)),
+                               atol=1e-5)
+    assert abs(patch.sum() - 1) < 1e-5
+    probabilities = torch.softmax(model(pixels)[0], -1).detach().numpy()
+    table = built["swin_predictions"].table()
+    np.testing.assert_allclose(table["probability"], np.sort(probabilities)[::-1][:5], atol=1e-6)
+    assert list(built["hierarchy"].table["tokens"]) == ["16 × 16", "8 × 8"]
+    np.testing.assert_array_equal(built["shifted_window_masks"].arrays["attn_mask"],
+                                  model.layers[0].blocks[1].attn_mask.numpy())
+
+
+@pytest.mark.parametrize("name, options, message", [
+    ("window_attention", dict(row=99), "outside stage 1"),
+    ("window_attention", dict(head=5), "head 5 does not exist"),
+    ("relative_position_bias", dict(stage=1, block=0), "not in stage 2"),
+    ("relative_position_bias", dict(head=9), "head 9 does not exist"),
+    ("cyclic_shift", dict(step="sideways"), "unknown step"),
+    ("stage_windows", dict(stage=4), "stage 4 does not exist"),
+    ("patch_merging", dict(stage=0), "no patch merging"),
+])
+def test_bad_view_options_are_messages(tiny_result, name, options, message):
+    from viz import figures
+
+    view = figures.get(name)
+    with pytest.raises(ValueError, match=message):
+        figures.build(name, tiny_result[0], view.options(**options))
+
+
+def test_cli_writes_the_default_view_and_refuses_a_stage_without_shift(tmp_path, capsys):
+    """``python -m app.cli --page swin`` on the shipped mini: the hierarchy's files; a bad option is one line."""
+    import json
+
+    from app import cli
+    from models import registry
+
+    assert cli.main(["--page", "swin", "--out", str(tmp_path), "--format", "png,json"]) == 0
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == ["mini-swin-shapes_sample-cat_stages.json", "mini-swin-shapes_sample-cat_stages.png"]
+    stages = json.loads((tmp_path / written[0]).read_text())["stages"]
+    mini = swin.read_structure(swin.load(registry.default("swin")).model)
+    assert stages == json.loads(json.dumps(mini.stage_rows()))
+    assert cli.main(["--page", "swin", "--view", "cyclic_shift", "--stage", "2", "--out", str(tmp_path)]) == 2
+    assert "Stage 3 has no shifted block" in capsys.readouterr().err
+
+
 # --- the page (AppTest, loader patched to a tiny Swin) -----------------------------------------------------------
+
+def tiny_page_swin():
+    """The tiny Swin the page gets in place of the mini: 32 px, 16 × 16 tokens, three stages (the last without a
+    shift), five named classes."""
+    model = tiny_swin(seed=5, depths=(2, 2, 2), num_heads=(2, 4, 8))  # stage 3: 4 × 4 tokens, no shift
+    model.pretrained_cfg = {**model.pretrained_cfg, "input_size": (3, 32, 32), "crop_pct": 1.0,
+                            "interpolation": "bilinear", "label_names": list("abcde")}
+    return model
+
 
 @pytest.fixture
 def patched_swin(monkeypatch):
-    """Every Swin the page loads is a tiny random one (32 px, 16 × 16 tokens, two stages with shifts)."""
+    """Every mini Swin the page loads is ``tiny_page_swin()``; typed names still go through the real checks."""
     import streamlit as st
 
-    from models import loading
+    from models import families, loading
 
-    def fake_load(spec, device="cpu", dtype="float32", progress=None):
-        if spec.source != "mini":
-            return real_load(spec, device, dtype, progress)  # typed names still go through the real checks
-        model = tiny_swin(seed=5, depths=(2, 2, 2), num_heads=(2, 4, 8))  # stage 3: 4 × 4 tokens, no shift
-        model.pretrained_cfg = {**model.pretrained_cfg, "input_size": (3, 32, 32), "crop_pct": 1.0,
-                                "interpolation": "bilinear", "label_names": list("abcde")}
-        return loading.LoadedModel(spec, model, None, device, dtype)
+    real_load = families.load
 
-    real_load = swin.load
-    monkeypatch.setattr(swin, "load", fake_load)
+    def fake_load(spec, device="cpu", dtype="float32", progress=lambda step, fraction: None):
+        if spec.family != "swin" or spec.source != "mini":
+            return real_load(spec, device, dtype, progress)
+        return loading.LoadedModel(spec, tiny_page_swin(), None, device, dtype, capture=swin.CAPTURE_DESCRIPTION)
+
+    monkeypatch.setattr(families, "load", fake_load)
     st.cache_resource.clear()
-    yield
+    yield fake_load
     st.cache_resource.clear()
 
 
@@ -385,7 +478,7 @@ def test_shipped_mini_swin_reproduces_its_measured_accuracy():
     spec = registry.default("swin")
     assert spec.source == "mini"
     loaded = swin.load(spec)
-    card, metrics = swin.model_card(spec)
+    card, metrics = loading.mini_card(spec)
     assert f"{metrics['accuracy']:.1%}" in card
     config = train.Config(**{k: tuple(v) if isinstance(v, list) else v for k, v in metrics["config"].items()})
     measured = train.evaluate(loaded.model, config)

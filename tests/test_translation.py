@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from models import registry, translation
+from models import families, registry, translation
 from models.analysis import alignment
 from models.minis.translation import grammar
 from models.minis.translation.rnn import AdditiveAttention, GRUConfig, GRUTranslator
 from models.minis.translation.tokenizer import build_vocabulary, make_tokenizer, pieces
+from models.inputs import TextInput
 from models.loading import SAMPLE_DATA
 from models.registry import ModelSpec
 
@@ -47,7 +48,7 @@ def tiny_marian_folder(tmp_path_factory, word_tokenizer):
 def tiny_marian(tiny_marian_folder, monkeypatch):
     monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tiny_marian_folder.parent))
     spec = registry.custom("translation", str(tiny_marian_folder))
-    return translation.load(spec)
+    return families.load(spec)
 
 
 # --- capture on a tiny Marian ------------------------------------------------------------------------------------
@@ -55,9 +56,9 @@ def tiny_marian(tiny_marian_folder, monkeypatch):
 def test_capture_equals_eager_for_encoder_decoder_and_cross_attention(tiny_marian, tiny_marian_folder):
     import transformers
 
-    result = translation.run(tiny_marian, "The council approved the report.", translation.TranslationSettings(
-        max_new_tokens=6))
-    out = result.extras["translation"]
+    result = families.run(tiny_marian, TextInput("The council approved the report."),
+                          translation.TranslationSettings(max_new_tokens=6))
+    out = result.output
     eager = transformers.MarianMTModel.from_pretrained(tiny_marian_folder, attn_implementation="eager").eval()
     source = torch.tensor([tiny_marian.tokenizer("The council approved the report.")["input_ids"]])
     assert out.source_ids == source[0].tolist()
@@ -97,10 +98,10 @@ def test_capture_equals_eager_for_t5_and_bart(architecture, word_tokenizer, tmp_
     model.save_pretrained(tmp_path / architecture)
     word_tokenizer.save_pretrained(tmp_path / architecture)
     monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tmp_path))
-    loaded = translation.load(registry.custom("translation", str(tmp_path / architecture)))
-    result = translation.run(loaded, "The council approved the report.",
+    loaded = families.load(registry.custom("translation", str(tmp_path / architecture)))
+    result = families.run(loaded, TextInput("The council approved the report."),
                              translation.TranslationSettings("beam search", num_beams=3, max_new_tokens=6))
-    out = result.extras["translation"]
+    out = result.output
     eager = type(model).from_pretrained(tmp_path / architecture, attn_implementation="eager").eval()
     decoder_input = torch.tensor([[model.config.decoder_start_token_id] + out.output_ids[:-1]])
     with torch.no_grad():
@@ -113,18 +114,18 @@ def test_capture_equals_eager_for_t5_and_bart(architecture, word_tokenizer, tmp_
 
 
 def test_cross_attention_rows_sum_to_one_over_source_tokens(tiny_marian):
-    result = translation.run(tiny_marian, "Our new plan was adopted in 1992.",
+    result = families.run(tiny_marian, TextInput("Our new plan was adopted in 1992."),
                              translation.TranslationSettings(strategy="beam search", num_beams=3, max_new_tokens=8))
     cross = result.maps("cross")
     for layer in range(cross.num_layers):
         np.testing.assert_allclose(cross.layer(layer).sum(-1), 1.0, atol=1e-5)
-    out = result.extras["translation"]
+    out = result.output
     words = translation.word_attention(cross.head(0, None), out)
     np.testing.assert_allclose(words.sum(-1), 1.0, atol=1e-5)
     assert words.shape == (len(out.output_words), len(out.source_words))
     assert len(result.generation) == len(out.output_tokens)
     for step in result.generation:
-        assert step.candidates == sorted(step.candidates, key=lambda c: -c.probability)
+        assert list(step.candidates) == sorted(step.candidates, key=lambda c: -c.probability)
         assert 0 <= step.probability <= 1
 
 
@@ -242,22 +243,22 @@ def test_gru_beam_of_one_is_greedy_and_forward_matches_steps():
 
 def test_bad_input_gives_messages(tiny_marian):
     with pytest.raises(ValueError, match="Type or pick"):
-        translation.run(tiny_marian, "   ")
+        families.run(tiny_marian, TextInput("   "))
     with pytest.raises(ValueError, match="limit is 8"):
-        translation.run(tiny_marian, "The council approved the report on the new treaty.",
-                        translation.TranslationSettings(max_source_tokens=8))
+        families.run(tiny_marian, TextInput("The council approved the report on the new treaty.", max_tokens=8))
     # a model that is not word-level translates around unknown pieces, with a notice
-    result = translation.run(tiny_marian, "The councl approved <b>the</b> report.",
+    result = families.run(tiny_marian, TextInput("The councl approved <b>the</b> report."),
                              translation.TranslationSettings(max_new_tokens=4))
     assert any("unknown" in notice and "councl" in notice for notice in result.notices)
     with pytest.raises(ValueError, match="Beam width"):
-        translation.run(tiny_marian, "The council.", translation.TranslationSettings("beam search", num_beams=1))
+        families.run(tiny_marian, TextInput("The council."),
+                     translation.TranslationSettings("beam search", num_beams=1))
 
 
 def test_suggestions_for_unknown_words_of_a_mini():
-    loaded = translation.load(registry.get("translation", "mini GRU + additive attention en→fr"))
+    loaded = families.load(registry.get("translation", "mini GRU + additive attention en→fr"))
     with pytest.raises(translation.UnknownWordsError) as caught:
-        translation.run(loaded, "The comission approved THE <b>report</b>.")
+        families.run(loaded, TextInput("The comission approved THE <b>report</b>."))
     assert caught.value.words == ["comission", "THE", "<b>report</b>."]
     assert "commission" in caught.value.suggestions["comission"]
     assert caught.value.suggestions["THE"][0] == "the"
@@ -271,9 +272,9 @@ def test_minis_load_and_translate_a_known_sentence(key):
     spec = registry.get("translation", key)
     folder = SAMPLE_DATA / spec.id
     assert (folder / "model.safetensors").stat().st_size <= 20 * 2**20
-    loaded = translation.load(spec)
-    result = translation.run(loaded, "The commission approved the new report.")
-    assert result.extras["translation"].translation == "La commission a approuvé le nouveau rapport."
+    loaded = families.load(spec)
+    result = families.run(loaded, TextInput("The commission approved the new report."))
+    assert result.output.translation == "La commission a approuvé le nouveau rapport."
     if key.startswith("mini GRU, fixed"):
         assert result.attention == {}
     else:
@@ -293,6 +294,141 @@ def test_mini_card_reports_the_measured_targets():
     assert not math.isnan(models["gru-attention"]["alignment"]["aer"])
 
 
+# --- the figures: their numbers are the model's -------------------------------------------------------------------
+
+BAHDANAU = grammar.example_pair()  # the page's first sample: the grammar's gold links are known
+
+
+@pytest.fixture(scope="module")
+def mini_transformer():
+    return families.load(registry.get("translation", "mini Transformer en→fr"))
+
+
+@pytest.fixture(scope="module")
+def bahdanau_result(mini_transformer):
+    return families.run(mini_transformer, TextInput(BAHDANAU.english))
+
+
+def test_result_carries_the_grammars_reference_gold_links_and_the_best_head(bahdanau_result):
+    out = bahdanau_result.output
+    assert out.reference == BAHDANAU.french == out.translation
+    # gold links index the output's words, which include </s>: the grammar's pairs, shifted to those positions
+    assert out.gold_links == {(e, f) for e, f in BAHDANAU.alignment}  # no special token before the words here
+    assert [out.source_words[e] for e, _ in sorted(out.gold_links)][:2] == ["The", "agreement"]
+    best = json.loads(translation.METRICS.read_text())["models"]["transformer"]["alignment"]["best_head"]
+    assert bahdanau_result.opening_head == (best["layer"], best["head"])
+
+
+def test_a_sentence_outside_the_samples_has_no_gold(mini_transformer):
+    result = families.run(mini_transformer, TextInput("The commission approved the new report."))
+    assert result.output.reference is None and result.output.gold_links is None
+    from viz import figures
+    from viz.figures.translation import AlignmentOptions
+
+    figure = figures.build("alignment", result, AlignmentOptions(units="words"))
+    assert figure.payload["gold_links"] is None and figure.payload["alignment_error_rate"] is None
+
+
+@pytest.mark.parametrize("layer, head", [(1, None), (None, 0), (2, 2)])
+def test_alignment_figure_is_the_models_cross_attention(bahdanau_result, layer, head):
+    from tests.conftest import check_files
+    from viz import figures
+    from viz.figures.translation import AlignmentOptions
+
+    cross, out = bahdanau_result.maps("cross"), bahdanau_result.output
+    pieces_map = (cross.head(layer, head) if layer is not None
+                  else np.mean([cross.head(i, head) for i in range(cross.num_layers)], axis=0))
+    tokens = figures.build("alignment", bahdanau_result, AlignmentOptions(layer, head, "tokens"))
+    np.testing.assert_allclose(tokens.payload["weights"], pieces_map, atol=1e-6)
+    assert tokens.payload["output_labels"] == out.output_tokens and tokens.payload["gold_links"] is None
+
+    words = figures.build("alignment", bahdanau_result, AlignmentOptions(layer, head, "words"))
+    by_hand = alignment.merge_to_words(pieces_map, out.output_groups, out.source_groups)
+    np.testing.assert_allclose(words.payload["weights"], by_hand, atol=1e-6)
+    real = [j for j, special in enumerate(out.special_output) if not special]
+    argmax = {(int(np.argmax(by_hand[j, :-1])), j) for j in real}  # </s> is the last source word: left out
+    assert set(map(tuple, words.payload["argmax_links"])) == argmax
+    assert words.payload["alignment_error_rate"] == pytest.approx(
+        alignment.alignment_error_rate(argmax, out.gold_links))
+    files = check_files(words)
+    np.testing.assert_allclose(json.loads(files["json"])["weights"], by_hand, atol=1e-6)
+    assert words.stem.endswith(f"_cross_{'all-layers' if layer is None else f'layer-{layer}'}_"
+                               f"{'mean' if head is None else f'head-{head}'}_words")
+
+
+def test_alignment_opens_on_the_models_best_head_and_refuses_what_does_not_exist(bahdanau_result):
+    from viz import figures
+    from viz.figures.translation import AlignmentOptions
+
+    opening = figures.build("alignment", bahdanau_result)  # the defaults: what the page opens on
+    layer, head = bahdanau_result.opening_head
+    assert (opening.payload["layer"], opening.payload["head"]) == (layer, head)
+    np.testing.assert_allclose(opening.payload["weights"], translation.word_attention(
+        bahdanau_result.maps("cross").head(layer, head), bahdanau_result.output), atol=1e-6)
+    with pytest.raises(ValueError, match="layer 7 does not exist"):
+        figures.build("alignment", bahdanau_result, AlignmentOptions(layer=7))
+    with pytest.raises(ValueError, match="unknown units"):
+        figures.build("alignment", bahdanau_result, AlignmentOptions(units="letters"))
+
+
+def test_decoding_step_figure_is_the_models_step(bahdanau_result):
+    from tests.conftest import check_files
+    from viz import figures
+    from viz.figures.translation import DecodingStepOptions
+
+    step = bahdanau_result.generation[3]
+    figure = figures.build("decoding_step", bahdanau_result, DecodingStepOptions(4, 1, None))
+    np.testing.assert_allclose(figure.arrays["source_attention"], bahdanau_result.maps("cross").head(1, None)[3],
+                               atol=1e-6)
+    np.testing.assert_allclose(figure.arrays["candidate_probabilities"], [c.probability for c in step.candidates])
+    assert figure.payload["token"] == step.token == bahdanau_result.output.output_tokens[3]
+    assert len(figure.charts) == 2 and figure.stem.endswith("_step-4_cross_layer-1_mean")
+    check_files(figure)
+    with pytest.raises(ValueError, match="step 99 does not exist"):
+        figures.build("decoding_step", bahdanau_result, DecodingStepOptions(99))
+
+
+def test_quality_figures_are_the_measured_metrics():
+    import pandas as pd
+
+    from models.minis.translation import card
+    from tests.conftest import check_files
+    from viz import figures
+
+    metrics = json.loads(translation.METRICS.read_text())
+    accuracy = figures.build("accuracy_by_length", translation.measured_quality())
+    pd.testing.assert_frame_equal(accuracy.table(), pd.DataFrame(card.length_rows(metrics)))
+    check_files(accuracy)
+    grid = figures.build("aer_grid", translation.measured_quality())
+    np.testing.assert_allclose(grid.arrays()["per_head"], metrics["models"]["transformer"]["alignment"]["per_head"])
+    assert "all layers and heads averaged" in grid.caption
+    check_files(grid)
+
+
+def test_fixed_context_model_has_no_alignment_but_its_steps_have_candidates():
+    from viz import figures
+
+    loaded = families.load(registry.get("translation", "mini GRU, fixed context en→fr"))
+    result = families.run(loaded, TextInput(BAHDANAU.english))
+    with pytest.raises(ValueError, match="no attention"):
+        figures.build("alignment", result)
+    step = figures.build("decoding_step", result)
+    assert len(step.charts) == 1 and "source_attention" not in step.arrays
+
+
+def test_cli_default_view_is_the_alignment_the_page_opens_on(bahdanau_result, tmp_path):
+    from app import cli
+
+    assert cli.main(["--page", "translation", "--out", str(tmp_path), "--format", "json"]) == 0
+    (written,) = tmp_path.iterdir()
+    payload = json.loads(written.read_text())
+    layer, head = bahdanau_result.opening_head
+    assert written.name.endswith(f"_cross_layer-{layer}_head-{head}_words.json")
+    np.testing.assert_allclose(payload["weights"], translation.word_attention(
+        bahdanau_result.maps("cross").head(layer, head), bahdanau_result.output), atol=1e-6)
+    assert payload["source"] == BAHDANAU.english
+
+
 # --- the page (AppTest on the minis from sample_data: they are small enough to load in a test) ------------------
 
 def _translation_page():
@@ -307,13 +443,19 @@ def _charts(at) -> int:
     return len(at.get("vega_lite_chart")) + len(at.get("image"))
 
 
-@pytest.fixture
-def fresh_caches():
-    import streamlit as st
+def chart_frames(at) -> list:
+    """Every dataset of every chart the page drew, as pandas frames (read back from the charts themselves)."""
+    import pyarrow as pa
 
-    st.cache_resource.clear()
-    yield
-    st.cache_resource.clear()
+    return [pa.ipc.open_stream(dataset.data.data).read_all().to_pandas()
+            for chart in at.get("vega_lite_chart") for dataset in chart.proto.datasets]
+
+
+def alignment_maps(at) -> list[np.ndarray]:
+    """The (output, source) weights of each alignment chart on the page, in order."""
+    return [frame.pivot(index="output position", columns="source position", values="weight").to_numpy()
+            for frame in chart_frames(at) if {"output position", "source position", "weight"} <= set(frame.columns)
+            and len(frame) > 1 and frame["weight"].notna().all()]
 
 
 def test_page_shows_every_view_of_the_mini_transformer(fresh_caches):
@@ -334,6 +476,58 @@ def test_page_shows_every_view_of_the_mini_transformer(fresh_caches):
         assert not at.exception
 
 
+def test_page_charts_are_the_models_numbers(fresh_caches, offered, bahdanau_result):
+    """The alignment drawn for each layer/head/units choice, the step bars, the encoder heatmap, the comparison and
+    the quality figures, read back from the charts and the offered files, equal the model's own numbers."""
+    import pandas as pd
+
+    from models.minis.translation import card
+
+    cross, out = bahdanau_result.maps("cross"), bahdanau_result.output
+    layer, head = bahdanau_result.opening_head
+    at = _translation_page().run()
+    assert not at.exception, at.exception
+    np.testing.assert_allclose(alignment_maps(at)[0], translation.word_attention(cross.head(layer, head), out),
+                               atol=1e-6)
+    assert any("Alignment error rate" in m.label for m in at.metric)
+    at.selectbox(key="tr_layer_mini Transformer en→fr").set_value("layer 1")
+    at.selectbox(key="tr_head_mini Transformer en→fr").set_value("average of heads")
+    at.radio(key="tr_units").set_value("tokens").run()
+    np.testing.assert_allclose(alignment_maps(at)[0], cross.head(1, None), atol=1e-6)
+    assert offered["tr_align"].stem.endswith("_cross_layer-1_mean_tokens")
+
+    at.session_state["tr_view"] = "Step through decoding"
+    at.run()
+    at.slider(key="tr_step").set_value(3).run()
+    np.testing.assert_allclose(offered["tr_step"].arrays["source_attention"], cross.head(1, None)[2], atol=1e-6)
+    bars = next(f for f in chart_frames(at) if "position" in f.columns and "weight" in f.columns)
+    np.testing.assert_allclose(bars.sort_values("position")["weight"], cross.head(1, None)[2], atol=1e-6)
+
+    at.session_state["tr_view"] = "Self-attention"
+    at.run()
+    heatmap = next(f for f in chart_frames(at) if "query position" in f.columns)
+    np.testing.assert_allclose(heatmap.pivot(index="query position", columns="key position", values="weight"),
+                               bahdanau_result.maps("encoder").head(0, 0), atol=1e-6)
+
+    at.session_state["tr_view"] = "Transformer vs GRU"
+    at.run()
+    assert not at.exception, at.exception
+    gru = families.run(families.load(registry.get("translation", "mini GRU + additive attention en→fr")),
+                       TextInput(BAHDANAU.english))
+    left, right = alignment_maps(at)
+    np.testing.assert_allclose(left, translation.word_attention(cross.head(1, None), out), atol=1e-6)
+    np.testing.assert_allclose(right, translation.word_attention(gru.maps("cross").head(0, 0), gru.output),
+                               atol=1e-6)
+
+    at.session_state["tr_view"] = "Measured quality"
+    at.run()
+    metrics = json.loads(translation.METRICS.read_text())
+    pd.testing.assert_frame_equal(offered["tr_quality"].table(), pd.DataFrame(card.length_rows(metrics)))
+    grid = next(f for f in chart_frames(at) if "AER" in f.columns)
+    np.testing.assert_allclose(grid.pivot(index="layer", columns="head", values="AER"),
+                               metrics["models"]["transformer"]["alignment"]["per_head"])
+
+
 @pytest.mark.parametrize("sentence, message", [
     ("   ", "Type or pick"),
     ("<script>alert(1)</script> The council", "does not know"),
@@ -346,6 +540,10 @@ def test_page_bad_input_is_a_message_and_the_page_keeps_working(fresh_caches, se
     assert any(message in e.value for e in at.error), [e.value for e in at.error]
     if message == "does not know":
         assert len(at.dataframe) == 1  # unknown words and suggestions, as a table (plain text)
+        table = at.dataframe[0].value
+        assert list(table.columns) == ["unknown word", "did you mean"]
+        if "councill" in sentence:
+            assert table.set_index("unknown word").loc["councill", "did you mean"].startswith("council")
     at.text_area(key="translation_text").set_value("The council approved the report.").run()
     assert not at.exception and not at.error
 
@@ -358,6 +556,10 @@ def test_page_source_limit_and_fixed_context_model(fresh_caches):
     at.selectbox(key="model_translation").set_value("mini GRU, fixed context en→fr (offline, trained here)").run()
     assert not at.exception, at.exception
     assert any("no attention" in i.value for i in at.info)
+    at.session_state["tr_view"] = "Step through decoding"
+    at.run()
+    assert not at.exception, at.exception
+    assert any("fixed context vector" in i.value for i in at.info) and len(at.get("vega_lite_chart")) == 1
 
 
 def test_page_hub_model_offline_is_a_message(fresh_caches, monkeypatch):

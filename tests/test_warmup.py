@@ -2,9 +2,11 @@
 page as messages, an unclaimed model is dropped, and the server entry point really starts it."""
 from __future__ import annotations
 
-import ast
+import asyncio
+import importlib
+import sys
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -86,22 +88,22 @@ def test_warm_up_can_be_switched_off(monkeypatch):
     assert warmup.enabled()
 
 
-def test_load_model_hands_out_the_preloaded_model_without_loading(monkeypatch):
+def test_load_hands_out_the_preloaded_model_without_loading(monkeypatch):
     import streamlit as st
 
     from app import resources
-    from models import loading, registry
+    from models import families, registry
 
     key = (registry.specs("causal_lm")[0], "cpu", "float32")
     process = warmup.WarmUp(import_modules=lambda: None, pick_key=lambda: key, load=lambda k: "the preloaded model")
     process.start()
     process.thread.join(5)
     monkeypatch.setattr(warmup, "_process", process)
-    monkeypatch.setattr(loading, "load", lambda *a, **k: pytest.fail("loaded although a preloaded model was there"))
+    monkeypatch.setattr(families, "load", lambda *a, **k: pytest.fail("loaded although a preloaded model was there"))
     st.cache_resource.clear()
     try:
-        assert resources.load_model(*key) == "the preloaded model"
-        assert resources.load_model(*key) == "the preloaded model"  # from the cache now: claimed once only
+        assert resources.load(*key) == "the preloaded model"
+        assert resources.load(*key) == "the preloaded model"  # from the cache now: claimed once only
         assert process.pending() == []
     finally:
         st.cache_resource.clear()
@@ -117,12 +119,45 @@ def test_the_default_key_is_what_a_new_session_asks_for():
     assert (device, dtype) == sidebar.device_choice()
 
 
-def test_the_server_entry_point_starts_the_warm_up_and_serves_the_session_script():
-    """`streamlit run app/streamlit_app.py` finds an st.App whose lifespan starts the warm-up, serving app/main.py."""
-    tree = ast.parse((ROOT / "app" / "streamlit_app.py").read_text())
-    source = ast.unparse(tree)
-    assert "st.App('main.py', lifespan=lifespan)" in source
-    assert "warmup.start()" in source
+def test_the_server_entry_point_starts_the_warm_up_and_serves_the_session_script(monkeypatch):
+    """`streamlit run app/streamlit_app.py` finds an st.App that serves app/main.py and whose lifespan starts the
+    warm-up once; importing the entry point starts nothing."""
+    import streamlit as st
+    from streamlit import config
+    from streamlit.runtime import Runtime
+    from streamlit.web.server.app_discovery import discover_asgi_app
+
+    entry = ROOT / "app" / "streamlit_app.py"
+    started = []
+    monkeypatch.setattr(warmup, "start", lambda: started.append("started") or True)
+    # `streamlit run` sets this before it imports the entry; relative script paths resolve against it
+    monkeypatch.setattr(config, "_main_script_path", str(entry))
+    monkeypatch.delitem(sys.modules, "app.streamlit_app", raising=False)  # a fresh import, its own st.App
+    runtime_existed, threads = Runtime.exists(), set(threading.enumerate())
+
+    module = importlib.import_module("app.streamlit_app")
+    assert started == []  # importing starts no warm-up, and no server (earlier tests' TTL timers may start meanwhile)
+    new_threads = [t for t in set(threading.enumerate()) - threads if not isinstance(t, threading.Timer)]
+    assert Runtime.exists() == runtime_existed and not new_threads, new_threads
+
+    found = discover_asgi_app(entry)  # how `streamlit run` picks the ASGI app out of the file
+    assert found.is_asgi_app and found.app_name == "streamlit_app"
+    server = module.streamlit_app
+    assert isinstance(server, st.App)
+    served = (entry.parent / server.script_path).resolve()
+    assert served == ROOT / "app" / "main.py" and served.is_file()
+
+    async def serve_once():
+        async with server._user_lifespan(server):  # what st.App's own lifespan enters when the server starts
+            assert started == ["started"]
+
+    with ThreadPoolExecutor(1) as runner:  # its own thread: the browser tests' Playwright runs a loop in this one
+        runner.submit(asyncio.run, serve_once()).result(timeout=30)
+    assert started == ["started"]  # exactly once, and not again on shutdown
+
+
+def test_sessions_wait_for_the_warm_up_imports_before_importing_the_pages():
+    """Checked on main.py's text: running it for real would load the default model in this process."""
     main = (ROOT / "app" / "main.py").read_text()
     assert main.index("warmup.wait_for_imports") < main.index("from app import sidebar")
 

@@ -1,4 +1,4 @@
-"""Tiny random text models saved to a folder and loaded through the app's real loader (models.loading.load).
+"""Tiny random text models saved to a folder and loaded through the app's real loader (models.families.load).
 
 Used by the hostile-input, concurrency and fault tests: a Llama-style causal LM (RoPE, 4 query heads sharing 2
 key/value heads, like SmolLM2) with a byte-level BPE tokenizer (every string is encodable, as with GPT-2/SmolLM2),
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from models import loading
+from models import families, loading
 from models.registry import ModelSpec
 
 CORPUS = ["the cat sat on the mat. the dog sat on the log.", "a quick brown fox jumps over the lazy dog!",
@@ -84,4 +84,4 @@ def save_tiny_encoder(folder: Path, seed: int = 0) -> Path:
 
 def load_local(family: str, folder: Path) -> loading.LoadedModel:
     """Load ``folder`` exactly as a user-typed local folder is loaded (the folder must be allowed)."""
-    return loading.load(ModelSpec(family, str(folder), "local", str(folder), "test", "random weights"))
+    return families.load(ModelSpec(family, str(folder), "local", str(folder), "test", "random weights"))

@@ -1,7 +1,9 @@
 """Files for download and for the command-line export: figures as PNG/SVG, numbers as CSV/JSON, raw maps as .npz.
 
-Pure: charts, images and arrays in, bytes out. Altair charts are rendered by vl-convert (offline, no browser), so the
-PNG a lecturer downloads is the chart the page shows, drawn at print resolution.
+``offers(figure)`` lists the files a ``viz.figure.Figure`` can be saved as (the page's download buttons);
+``write(figure, formats, folder)`` saves them (``python -m app.cli``). Pure: charts, images and arrays in, bytes
+out. Altair charts are rendered by vl-convert (offline, no browser), so the PNG a lecturer downloads is the chart
+the page shows, drawn at print resolution.
 """
 from __future__ import annotations
 
@@ -9,11 +11,16 @@ import io
 import json
 import re
 import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
 import altair as alt
 import numpy as np
 import pandas as pd
 from PIL import Image
+
+from viz.figure import Figure, combined, resolved  # noqa: F401  (combined: figures for export)
 
 PRINT_SCALE = 4  # Vega's 72-dpi pixels × 4 ≈ 300 dpi: sharp in print and on a projector
 PRINT_DPI = 300
@@ -31,20 +38,6 @@ def file_stem(*parts: object, max_length: int = 120) -> str:
         if slug:
             words.append(slug[:40])
     return ("_".join(words) or "attention")[:max_length].rstrip("-_")
-
-
-def combined(*charts: alt.TopLevelMixin, vertical: bool = False) -> alt.TopLevelMixin:
-    """Charts a page shows side by side (or stacked) as one figure to export. Vega-Lite allows ``autosize`` only on
-    the outermost chart, so each part loses its own (they are drawn at their own width and height anyway)."""
-    parts = []
-    for chart in charts:
-        part = chart.copy()
-        part.autosize = alt.Undefined
-        parts.append(part)
-    joined = alt.vconcat(*parts) if vertical else alt.hconcat(*parts)
-    # each part keeps its own colours and legend, as on the page (Vega-Lite would merge same-named colour fields)
-    return joined.resolve_scale(color="independent").resolve_legend(color="independent").properties(
-        autosize=alt.AutoSizeParams(type="pad", contains="padding"))
 
 
 def chart_png(chart: alt.TopLevelMixin, scale: float = PRINT_SCALE) -> bytes:
@@ -118,20 +111,62 @@ def json_bytes(payload: dict) -> bytes:
     return json.dumps(payload, default=convert, ensure_ascii=False, indent=1).encode("utf-8")
 
 
-def alignment_payload(view, model: str, source: str, translation: str, layer: int | None, head: int | None,
-                      units: str) -> dict:
-    """A translation alignment (``models.translation.AlignmentView``) as JSON-ready data, the same from the page and
-    the CLI: ``weights (output, source)``, labels, links as ``(source, output)`` index pairs, AER (None without gold)."""
-    return {"model": model, "source": source, "translation": translation, "layer": "mean" if layer is None else layer,
-            "head": "mean" if head is None else head, "units": units, "output_labels": view.row_labels,
-            "source_labels": view.column_labels, "weights": view.weights,
-            "argmax_links": sorted(view.argmax or ()), "gold_links": None if view.gold is None else sorted(view.gold),
-            "alignment_error_rate": view.aer}
-
-
 def npz_bytes(arrays: dict[str, np.ndarray], **metadata: str) -> bytes:
     """The raw arrays, plus string metadata (model, input, layer, head) stored as 0-d unicode arrays."""
     buffer = io.BytesIO()
     extra = {f"meta_{k}": np.array(str(v)) for k, v in metadata.items()}
     np.savez_compressed(buffer, **arrays, **extra)
     return buffer.getvalue()
+
+
+FORMATS = ("png", "svg", "csv", "json", "npz")
+
+
+@dataclass(frozen=True)
+class FileOffer:
+    """One file a figure can be saved as; ``make()`` builds its bytes (only when asked)."""
+
+    format: str  # one of FORMATS
+    filename: str
+    mime: str
+    make: Callable[[], bytes]
+
+
+def offers(figure: Figure) -> list[FileOffer]:
+    """The files ``figure`` can be written as, in ``FORMATS`` order: PNG (and SVG for a chart) of what is drawn,
+    CSV of its table, JSON of its payload, NPZ of its arrays with the metadata."""
+    stem, found = figure.stem, []
+    chart = figure.export_chart()
+    if chart is not None:
+        found.append(FileOffer("png", f"{stem}.png", "image/png", lambda: chart_png(chart)))
+        found.append(FileOffer("svg", f"{stem}.svg", "image/svg+xml", lambda: chart_svg(chart).encode("utf-8")))
+    elif figure.image is not None:
+        found.append(FileOffer("png", f"{stem}.png", "image/png", lambda: image_png(resolved(figure.image))))
+    if figure.table is not None:
+        found.append(FileOffer("csv", f"{stem}.csv", "text/csv", lambda: csv_bytes(resolved(figure.table))))
+    if figure.payload is not None:
+        found.append(FileOffer("json", f"{stem}.json", "application/json",
+                               lambda: json_bytes(resolved(figure.payload))))
+    if figure.arrays is not None:
+        found.append(FileOffer("npz", f"{stem}.npz", "application/octet-stream",
+                               lambda: npz_bytes(resolved(figure.arrays), **dict(figure.metadata))))
+    return found
+
+
+def write(figure: Figure, formats: list[str], folder: Path) -> list[Path]:
+    """Write ``figure`` in each of ``formats`` into ``folder``; a format the figure cannot be (SVG of an image, CSV
+    of a figure without a table) is a ``ValueError`` naming the ones it can."""
+    available = {offer.format: offer for offer in offers(figure)}
+    missing = [f for f in formats if f not in available]
+    if missing:
+        why = " (SVG needs a vector chart; this view is drawn as an image: use png)" if "svg" in missing and \
+            figure.image is not None else ""
+        raise ValueError(f"this view cannot be written as {', '.join(missing)}{why}; it can be: "
+                         f"{', '.join(available) or 'nothing'}")
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for fmt in formats:
+        path = folder / available[fmt].filename
+        path.write_bytes(available[fmt].make())
+        written.append(path)
+    return written

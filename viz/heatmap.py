@@ -134,15 +134,18 @@ def png_bytes(image: Image.Image) -> bytes:
     return buffer.getvalue()
 
 
-def overview_png(weights: np.ndarray, allowed: np.ndarray, scheme: str = "viridis") -> tuple[bytes, float]:
-    """A large ``(q, k)`` map as PNG bytes (``attention_image``) and the weight drawn in the top colour.
+OVERVIEW_PX = 900  # a long input's whole map is drawn at most this many pixels a side
+
+
+def overview_image(weights: np.ndarray, allowed: np.ndarray, scheme: str = "viridis") -> tuple[Image.Image, float]:
+    """A large ``(q, k)`` map as an image (``attention_image``) and the weight drawn in the top colour.
 
     One strong cell (the first token attending to itself is 1.0) would leave every other pixel dark, so colours
     saturate at the median over queries of each query's largest visible weight, a level most rows reach."""
     row_max = np.where(allowed, weights, 0).max(axis=1)
     seeing = allowed.any(axis=1)
     vmax = float(np.median(row_max[seeing])) if seeing.any() else 1.0
-    return png_bytes(attention_image(weights, allowed, scheme, vmax=max(vmax, 1e-9))), vmax
+    return attention_image(weights, allowed, scheme, max_px=OVERVIEW_PX, vmax=max(vmax, 1e-9)), vmax
 
 
 def zoom_overview_chart(png: bytes, n_q: int, n_k: int, queries: tuple[int, int], keys: tuple[int, int],

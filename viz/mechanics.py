@@ -226,3 +226,20 @@ def kv_cache_chart(names: list[str], kinds: list[str], bytes_per_sequence: list[
                                   tooltip=["model", "kind", "label"])
     text = base.mark_text(align="left", dx=4, fontSize=13).encode(text="label:N")
     return alt.layer(bars, text).properties(width=760, height=34 * len(names) + 90)
+
+
+def worked_examples_chart(examples: list[str], rows: list[str], bytes_: list[int], labels: list[str]) -> alt.Chart:
+    """Horizontal bars on a log axis: the bytes of each row of each worked example (``examples[i]``, ``rows[i]``),
+    labelled with ``labels[i]`` (e.g. "1.07 GB = 1 GiB"), coloured by example."""
+    frame = pd.DataFrame({"example": examples, "what": [f"{e}: {r}" for e, r in zip(examples, rows)],
+                          "bytes": np.asarray(bytes_, dtype=float), "label": labels, "order": range(len(rows)),
+                          "start": 1.0})  # a log axis has no 0: bars start at one byte
+    base = alt.Chart(frame).encode(
+        y=alt.Y("what:N", sort=alt.EncodingSortField("order", op="min"), title=None,
+                axis=alt.Axis(labelFontSize=13, labelLimit=520, labelOverlap=False)),
+        x=alt.X("bytes:Q", scale=alt.Scale(type="log"), title="bytes",
+                axis=alt.Axis(labelFontSize=13, titleFontSize=14, format="~s")))
+    bars = base.mark_bar().encode(x2="start:Q", color=alt.Color("example:N", legend=None),
+                                  tooltip=["what", "label"])
+    text = base.mark_text(align="left", dx=4, fontSize=12).encode(text="label:N")
+    return alt.layer(bars, text).properties(width=560, height=28 * len(rows) + 40)

@@ -1,4 +1,4 @@
-"""Charts and images for the positional-encodings page (arrays from models/positional.py in, Altair / PIL out).
+"""Charts and images for the positional-encodings page (arrays from models/positional/ in, Altair / PIL out).
 
 Matrices up to ``MAX_CHART_CELLS`` cells are Altair rects with a tooltip per cell; bigger ones (a 512 × 384 position
 table, a 512 × 512 similarity matrix) are rendered to a PNG that an Altair image mark stretches over the same
@@ -240,3 +240,31 @@ def output_gap_chart(tokens: list[str], gaps: dict[str, np.ndarray]) -> alt.Char
         color=alt.Color("setting:N", sort=list(gaps), title=None),
         tooltip=["token", "position", "setting", alt.Tooltip("gap:Q", format=".2e")],
     ).properties(height=260, title="Does the output just shuffle along? (tiny bars: yes, up to rounding)")
+
+
+def rope_wavelength_chart(formula: np.ndarray, model: np.ndarray | None, model_name: str) -> alt.Chart:
+    """Wavelength ``2π / θ_i`` (positions per turn, log scale) of each rotated pair: the formula ``b^{-2i/d}`` as a
+    line and, when the model keeps one, its own ``inv_freq`` buffer as dots (on the line when it is the formula)."""
+    formula_name, model_label = "formula b^(−2i/d)", f"{model_name}'s inv_freq"
+    series = {formula_name: formula} | ({model_label: model} if model is not None else {})
+    frame = pd.concat([pd.DataFrame({"pair": np.arange(len(values)), "wavelength": 2 * np.pi / values,
+                                     "source": name}) for name, values in series.items()])
+    base = alt.Chart(frame).encode(
+        x=alt.X("pair:Q", title="pair i"),
+        y=alt.Y("wavelength:Q", scale=alt.Scale(type="log"), title="wavelength 2π/θᵢ (positions)"),
+        color=alt.Color("source:N", sort=list(series), title=None),
+        tooltip=["source", "pair", alt.Tooltip("wavelength:Q", format=",.1f")])
+    line = base.transform_filter(alt.datum.source == formula_name).mark_line()
+    dots = base.transform_filter(alt.datum.source == model_label).mark_point(filled=True, size=40)
+    return (line + dots).properties(height=260, title=f"RoPE in {model_name}: wavelength per pair")
+
+
+def side_by_side(*images: Image.Image, gap: int = 28) -> Image.Image:
+    """Images in one row on white, tops aligned, ``gap`` pixels apart (a figure the page shows as one picture)."""
+    canvas = Image.new("RGB", (sum(i.width for i in images) + gap * (len(images) - 1), max(i.height for i in images)),
+                       "white")
+    x = 0
+    for image in images:
+        canvas.paste(image, (x, 0))
+        x += image.width + gap
+    return canvas

@@ -1,6 +1,6 @@
 """Pictures of Swin's windows, cyclic shift, masks and relative position bias (Liu et al. 2021, Fig. 2 and Fig. 4).
 
-Pure: arrays and ``models.swin`` geometry objects in, ``PIL.Image`` or ``alt.Chart`` out; nothing here loads or runs a
+Pure: arrays and ``models.swin_geometry`` objects in, ``PIL.Image`` or ``alt.Chart`` out; nothing here loads or runs a
 model or calls Streamlit. Everything is drawn from the arrays it is given (the model's ``attn_mask``, index and table
 buffers, the captured windows); the only geometry computed here is where a token's pixels are: token (r, c) of a stage
 with ``token_px`` pixels per token covers ``[r·p, (r+1)·p) × [c·p, (c+1)·p)`` of the crop.
@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image, ImageDraw, ImageFont
 
-from models import swin
+from models import swin_geometry as geometry
 from viz import heatmap, image_overlay
 
 # nine region colours (tab10 without grey), region 0 (the untouched interior) light so the photo stays visible
@@ -64,7 +64,7 @@ def _tint(picture: np.ndarray, labels: np.ndarray, token_px: int, strength: floa
     return ((1 - strength) * picture + strength * colours).round().astype(np.uint8)
 
 
-def stage_grid(crop: np.ndarray, stage: swin.StageGeometry, window: tuple[int, int], scale: int) -> Image.Image:
+def stage_grid(crop: np.ndarray, stage: geometry.StageGeometry, window: tuple[int, int], scale: int) -> Image.Image:
     """The crop with one stage's tokens (thin lines, ``token_px`` apart) and its M × M windows (thick lines)."""
     picture = _scaled(crop, scale)
     draw = ImageDraw.Draw(picture)
@@ -83,7 +83,7 @@ def _font(size: int) -> ImageFont.ImageFont:
         return ImageFont.load_default(size=size)
 
 
-def merge_picture(stage: swin.StageGeometry, cell: int = 36) -> Image.Image:
+def merge_picture(stage: geometry.StageGeometry, cell: int = 36) -> Image.Image:
     """Patch merging as a diagram: 2 × 2 neighbours (C each) concatenated to 4C, projected to 2C (sizes from the
     model's ``reduction`` layer, ``stage.merge``)."""
     if stage.merge is None:
@@ -112,7 +112,7 @@ def merge_picture(stage: swin.StageGeometry, cell: int = 36) -> Image.Image:
     return picture
 
 
-def shift_step(crop: np.ndarray, block: swin.BlockGeometry, step: str, scale: int) -> Image.Image:
+def shift_step(crop: np.ndarray, block: geometry.BlockGeometry, step: str, scale: int) -> Image.Image:
     """One picture of the cyclic-shift story for a shifted block (``SHIFT_STEPS``), drawn on the crop.
 
     - original layout: the regular windows W-MSA used in the block before;
@@ -140,9 +140,9 @@ def shift_step(crop: np.ndarray, block: swin.BlockGeometry, step: str, scale: in
         _grid_lines(draw, picture.size, mh * p * scale, 0, WINDOW_LINE, 1, dashed=True)
         _grid_lines(draw, picture.size, mh * p * scale, sh * p * scale, SHIFTED_LINE, _line_width(scale))
         return picture
-    rolled_pixels = swin.cyclic_shift(crop, (sh * p, sw * p))
+    rolled_pixels = geometry.cyclic_shift(crop, (sh * p, sw * p))
     if step == "rolled feature map":
-        picture = _scaled(_tint(rolled_pixels, swin.cyclic_shift(displaced, block.shift), p), scale)
+        picture = _scaled(_tint(rolled_pixels, geometry.cyclic_shift(displaced, block.shift), p), scale)
         _grid_lines(ImageDraw.Draw(picture), picture.size, mh * p * scale, 0, WINDOW_LINE, _line_width(scale))
         return picture
     regions = block.regions()[:height, :width]
@@ -162,7 +162,7 @@ def shift_step(crop: np.ndarray, block: swin.BlockGeometry, step: str, scale: in
     rows, cols = block.window_grid
     sheet = Image.new("RGB", (cols * tile_px + (cols - 1) * gap, rows * tile_px + (rows - 1) * gap), "white")
     draw = ImageDraw.Draw(sheet)
-    window_regions = swin.window_partition(block.regions(), block.window)
+    window_regions = geometry.window_partition(block.regions(), block.window)
     for index in range(rows * cols):
         r, c = divmod(index, cols)
         piece = tinted.crop((c * tile_px, r * tile_px, (c + 1) * tile_px, (r + 1) * tile_px))
@@ -288,7 +288,7 @@ def all_windows_image(weights: np.ndarray, allowed: np.ndarray, grid: tuple[int,
     return sheet
 
 
-def patch_attention_picture(crop: np.ndarray, values: np.ndarray, block: swin.BlockGeometry,
+def patch_attention_picture(crop: np.ndarray, values: np.ndarray, block: geometry.BlockGeometry,
                             query: tuple[int, int], scale: int, opacity: float = 0.65) -> Image.Image:
     """A token's attention ``(H, W)`` (original layout) over the crop, exact tokens (nearest), with this block's
     windows (displaced ones in red for SW-MSA, dashed regular ones for reference) and the query token outlined."""
@@ -310,7 +310,7 @@ def patch_attention_picture(crop: np.ndarray, values: np.ndarray, block: swin.Bl
     return picture
 
 
-def cost_chart(costs: list[swin.StageCost]) -> alt.Chart:
+def cost_chart(costs: list[geometry.StageCost]) -> alt.Chart:
     """Attention entries per head and block, full vs windowed, per stage, on a log scale."""
     rows = []
     for cost in costs:

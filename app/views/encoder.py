@@ -1,9 +1,9 @@
 """Bidirectional encoder (BERT family): every token attends to every token; where [CLS] and [SEP] absorb attention."""
 import streamlit as st
 
-from app import attention_view, resources, share, widgets
-from models.encoder import special_token_share
-from viz import heatmap
+from app import attention_view, display, presentation, url_state, widgets
+from models.inputs import TextInput
+from viz.figures.attention import ShareOptions
 
 PRESETS = {
     "Coreference": "The trophy didn't fit in the suitcase because it was too big.",
@@ -13,7 +13,7 @@ PRESETS = {
 }
 
 SHARED = ["model_encoder", "max_tokens", "encoder_text", "encoder_layer", "encoder_head", "encoder_statistic"]
-share.restore(SHARED, {"max_tokens": int, "encoder_layer": int})
+url_state.restore(SHARED, {"max_tokens": int, "encoder_layer": int})
 
 st.title("Bidirectional self-attention in an encoder")
 spec = widgets.model_picker("encoder")
@@ -25,27 +25,16 @@ if not sentence.strip():
     st.info("Type a sentence above, pick a sample, or upload a .txt file.")
     st.stop()
 
-key = resources.run_key(loaded)
-try:
-    result = resources.run_encoder(loaded, key, sentence, max_tokens)
-except ValueError as error:
-    widgets.show_error(error)
-    st.stop()
+result = widgets.run_or_stop(loaded, TextInput(sentence, max_tokens))
 widgets.show_notices(result)
 maps = result.maps("self")
 st.caption(f"{len(result.tokens)} tokens · {maps.num_layers} layers × {maps.num_heads} heads · no mask: every "
            "token sees every other token")
-st.session_state["encoder_stem"] = (spec.short_name, sentence[:40])
-attention_view.explorer((key, sentence, max_tokens, "encoder"), result, "self", key="encoder")
-share.publish(SHARED)
+attention_view.explorer(result, "self", key="encoder", loaded=loaded)
+url_state.publish(SHARED)
 
-special = result.extras["special_positions"]
-if special:
+if result.special_positions:
     st.subheader("Attention absorbed by [CLS] and [SEP]")
-    share = special_token_share(maps, special)
-    names = ", ".join(sorted({result.tokens[i] for i in special}))
-
-    st.altair_chart(heatmap.head_statistic_chart(share, f"share on {names}"), width="content")
-    st.caption(f"Mean share of each head's attention that lands on the special tokens ({names}). Clark et al. "
-               "(2019) found many BERT heads park their attention there when they have nothing better to do: "
-               f"here {float((share > 0.5).mean()):.0%} of heads put more than half of it there.")
+    figure = widgets.figure_or_none("special_tokens", result, ShareOptions(presentation.color_scheme()))
+    if figure is not None:
+        display.show(figure, "encoder_special", downloads=False)

@@ -1,10 +1,11 @@
 """GPT-style language model: causal self-attention per layer and head, next-token probabilities, generation."""
 import streamlit as st
 
-from app import attention_view, resources, share, widgets
+from app import attention_view, display, url_state, widgets
 from models import limits
 from models.causal_lm import STRATEGIES, GenerationSettings
-from viz import heatmap
+from models.inputs import TextInput
+from viz.figures.attention import StepOptions
 
 PRESETS = {
     "Coreference": "The animal didn't cross the street because it was too tired.",
@@ -16,7 +17,7 @@ PRESETS = {
 }
 
 SHARED = ["model_causal_lm", "max_tokens", "gpt_text", "gpt_layer", "gpt_head", "gpt_statistic"]
-share.restore(SHARED, {"max_tokens": int, "gpt_layer": int})
+url_state.restore(SHARED, {"max_tokens": int, "gpt_layer": int})
 
 st.title("Causal self-attention in a language model")
 spec = widgets.model_picker("causal_lm")
@@ -27,26 +28,20 @@ prompt = widgets.text_source(PRESETS, key="gpt", label="Prompt")
 if not prompt.strip():
     st.info("Type a prompt above, pick a sample, or upload a .txt file.")
     st.stop()
+inputs = TextInput(prompt, max_tokens)
 
 attention_tab, generate_tab = st.tabs(["Attention on the prompt", "Generate and step through"])
-key = resources.run_key(loaded)
 
 with attention_tab:
-    try:
-        result = resources.run_causal_lm(loaded, key, prompt, max_tokens)
-    except ValueError as error:
-        widgets.show_error(error)
-        st.stop()
+    result = widgets.run_or_stop(loaded, inputs)
     widgets.show_notices(result)
-    st.caption(f"{len(result.tokens)} tokens · {result.maps('self').num_layers} layers × "
-               f"{result.maps('self').num_heads} heads")
-    st.session_state["gpt_stem"] = (spec.short_name, prompt[:40])
-    attention_view.explorer((key, prompt, max_tokens, "prompt"), result, "self", key="gpt")
-    share.publish(SHARED)
+    maps = result.maps("self")
+    st.caption(f"{len(result.tokens)} tokens · {maps.num_layers} layers × {maps.num_heads} heads")
+    attention_view.explorer(result, "self", key="gpt", loaded=loaded)
+    url_state.publish(SHARED)
     st.subheader("Next token")
-    top = result.next_token
-    st.altair_chart(heatmap.probability_bars([t.token for t in top], [t.probability for t in top],
-                                             "Top 10 after the last token"))
+    if (figure := widgets.figure_or_none("next_token", result)) is not None:
+        display.show(figure, "gpt_next", downloads=False)
 
 with generate_tab:
     with st.form("generation"):
@@ -61,36 +56,24 @@ with generate_tab:
         top_p = cols[2].number_input("Top-p (sampling)", 0.05, 1.0, 0.95, 0.05)
         seed = cols[3].number_input("Seed", 0, 2**31 - 1, 0)
         submitted = st.form_submit_button("Generate", type="primary")
-    settings = GenerationSettings(int(max_new), strategy, int(beams), float(temperature), int(top_k), float(top_p),
-                                  float(penalty), int(seed))
     if submitted:
-        st.session_state["gpt_generation"] = settings
+        st.session_state["gpt_generation"] = GenerationSettings(
+            int(max_new), strategy, int(beams), float(temperature), int(top_k), float(top_p), float(penalty),
+            int(seed))
     if st.session_state.get("gpt_generation") is None:
         st.info("Choose the decoding settings and press Generate.")
         st.stop()
-    settings = st.session_state["gpt_generation"]
-    try:
-        with st.spinner("Generating…"):
-            generated = resources.generate_causal_lm(loaded, key, prompt, settings, max_tokens)
-    except ValueError as error:
-        widgets.show_error(error)
-        st.stop()
+    with st.spinner("Generating…"):
+        generated = widgets.run_or_stop(loaded, inputs, st.session_state["gpt_generation"])
     widgets.show_notices(generated)
-    st.text(prompt + generated.extras["text"])  # plain text: never markup
+    st.text(prompt + generated.generated_text)  # plain text: never markup
     if not generated.generation:
         st.info("Nothing was generated (the model ended the text at once).")
         st.stop()
-    maps = generated.maps("self")
     step = st.slider("Generated token", 1, len(generated.generation), 1, key="gpt_step")
-    chosen = generated.generation[step - 1]
-    layer, head = attention_view.layer_head_picker(maps, key="gpt_gen")
-    left, right = st.columns([3, 2])
-    weights = maps.head(layer, head)[chosen.position]
-    visible = slice(0, chosen.position + 1)  # a generated token sees the prompt and the tokens before it
-    left.altair_chart(heatmap.token_bars(weights[visible], maps.key_tokens[visible],
-                                         f"Step {step}: where '{chosen.token}' looked"))
-    right.altair_chart(heatmap.probability_bars([c.token for c in chosen.candidates],
-                                                [c.probability for c in chosen.candidates],
-                                                f"Candidates at step {step}", highlight=chosen.token))
-    st.caption("Attention and probabilities come from one teacher-forced forward over the final text; probabilities "
-               "are the model's raw distribution, before temperature, top-k, top-p and repetition penalty.")
+    layer, head = attention_view.layer_head_picker(generated.maps("self"), key="gpt_gen")
+    if (figure := widgets.figure_or_none("generation_step", generated, StepOptions(layer, head, step))) is not None:
+        for column, chart in zip(st.columns([3, 2]), figure.charts):  # where it looked, wider than its candidates
+            with column:
+                display.part(chart, figure.width)
+        st.caption(figure.caption)

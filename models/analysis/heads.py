@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.results import AttentionMaps
+from models.results import AttentionMaps, RunResult
 
 STATISTICS = {
     "entropy_bits": "Entropy (bits)",
@@ -79,6 +79,9 @@ def layer_statistics(weights: np.ndarray, query_offset: int = 0) -> dict[str, np
 class HeadSummary:
     thumbnails: np.ndarray  # (layers, heads, s_q, s_k) block means
     statistics: dict[str, np.ndarray]  # name -> (layers, heads)
+    model: str = ""  # what the summary is of, for titles and file names
+    input_name: str = ""
+    kind: str = ""
 
 
 def summarize(maps: AttentionMaps, size: int = 64) -> HeadSummary:
@@ -107,3 +110,20 @@ def summary_table(summary: HeadSummary) -> "pd.DataFrame":
     columns = {"layer": layer_index.ravel(), "head": head_index.ravel()}
     columns.update({label: summary.statistics[name].ravel().astype(float) for name, label in STATISTICS.items()})
     return pd.DataFrame(columns)
+
+
+def summarize_run(loaded, result: RunResult, options) -> HeadSummary:
+    """``summarize`` of the result's maps of ``options.kind`` (the all-heads views' analysis; ``loaded`` unused)."""
+    maps = result.maps(options.kind)
+    summary = summarize(maps)
+    return HeadSummary(summary.thumbnails, summary.statistics, result.model.short_name, result.input_name, maps.kind)
+
+
+def special_token_share(maps: AttentionMaps, positions: tuple[int, ...] | list[int]) -> np.ndarray:
+    """Mean share of each head's attention that lands on ``positions`` (e.g. [CLS], [SEP]): ``(layers, heads)``;
+    many BERT heads park their attention there when they have nothing better to do (Clark et al. 2019)."""
+    share = np.zeros((maps.num_layers, maps.num_heads), dtype=np.float32)
+    for layer in range(maps.num_layers):
+        for head, weights in maps.iter_heads(layer):
+            share[layer, head] = weights[:, list(positions)].sum(axis=-1).mean()
+    return share

@@ -20,6 +20,7 @@ from __future__ import annotations
 import keyword
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -228,6 +229,28 @@ def specialisation(top_experts: np.ndarray, categories: list[str], shuffles: int
                           entropy_bits(labels), counts, n)
 
 
+SHUFFLES = 100  # shuffled routings behind the page's specialisation baseline (about a second for a few layers)
+
+
+@dataclass(frozen=True)
+class RunSpecialisation:
+    """The specialisation view's data: ``specialisation`` of ``result``'s routing against ``shuffles`` shuffles."""
+
+    result: Any  # the models.moe.RoutingResult (models.moe imports this module, so it is not imported here)
+    specialisation: Specialisation
+    shuffles: int
+
+
+def specialisation_of_run(loaded, result, options) -> RunSpecialisation:
+    """The specialisation view's analysis: ``specialisation`` of a ``models.moe.RoutingResult`` with
+    ``options.shuffles`` shuffles (seed 0, so the baseline is the same on every rerun); ``loaded`` is not used."""
+    if options.shuffles < 1:
+        raise ValueError("the shuffled baseline needs at least 1 shuffle")
+    routing = result.routing
+    return RunSpecialisation(result, specialisation(routing.top_experts, routing.categories, options.shuffles),
+                             options.shuffles)
+
+
 @dataclass(frozen=True)
 class RoutingSummary:
     """Everything the page shows about balance, per layer."""
@@ -244,3 +267,8 @@ def summarise(probs: np.ndarray, top_experts: np.ndarray, kept: np.ndarray) -> R
     load = expert_load(top_experts, probs.shape[-1])
     return RoutingSummary(load, coefficient_of_variation(load), switch_aux_loss(load, probs), router_entropy(probs),
                           1.0 - kept.reshape(kept.shape[0], -1).mean(axis=1))
+
+
+def summarise_routing(routing) -> RoutingSummary:
+    """``summarise`` of a ``models.moe.Routing``."""
+    return summarise(routing.probs, routing.top_experts, routing.kept)

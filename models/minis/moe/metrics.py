@@ -17,17 +17,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models import loading, moe
+from models import families, loading, moe
 from models.analysis import routing as stats
+from models.inputs import TextInput
 from models.minis.moe.data import KINDS, Segment
 from models.registry import ModelSpec
 
 MAX_CHUNK_CHARS = 1200  # a few segments per run, well under the page's 512-token limit
+MAX_CHUNK_TOKENS = 512  # a chunk is never cut: the page's limit, and well above what 1,200 characters make
 
 
 def load_folder(folder: Path) -> loading.LoadedModel:
     spec = ModelSpec("moe", "mini-moe", "mini", str(Path(folder).resolve()), "project", "generated text")
-    return loading.load_transformers(spec, "cpu", "float32")
+    return families.load(spec, "cpu", "float32")
 
 
 def perplexity(loaded: loading.LoadedModel, text: str, window: int = 512) -> tuple[float, float]:
@@ -66,8 +68,7 @@ def collect_routing(loaded: loading.LoadedModel, segments: list[Segment]):
     """Route every chunk; returns (top_experts (L, T, k), probs (L, T, E), kept, categories, gold kinds)."""
     tops, probs, kept, categories, gold = [], [], [], [], []
     for text, spans in _chunks(segments):
-        result = moe.run(loaded, text)
-        routing = result.extras["routing"]
+        routing = moe.run(loaded, TextInput(text, MAX_CHUNK_TOKENS)).routing
         tops.append(routing.top_experts)
         probs.append(routing.probs)
         kept.append(routing.kept)

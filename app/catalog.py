@@ -1,0 +1,60 @@
+"""The app's pages: one file each in app/views/, routed by app/main.py and drawn headless by ``python -m app.cli``.
+
+A page with a family shows that family's results and offers its views (``Family.views``); a page without one
+(positional encodings, the mechanics of attention) owns its views (``View.page``). No Streamlit here: the CLI reads
+this too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+VIEWS_DIR = Path(__file__).resolve().parent / "views"
+
+
+@dataclass(frozen=True)
+class Page:
+    name: str  # the file app/views/<name>.py, its URL path and the CLI's --page
+    title: str
+    icon: str  # a Material icon (emoji need a font projector PCs and headless Chromium often lack)
+    family: str | None = None  # the model family whose results it shows
+    sample: str = ""  # the input the page opens with (the CLI's default input)
+
+    @property
+    def file(self) -> Path:
+        return VIEWS_DIR / f"{self.name}.py"
+
+
+# the first page is the default and lives at the root URL
+PAGES = (
+    Page("gpt", "Language model (GPT)", ":material/chat:", "causal_lm",
+         "The animal didn't cross the street because it was too tired."),
+    Page("encoder", "Encoder (BERT)", ":material/swap_horiz:", "encoder",
+         "The trophy didn't fit in the suitcase because it was too big."),
+    Page("translation", "Translation", ":material/translate:", "translation",
+         "The agreement on the European Economic Area was signed in August 1992."),
+    Page("vit", "Vision Transformer", ":material/image:", "vit", "cat"),
+    Page("swin", "Swin Transformer", ":material/grid_view:", "swin", "cat"),
+    Page("moe", "Mixture of experts", ":material/call_split:", "moe",
+         "The old man walked slowly to the harbour in the morning. He was glad that the boats had returned before "
+         "the storm, and he counted 12 of them."),
+    Page("positional", "Positional encodings", ":material/straighten:"),
+    Page("mechanics", "How attention works", ":material/calculate:"),
+)
+
+
+def get(name: str) -> Page:
+    for page in PAGES:
+        if page.name == name:
+            return page
+    raise ValueError(f"there is no page called {name!r}; there are: {', '.join(p.name for p in PAGES)}")
+
+
+def views(page: Page) -> list:
+    """The ``viz.figure.View`` objects a page offers, its default first."""
+    from models import families
+    from viz import figures
+
+    if page.family is not None:
+        return [figures.get(name) for name in families.get(page.family).views]
+    return figures.page_views(page.name)

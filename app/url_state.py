@@ -1,0 +1,78 @@
+"""Shareable links: a page lists the widget keys that make its figure (model, input, layer, head, options); their
+values live in the URL's query string (``st.query_params``), so a copied link reproduces the figure.
+
+On the first run of a session the URL's values are copied into the widgets' state (``restore``); afterwards every
+run writes the state back (``publish``). Values from a URL are untrusted: the coercers below refuse what a widget
+could not take, which leaves that widget at its default. Uploads are never put in a link.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import streamlit as st
+
+MAX_URL_TEXT = 1500  # longer inputs are not put in the URL (browsers and chat apps cut long links)
+
+
+def restore(keys: list[str], coerce: dict[str, Callable] | None = None, names: dict[str, str] | None = None) -> None:
+    """Once per session and page: widget state from the URL for ``keys`` (values are strings in a URL).
+
+    ``names`` maps a state key to a shorter URL name (e.g. a per-model key ``tr_layer_<model>`` -> ``tr_layer``)."""
+    names = names or {}
+    marker = "_restored_" + "|".join(names.get(key, key) for key in keys)
+    if st.session_state.get(marker):
+        return
+    st.session_state[marker] = True
+    coerce = coerce or {}
+    for key in keys:
+        name = names.get(key, key)
+        if name in st.query_params:
+            value = st.query_params[name]
+            try:
+                parsed = coerce.get(key, str)(value)
+                if isinstance(parsed, float) and not math.isfinite(parsed):  # float("nan"), float("1e309")
+                    raise ValueError(f"{name}={value!r} is not a finite number")
+                st.session_state[key] = parsed
+            except (TypeError, ValueError):
+                pass  # a hand-edited link with a bad value: keep the default
+
+
+def publish(keys: list[str], names: dict[str, str] | None = None) -> None:
+    """Write the current values of ``keys`` into the URL (text longer than the URL limit is left out)."""
+    names = names or {}
+    for key in keys:
+        name, value = names.get(key, key), st.session_state.get(key)
+        if value is None or (isinstance(value, str) and len(value) > MAX_URL_TEXT):
+            st.query_params.pop(name, None)
+            continue
+        text = str(value)
+        if st.query_params.get(name) != text:
+            st.query_params[name] = text
+
+
+# Coercers for ``restore``: a value they refuse (ValueError) leaves the widget at its default. Selectboxes, radios and
+# number inputs ignore values outside their options themselves; a slider given one would stop the page.
+def within(low: float, high: float, cast: Callable = int) -> Callable[[str], float]:
+    """A number from the URL, refused outside ``[low, high]`` (for sliders)."""
+
+    def parse(text: str):
+        value = cast(text)
+        if not low <= value <= high:
+            raise ValueError(f"{value} is outside {low}..{high}")
+        return value
+
+    return parse
+
+
+def flag(text: str) -> bool:
+    """A toggle or checkbox: the URL holds ``True`` or ``False``."""
+    if text not in ("True", "False"):
+        raise ValueError(f"{text!r} is not True or False")
+    return text == "True"
+
+
+def integers(text: str) -> tuple[int, ...]:
+    """A tuple or list of integers as ``str`` wrote it: ``(4, 6)`` or ``[0, 3]`` -> ``(4, 6)`` / ``(0, 3)``."""
+    inner = text.strip().strip("()[]")
+    return tuple(int(part) for part in inner.split(",") if part.strip())

@@ -1,0 +1,164 @@
+"""The contract every family keeps, checked on every registered family's offline model (DESIGN.md, "One result
+contract"; docs/ARCHITECTURE.md): typed frozen results; attention per layer float32 ``(heads, queries, keys)`` with
+rows summing to 1 and masked entries exactly 0; and every view the family declares builds its figure, with files
+whose names say what they hold. Pages: every page in the catalog exists, and every page file is in the catalog."""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+
+from app import catalog
+from models import families, images, registry
+from models.inputs import ImageInput, TextInput
+from viz import export, figures
+
+
+def _page_of(family: str) -> catalog.Page:
+    return next(page for page in catalog.PAGES if page.family == family)
+
+
+def _inputs(family):
+    page = _page_of(family.name)
+    if family.input is ImageInput:
+        return ImageInput(images.load_sample(page.sample), f"sample {page.sample}")
+    return TextInput(page.sample, 128 if family.name == "translation" else 64)
+
+
+OFFLINE = [(spec.family, spec.key) for name in sorted(families.FAMILIES) for spec in registry.specs(name)
+           if spec.offline]
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """(family, loaded, result) per offline model, loaded and run once for the whole module."""
+    cache = {}
+
+    def get(family_name: str, key: str):
+        if (family_name, key) not in cache:
+            family = families.get(family_name)
+            loaded = families.load(registry.get(family_name, key))
+            cache[family_name, key] = family, loaded, families.run(loaded, _inputs(family))
+        return cache[family_name, key]
+
+    return get
+
+
+@pytest.fixture(scope="module", params=OFFLINE, ids=[f"{family}:{key}" for family, key in OFFLINE])
+def family_run(request, runs):
+    """(family, loaded, result) for each offline model (packages and minis) on its page's sample input."""
+    return runs(*request.param)
+
+
+def test_every_family_has_an_offline_model_and_a_page():
+    for name in families.FAMILIES:
+        assert registry.default(name).offline
+        assert _page_of(name).file.is_file()
+
+
+def test_result_is_the_familys_typed_frozen_result(family_run):
+    family, loaded, result = family_run
+    assert isinstance(result, family.result)
+    assert result.model == loaded.info() and result.model.family == family.name
+    assert result.run_id and result.input_name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.tokens = []  # type: ignore[misc]
+    assert not hasattr(result, "extras")
+    for field in dataclasses.fields(result):  # every field a view reads is named and typed: no bag of string keys
+        assert field.type not in ("dict", "dict[str, Any]"), field.name
+
+
+def test_attention_keeps_the_contract(family_run):
+    family, _, result = family_run
+    for kind, maps in result.attention.items():
+        assert maps.kind == kind
+        for layer in range(maps.num_layers):
+            weights = maps.layer(layer)
+            query_tokens, key_tokens = maps.tokens_in(layer)
+            assert weights.shape == (maps.heads_in(layer), len(query_tokens), len(key_tokens)), (kind, layer)
+            assert weights.dtype == np.float32 and not weights.flags.writeable
+            allowed = maps.allowed(layer)
+            assert allowed.shape == weights.shape[1:] and allowed.dtype == bool
+            assert np.all(weights[:, ~allowed] == 0.0), f"{family.name} {kind} layer {layer}: masked entries not 0"
+            rows = weights.sum(axis=-1)
+            seeing = allowed.any(axis=-1)  # a query that may see no key (padding) has an all-zero row
+            np.testing.assert_allclose(rows[:, seeing], 1.0, atol=1e-4, err_msg=f"{kind} layer {layer}")
+            assert np.all(rows[:, ~seeing] == 0.0)
+            head = maps.head(layer, 0)
+            np.testing.assert_allclose(head, weights[0], atol=1e-6)  # one head recomputed alone is the same
+            if maps.uniform:
+                assert maps.heads_in(layer) == maps.num_heads
+                assert (query_tokens, key_tokens) == (maps.query_tokens, maps.key_tokens)
+            if layer >= 3 and family.name == "swin":
+                break  # the later Swin blocks repeat the checks at more cost
+
+
+def _figure(view, family, loaded, result):
+    options = view.options()
+    data = result
+    if view.run_options:  # e.g. a generation: the family's run options at their defaults
+        data = families.run(loaded, _inputs(family), family.options())
+    if view.data == "analysis":
+        data = view.analysis(loaded, data, options)
+    return view.build(data, options)
+
+
+@pytest.mark.parametrize("family_name", sorted(families.FAMILIES))
+def test_every_declared_view_builds_its_figure(family_name, runs):
+    """Each view a family declares draws a figure from at least one of its offline models (a view may not apply to
+    every model: the DINOv2 backbone has no class to attribute, the fixed-context GRU no attention); where it does
+    not apply it says so as a ValueError, the message a page shows."""
+    family = families.get(family_name)
+    assert family.views, f"{family.name} declares no views"
+    specs = [key for name, key in OFFLINE if name == family_name]
+    for name in family.views:
+        view = figures.get(name)  # an undeclared name fails here
+        built, refused = [], []
+        for key in specs:
+            _, loaded, result = runs(family_name, key)
+            try:
+                figure = _figure(view, family, loaded, result)
+            except ValueError as error:
+                assert str(error).strip(), f"{name} on {key}: an empty message"
+                refused.append(key)
+                continue
+            built.append(key)
+            assert re.fullmatch(r"[a-z0-9_-]+", figure.stem), (name, figure.stem)
+            assert figure.shown(), f"{name}: nothing drawn"
+            offered = {offer.format for offer in export.offers(figure)}
+            assert "png" in offered and offered <= set(export.FORMATS), (name, offered)
+        assert built, f"the {name} view drew nothing on any offline {family_name} model (refused on {refused})"
+
+
+def test_views_of_pages_without_a_family_build_from_their_defaults():
+    for page in catalog.PAGES:
+        if page.family is not None:
+            continue
+        views = figures.page_views(page.name)
+        assert views, f"the {page.name} page owns no views"
+        for view in views:
+            if view.data != "options":
+                continue  # views that read a model's tensors are built by that page's tests
+            figure = view.build(None, view.options())
+            assert figure.shown() and re.fullmatch(r"[a-z0-9_-]+", figure.stem), view.name
+
+
+def test_every_page_exists_and_every_page_file_is_routed():
+    """A deleted page file fails here (the navigation never hides a missing page), and a page file nobody routes
+    is an orphan."""
+    for page in catalog.PAGES:
+        assert page.file.is_file(), f"app/views/{page.name}.py is missing"
+    routed = {page.file.name for page in catalog.PAGES}
+    files = {path.name for path in catalog.VIEWS_DIR.glob("*.py") if path.name != "__init__.py"}
+    assert files == routed, f"page files not in app/catalog.py: {sorted(files - routed)}"
+
+
+def test_every_page_is_offered_by_the_cli():
+    from app import cli
+
+    listing = cli.listing()
+    for page in catalog.PAGES:
+        assert f"--page {page.name}" in listing
+        assert catalog.views(page), f"the CLI has no view for the {page.name} page"

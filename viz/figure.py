@@ -1,0 +1,128 @@
+"""What a view draws, once, for the page, the command line and the download buttons alike.
+
+A ``View`` is a named builder ``(data, options) -> Figure``: ``data`` is usually a family's run result, ``options``
+a frozen dataclass whose defaults are what the page shows first. The page shows the figure, ``python -m app.cli``
+writes it, and the download buttons export it, so the three can never drift (docs/ARCHITECTURE.md).
+
+    @view("head", "One head", HeadOptions)
+    def head(result: RunResult, options: HeadOptions) -> Figure: ...
+
+A view whose data is not a run result says how to get it: ``data="options"`` (formulas: the options are all it
+needs), or ``analysis=f`` with ``f(loaded, result, options) -> data`` from ``models/`` (attributions, a model's
+position table): the app and the CLI call it, the builder never runs a model. ``family`` names whose model the
+analysis needs on pages that have none of their own (the positional page reads MiniLM's and SmolLM2's tensors).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import altair as alt
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """For views that take no options."""
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One view's figure and the numbers behind it.
+
+    ``stem``: the file name without extension; it says what the files hold (model, input, layer, head, ...), and
+    every file written from the figure holds exactly that. ``chart`` (Altair) or ``image`` (PIL, for large matrices)
+    is what is drawn (``width``: at the chart's own size, or stretched to the page's column); ``charts``: several
+    charts the page lays out side by side (or stacked, ``vertical``), exported together as one. ``table`` (CSV),
+    ``payload`` (JSON) and ``arrays`` (NPZ, with ``metadata`` as strings) may be given as functions, called only
+    when a file is asked for, so a rerun pays nothing for a 2,048 × 2,048 CSV.
+    """
+
+    stem: str
+    chart: Any = None
+    image: Any = None
+    charts: tuple = ()
+    vertical: bool = False
+    table: Any = None
+    payload: Any = None
+    arrays: Any = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    caption: str = ""
+    width: str = "content"  # how a page lays a chart out: at its own size, or "stretch" to the column's width
+
+    def export_chart(self):
+        """The chart a PNG/SVG file holds: the chart, or the parts combined as the page lays them out."""
+        if self.chart is not None or not self.charts:
+            return self.chart
+        return combined(*self.charts, vertical=self.vertical)
+
+    def shown(self) -> tuple:
+        """What the page draws, in order: charts and images."""
+        if self.charts:
+            return tuple(self.charts)
+        return tuple(part for part in (self.chart, self.image) if part is not None)
+
+
+def resolved(value):
+    """A lazy figure field's content: the value itself, or what its function returns."""
+    return value() if callable(value) else value
+
+
+def combined(*charts: alt.TopLevelMixin, vertical: bool = False) -> alt.TopLevelMixin:
+    """Charts a page shows side by side (or stacked) as one figure to export. Vega-Lite allows ``autosize`` only on
+    the outermost chart, so each part loses its own (they are drawn at their own width and height anyway)."""
+    parts = []
+    for chart in charts:
+        part = chart.copy()
+        part.autosize = alt.Undefined
+        parts.append(part)
+    joined = alt.vconcat(*parts) if vertical else alt.hconcat(*parts)
+    # each part keeps its own colours and legend, as on the page (Vega-Lite would merge same-named colour fields)
+    return joined.resolve_scale(color="independent").resolve_legend(color="independent").properties(
+        autosize=alt.AutoSizeParams(type="pad", contains="padding"))
+
+
+@dataclass(frozen=True)
+class View:
+    """One named figure: a family's results feed it when the family lists its name (``Family.views``); a page
+    without a family (positional, mechanics) owns its views by ``page``. The CLI writes it with ``--view name``."""
+
+    name: str
+    title: str
+    build: Callable[[Any, Any], Figure]
+    options: type = NoOptions
+    data: str = "result"  # "result": a family's run; "options": nothing else; "analysis": see ``analysis``
+    analysis: Callable | None = None  # (loaded, result, options) -> the builder's data (models/ code, never viz/)
+    analysis_options: tuple[str, ...] = ()  # the option fields the analysis reads (what its cache is keyed by)
+    family: str | None = None  # whose model an analysis reads, on a page without a family of its own
+    page: str | None = None  # the page that owns this view, when it is not a family's
+    run_options: bool = False  # draws a run made with the family's run options (a generation): the CLI builds them
+
+    def analysis_key(self, options) -> tuple:
+        """What identifies this view's analysis for ``options``: the function and the option values it reads.
+        Views sharing an analysis share its cache entry (the heads table and the thumbnails share one summary)."""
+        return (self.analysis.__module__, self.analysis.__qualname__,
+                tuple(getattr(options, name) for name in self.analysis_options))
+
+    def option_fields(self) -> list[dataclasses.Field]:
+        return list(dataclasses.fields(self.options))
+
+
+VIEWS: dict[str, View] = {}
+
+
+def view(name: str, title: str, options: type = NoOptions, data: str = "result", analysis: Callable | None = None,
+         analysis_options: tuple[str, ...] = (), family: str | None = None, page: str | None = None,
+         run_options: bool = False):
+    """Register the decorated builder as the view ``name`` (names are unique across the app)."""
+    if data not in ("result", "options", "analysis"):
+        raise ValueError(f"unknown data source {data!r}")
+
+    def register(build: Callable[[Any, Any], Figure]) -> Callable[[Any, Any], Figure]:
+        if name in VIEWS and VIEWS[name].build is not build:
+            raise ValueError(f"there already is a view called {name!r}")
+        VIEWS[name] = View(name, title, build, options, "analysis" if analysis else data, analysis, analysis_options,
+                           family, page, run_options)
+        return build
+
+    return register

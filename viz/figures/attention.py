@@ -1,0 +1,276 @@
+"""Figures of attention maps that every text family shares (GPT, encoder, the translator's self-attention): one head,
+a zoomed region of a long input, every head at once, one token's attention, the next-token distribution and a
+generated token's view.
+
+Every builder reads the result contract only (``result.maps(kind)``, ``tokens_in``, ``allowed``), so a family whose
+result carries attention can offer these views by naming them in its ``Family.views``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from models.analysis import heads
+from models.results import RunResult, TextResult
+from viz import export, heatmap
+from viz.figure import Figure, NoOptions, view
+
+ROWS_COLUMNS = ("Rows: the token doing the attending (query). Columns: the tokens it attends to (keys). Each row "
+                "sums to 1. Grey cells are masked (the model could not look there).")
+
+
+def head_label(head: int | None) -> str:
+    """How a head is named in titles and files: its number, or "mean" for the average of heads."""
+    return "mean" if head is None else str(head)
+
+
+def _stem(result: RunResult, *parts) -> str:
+    return export.file_stem(result.model.short_name, result.input_name, *parts)
+
+
+def _metadata(result: RunResult, **settings) -> dict[str, str]:
+    return {"model": result.model.key, "input": result.input_name, **{k: str(v) for k, v in settings.items()}}
+
+
+@dataclass(frozen=True)
+class HeadOptions:
+    kind: str = ""  # "self", "encoder", "decoder", "cross"; "" = the result's first kind
+    layer: int = 0
+    head: int | None = 0  # None: the average of the layer's heads
+    scheme: str = "viridis"
+
+
+@view("head", "One head", HeadOptions)
+def head(result: RunResult, options: HeadOptions) -> Figure:
+    """One head (or the head average) as a heatmap; a long input as an image of the whole map, where each pixel is
+    the largest weight of its block of cells and colours saturate at the median of each query's largest weight."""
+    maps = result.maps(options.kind)
+    layer, name = options.layer, head_label(options.head)
+    weights = maps.head(layer, options.head)  # validates layer and head with a message a user can act on
+    allowed = maps.allowed(layer)
+    query_tokens, key_tokens = maps.tokens_in(layer)
+    title = f"layer {layer}, {'average of heads' if options.head is None else f'head {options.head}'}"
+    chart = image = None
+    caption = ROWS_COLUMNS
+    if max(weights.shape) <= heatmap.MAX_CHART_TOKENS:
+        chart = heatmap.attention_chart(weights, query_tokens, key_tokens, allowed, title, options.scheme)
+    else:
+        image, vmax = heatmap.overview_image(weights, allowed, options.scheme)
+        shrink = -(-max(weights.shape) // heatmap.OVERVIEW_PX)
+        caption = (f"{title}: all {weights.shape[0]} × {weights.shape[1]}"
+                   + (f" (each pixel the largest of {shrink} × {shrink} cells)" if shrink > 1 else "")
+                   + f". Colours saturate at {vmax:.3f} (the median of each query's largest weight). " + ROWS_COLUMNS)
+    return Figure(
+        _stem(result, maps.kind, f"layer {layer}", f"head {name}"), chart=chart, image=image, caption=caption,
+        table=lambda: export.matrix_frame(weights, query_tokens, key_tokens),
+        payload=lambda: {"model": result.model.key, "kind": maps.kind, "layer": layer, "head": name,
+                         "query_tokens": query_tokens, "key_tokens": key_tokens, "weights": weights,
+                         "allowed": allowed},
+        arrays=lambda: {"weights": weights, "allowed": allowed},  # the head named in the file, nothing more
+        metadata=_metadata(result, kind=maps.kind, layer=layer, head=name))
+
+
+@dataclass(frozen=True)
+class ZoomOptions:
+    kind: str = ""
+    layer: int = 0
+    head: int | None = 0
+    scheme: str = "viridis"
+    queries: tuple[int, int] = (0, heatmap.MAX_CHART_TOKENS - 1)  # first and last query shown, inclusive
+    keys: tuple[int, int] = (0, heatmap.MAX_CHART_TOKENS - 1)
+
+
+@view("head_zoom", "One head, a region cell by cell", ZoomOptions)
+def head_zoom(result: RunResult, options: ZoomOptions) -> Figure:
+    """A region of at most 64 × 64 cells of a long input's map, with a tooltip per cell, compact enough for half a
+    laptop screen (the chart must fit its column: Vega maps the pointer in its own pixels)."""
+    maps = result.maps(options.kind)
+    layer, name = options.layer, head_label(options.head)
+    weights = maps.head(layer, options.head)
+    limit = heatmap.MAX_CHART_TOKENS
+    (q0, q1), (k0, k1) = options.queries, options.keys
+    n_q, n_k = weights.shape
+    if not (0 <= q0 < n_q and 0 <= k0 < n_k and q0 <= q1 and k0 <= k1):
+        raise ValueError(f"the region queries {q0}–{q1}, keys {k0}–{k1} is outside the {n_q} × {n_k} map")
+    # at most 64 a side, and no further than the map goes
+    rows = slice(q0, min(q1, q0 + limit - 1, n_q - 1) + 1)
+    cols = slice(k0, min(k1, k0 + limit - 1, n_k - 1) + 1)
+    query_tokens, key_tokens = maps.tokens_in(layer)
+    region, allowed = weights[rows, cols], maps.allowed(layer)[rows, cols]
+    chart = heatmap.attention_chart(region, query_tokens[rows], key_tokens[cols], allowed,
+                                    f"queries {rows.start}–{rows.stop - 1}, keys {cols.start}–{cols.stop - 1}",
+                                    options.scheme, query_offset=rows.start, key_offset=cols.start, size=300,
+                                    compact=True)
+    where = f"queries {rows.start}-{rows.stop - 1}", f"keys {cols.start}-{cols.stop - 1}"
+    return Figure(
+        _stem(result, maps.kind, f"layer {layer}", f"head {name}", *where), chart=chart,
+        table=lambda: export.matrix_frame(region, query_tokens[rows], key_tokens[cols]),
+        arrays=lambda: {"weights": region, "allowed": allowed,
+                        "query_positions": np.arange(rows.start, rows.stop), "key_positions": np.arange(cols.start,
+                                                                                                        cols.stop)},
+        metadata=_metadata(result, kind=maps.kind, layer=layer, head=name, region=" ".join(where)))
+
+
+@dataclass(frozen=True)
+class GridOptions:
+    kind: str = ""
+    layer: int = 0  # the head framed in red
+    head: int | None = 0
+    scheme: str = "viridis"
+
+
+@view("grid", "All heads (model view)", GridOptions, analysis=heads.summarize_run, analysis_options=("kind",))
+def grid(summary: heads.HeadSummary, options: GridOptions) -> Figure:
+    """Every head of every layer as a thumbnail (block means to at most 64 × 64), the selected one framed."""
+    selected = (options.layer, -1 if options.head is None else options.head)
+    image = heatmap.head_grid_image(summary.thumbnails, options.scheme, selected=selected)
+    return Figure(
+        export.file_stem(summary.model, summary.input_name, summary.kind, "all heads"), image=image,
+        caption="Every head of every layer (block-averaged to at most 64 × 64); red frame: the head shown above",
+        table=lambda: heads.summary_table(summary),
+        payload=lambda: {"model": summary.model, "kind": summary.kind, "statistics": summary.statistics},
+        arrays=lambda: {"thumbnails": summary.thumbnails, **summary.statistics},
+        metadata={"model": summary.model, "input": summary.input_name, "kind": summary.kind})
+
+
+@dataclass(frozen=True)
+class StatisticsOptions:
+    kind: str = ""
+    statistic: str = "entropy_bits"  # one of models.analysis.heads.STATISTICS
+    layer: int = 0  # the head framed in red; head None frames nothing
+    head: int | None = 0
+    scheme: str = "viridis"
+
+
+@view("head_statistics", "A statistic of every head", StatisticsOptions, analysis=heads.summarize_run,
+      analysis_options=("kind",))
+def head_statistics(summary: heads.HeadSummary, options: StatisticsOptions) -> Figure:
+    """One statistic of every head as a clickable layer × head chart (the selection is named "pick"), and every
+    statistic of every head as a table."""
+    if options.statistic not in heads.STATISTICS:
+        raise ValueError(f"unknown statistic {options.statistic!r}; choose one of {', '.join(heads.STATISTICS)}")
+    label = heads.STATISTICS[options.statistic]
+    selected = None if options.head is None else (options.layer, options.head)
+    chart = heatmap.head_statistic_chart(summary.statistics[options.statistic], label, selected, options.scheme)
+    return Figure(
+        export.file_stem(summary.model, summary.input_name, summary.kind, "head statistics", options.statistic),
+        chart=chart, caption="Click a cell to open that head above.", table=heads.summary_table(summary),
+        payload=lambda: {"model": summary.model, "kind": summary.kind, "statistics": summary.statistics},
+        arrays=lambda: dict(summary.statistics),
+        metadata={"model": summary.model, "input": summary.input_name, "kind": summary.kind})
+
+
+@dataclass(frozen=True)
+class FocusOptions:
+    kind: str = ""
+    layer: int = 0
+    head: int | None = 0
+    query: int = -1  # the attending token's position; -1 = the last
+
+
+@view("focus", "Token focus", FocusOptions)
+def focus(result: RunResult, options: FocusOptions) -> Figure:
+    """One query token's attention over the keys, as bars in token order (masked keys left out)."""
+    maps = result.maps(options.kind)
+    layer, name = options.layer, head_label(options.head)
+    weights = maps.head(layer, options.head)
+    query_tokens, key_tokens = maps.tokens_in(layer)
+    query = options.query if options.query >= 0 else len(query_tokens) + options.query
+    if not 0 <= query < len(query_tokens):
+        raise ValueError(f"query {options.query} does not exist: the input has {len(query_tokens)} tokens")
+    label = heatmap.token_labels(query_tokens)[query]
+    row, allowed = weights[query], maps.allowed(layer)[query]
+    chart = heatmap.token_bars(row, key_tokens, f"Where '{label}' looks", allowed)
+    return Figure(
+        _stem(result, maps.kind, f"layer {layer}", f"head {name}", f"query {query}"), chart=chart, width="stretch",
+        table=lambda: pd.DataFrame({"key": key_tokens, "weight": row, "visible": allowed}),
+        payload=lambda: {"model": result.model.key, "kind": maps.kind, "layer": layer, "head": name, "query": query,
+                         "query_token": query_tokens[query], "key_tokens": key_tokens, "weights": row},
+        arrays=lambda: {"weights": row, "allowed": allowed},
+        metadata=_metadata(result, kind=maps.kind, layer=layer, head=name, query=query))
+
+
+@view("next_token", "Next token", NoOptions)
+def next_token(result: TextResult, options: NoOptions) -> Figure:
+    """The model's top next tokens after the last position."""
+    if not result.next_token:
+        raise ValueError("this model predicts no next token (it is not a language model)")
+    tokens = [t.token for t in result.next_token]
+    probabilities = [t.probability for t in result.next_token]
+    return Figure(
+        _stem(result, "next token"),
+        chart=heatmap.probability_bars(tokens, probabilities, f"Top {len(tokens)} after the last token"),
+        width="stretch",
+        table=lambda: pd.DataFrame({"token": tokens, "token_id": [t.token_id for t in result.next_token],
+                                    "probability": probabilities}),
+        payload=lambda: {"model": result.model.key, "tokens": tokens, "probabilities": probabilities},
+        metadata=_metadata(result))
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    layer: int = 0
+    head: int | None = 0
+    step: int = 1  # the generated token, counted from 1
+
+
+@view("generation_step", "Generate and step through", StepOptions, run_options=True)
+def generation_step(result: TextResult, options: StepOptions) -> Figure:
+    """A generated token: where it looked (prompt and the tokens generated before it) and the candidates it was
+    chosen from, the model's raw distribution before temperature, top-k, top-p and repetition penalty."""
+    if not result.generation:
+        raise ValueError("nothing was generated: the model ended the text at once")
+    if not 1 <= options.step <= len(result.generation):
+        raise ValueError(f"step {options.step} does not exist: {len(result.generation)} tokens were generated")
+    chosen = result.generation[options.step - 1]
+    maps = result.maps("self")
+    _, key_tokens = maps.tokens_in(options.layer)
+    weights = maps.head(options.layer, options.head)[chosen.position]
+    visible = slice(0, chosen.position + 1)  # a generated token sees the prompt and the tokens before it
+    candidates = [c.token for c in chosen.candidates]
+    probabilities = [c.probability for c in chosen.candidates]
+    charts = (heatmap.token_bars(weights[visible], key_tokens[visible],
+                                 f"Step {options.step}: where '{chosen.token}' looked"),
+              heatmap.probability_bars(candidates, probabilities, f"Candidates at step {options.step}",
+                                       highlight=chosen.token))
+    name = head_label(options.head)
+    return Figure(
+        _stem(result, "generation", f"step {options.step}", f"layer {options.layer}", f"head {name}"),
+        charts=charts, width="stretch",
+        caption="Attention and probabilities come from one teacher-forced forward over the final text; "
+                "probabilities are the model's raw distribution, before temperature, top-k, top-p and repetition "
+                "penalty.",
+        table=lambda: pd.DataFrame({"key": key_tokens[visible], "weight": weights[visible]}),
+        payload=lambda: {"model": result.model.key, "step": options.step, "token": chosen.token,
+                         "probability": chosen.probability, "layer": options.layer, "head": name,
+                         "key_tokens": key_tokens[visible], "weights": weights[visible], "candidates": candidates,
+                         "candidate_probabilities": probabilities},
+        arrays=lambda: {"weights": weights[visible], "candidate_probabilities": np.asarray(probabilities)},
+        metadata=_metadata(result, step=options.step, layer=options.layer, head=name))
+
+
+@dataclass(frozen=True)
+class ShareOptions:
+    scheme: str = "viridis"
+
+
+@view("special_tokens", "Attention absorbed by special tokens", ShareOptions)
+def special_tokens(result: TextResult, options: ShareOptions) -> Figure:
+    """A layer × head map of the mean share of attention that lands on [CLS], [SEP] and other special tokens."""
+    if not result.special_positions:
+        raise ValueError("this input has no special tokens ([CLS], [SEP]) to measure")
+    maps = result.maps("self")
+    share = heads.special_token_share(maps, result.special_positions)
+    names = ", ".join(sorted({result.tokens[i] for i in result.special_positions}))
+    return Figure(
+        _stem(result, "special token share"),
+        chart=heatmap.head_statistic_chart(share, f"share on {names}", scheme=options.scheme),
+        caption=f"Mean share of each head's attention that lands on the special tokens ({names}). Clark et al. "
+                "(2019) found many BERT heads park their attention there when they have nothing better to do: here "
+                f"{float((share > 0.5).mean()):.0%} of heads put more than half of it there.",
+        table=lambda: pd.DataFrame(share, index=pd.Index(range(share.shape[0]), name="layer"),
+                                   columns=[f"head {h}" for h in range(share.shape[1])]),
+        payload=lambda: {"model": result.model.key, "special_tokens": names, "share": share},
+        arrays=lambda: {"share": share}, metadata=_metadata(result, special_tokens=names))
