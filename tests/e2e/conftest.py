@@ -114,10 +114,53 @@ def assert_healthy(page) -> None:
     assert "Traceback" not in page.locator('[data-testid="stMain"]').inner_text()
 
 
-def charts_visible(page) -> int:
-    """How many charts (Vega) and images are visible."""
-    return (page.locator('[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg').count()
-            + page.locator('[data-testid="stImage"] img').count())
+def charts_visible(page, settle_s: float = 2, timeout_s: float = 30) -> int:
+    """How many charts (Vega) and images are visible, once that number has not changed for ``settle_s`` (Vega draws
+    after the script finishes, later on a busy machine); at most ``timeout_s`` of waiting."""
+    def count() -> int:
+        return (page.locator('[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg').count()
+                + page.locator('[data-testid="stImage"] img').count())
+
+    seen, since, deadline = count(), time.time(), time.time() + timeout_s
+    while time.time() - since < settle_s and time.time() < deadline:
+        time.sleep(0.25)
+        now = count()
+        if now != seen:
+            seen, since = now, time.time()
+    return seen
+
+
+MARKUP = ("<script>window.__pwned=1;alert('typed')</script>"
+          "<img id=\"pwned\" src=x onerror=\"window.__pwned=1;alert('img')\">")
+LEAK_URL = "http://127.0.0.1:9/leak.png"
+
+
+@pytest.fixture
+def watched(page):
+    """The page, with every JavaScript dialog and every request to LEAK_URL recorded."""
+    page.dialogs, page.leaks = [], []
+
+    def on_dialog(dialog):
+        page.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", on_dialog)
+    page.on("request", lambda request: page.leaks.append(request.url) if "leak.png" in request.url else None)
+    return page
+
+
+def assert_nothing_injected(page) -> None:
+    """No typed MARKUP became an element or ran, in the page or in any frame on it (a component's iframe); needs the
+    ``watched`` page."""
+    for frame in page.frames:
+        injected = frame.evaluate("""() => ({
+            element: document.getElementById('pwned') !== null || document.querySelector("img[src='x']") !== null,
+            script: [...document.scripts].some(script => script.textContent.includes('__pwned')),
+            ran: window.__pwned !== undefined,
+        })""")
+        assert injected == {"element": False, "script": False, "ran": False}, (frame.url, injected)
+    assert not page.dialogs, f"a dialog opened: {page.dialogs}"
+    assert not page.leaks, f"the browser fetched {page.leaks}"
 
 
 def screenshot(page, name: str) -> Path:

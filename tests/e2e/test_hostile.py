@@ -2,8 +2,9 @@
 runs, and the next normal input still works.
 
 Text goes into the GPT and encoder pages (the offline SmolLM2 and MiniLM), model ids into the sidebar's "Other" box,
-bad files into the ViT and Swin uploaders. A ``dialog`` listener catches any ``alert`` that slipped through, and a
-``request`` listener any URL a typed Markdown image would make the browser fetch.
+bad files into the ViT and Swin uploaders. The typed markup sets ``window.__pwned`` and opens an ``alert`` if it runs,
+and leaves an element with the id ``pwned`` if it is parsed as HTML; a ``dialog`` listener, registered before anything
+is typed, catches any ``alert``, and a ``request`` listener any URL a typed Markdown image would make the browser fetch.
 """
 from __future__ import annotations
 
@@ -16,35 +17,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tests.e2e.conftest import assert_healthy, charts_visible, open_page, screenshot, wait_until_idle
+from tests.e2e.conftest import (LEAK_URL, MARKUP, assert_healthy, assert_nothing_injected, charts_visible,
+                                open_page, screenshot, wait_until_idle)
 
 ROOT = Path(__file__).resolve().parents[2]
-LEAK_URL = "http://127.0.0.1:9/leak.png"
-SCRIPT = "<script>alert('typed')</script><img src=x onerror=alert('img')>"
-
-
-@pytest.fixture
-def watched(page):
-    """The page, with every JavaScript dialog and every request to LEAK_URL recorded."""
-    page.dialogs, page.leaks = [], []
-
-    def on_dialog(dialog):
-        page.dialogs.append(dialog.message)
-        dialog.dismiss()
-
-    page.on("dialog", on_dialog)
-    page.on("request", lambda request: page.leaks.append(request.url) if "leak.png" in request.url else None)
-    return page
-
-
-def assert_nothing_injected(page) -> None:
-    html = page.evaluate("document.documentElement.outerHTML")
-    assert "<script>alert(" not in html, "typed <script> reached the DOM as an element"
-    assert page.locator("img[src='x']").count() == 0, "typed <img> reached the DOM as an element"
-    scripts = page.locator("script").evaluate_all("nodes => nodes.map(node => node.textContent)")
-    assert not any("alert(" in source for source in scripts)
-    assert not page.dialogs, f"a dialog opened: {page.dialogs}"
-    assert not page.leaks, f"the browser fetched {page.leaks}"
 
 
 def submit_text(page, label: str, value: str) -> None:
@@ -59,7 +35,7 @@ def alert_text(page) -> str:
 
 
 TEXT_CASES = [  # (name, text, what the page must say; None = the charts come back)
-    ("script-and-html", SCRIPT + " &lt;b&gt; **bold** $x^2$ :red[red]", None),
+    ("script-and-html", MARKUP + " &lt;b&gt; **bold** $x^2$ :red[red]", None),
     ("bidi-and-zero-width", "user\u202egnp.exe\u202c zero\u200bwidth\u200d \u2066iso\u2069 مرحبا שלום", None),
     ("emoji", "the cat 🙂🐈‍⬛👩🏽‍🚀 sat on the mat 🇫🇷", None),
     ("control", "nul\x00 bell\x07 escape\x1b[31m red\x1b[0m tab\tend", None),
@@ -91,6 +67,21 @@ def test_hostile_text_gives_a_message_and_the_next_input_works(watched, app_url,
         assert "only the first" not in alert_text(page)
 
 
+def test_typed_markup_is_shown_as_text(watched, app_url):
+    """The GPT page's generated text starts with the prompt, exactly as typed: markup as characters, not elements."""
+    page = watched
+    open_page(page, app_url, "", timeout_s=300)
+    typed = MARKUP + " **bold** the cat"
+    submit_text(page, "Prompt", typed)
+    page.get_by_role("tab", name="Generate and step through").click()
+    page.get_by_role("button", name="Generate", exact=True).click()
+    wait_until_idle(page)
+    assert_healthy(page)
+    shown = page.locator('[data-testid="stText"]').all_inner_texts()
+    assert any(text.startswith(typed) for text in shown), shown
+    assert_nothing_injected(page)
+
+
 def choose_model(page, option: str) -> None:
     page.get_by_role("combobox", name="Model", exact=True).click()
     page.get_by_role("option", name=option, exact=True).click()
@@ -98,7 +89,7 @@ def choose_model(page, option: str) -> None:
 
 
 @pytest.mark.parametrize("typed, says", [
-    (f"![x]({LEAK_URL}) **bold** <script>alert(1)</script>", "Could not load"),
+    (f"![x]({LEAK_URL}) **bold** {MARKUP}", "Could not load"),
     ("../../../../etc", "outside the folders"),
     ("no-such-owner-4821/no-such-model", "Could not load"),
 ])
@@ -115,7 +106,7 @@ def test_typed_model_ids_are_messages_not_markup(watched, app_url, typed, says):
     shown = alert_text(page)
     assert says in shown
     if typed.startswith("!["):
-        assert "![x](" in shown and "**bold**" in shown  # shown literally, as typed
+        assert "![x](" in shown and "**bold**" in shown and MARKUP in shown  # shown literally, as typed
         assert page.locator('[data-testid="stAlert"] :is(img, strong, a)').count() == 0  # no image, bold or link
         assert page.locator('[data-testid="stCaptionContainer"] :is(img, a)').count() == 0  # the model card line
         screenshot(page, "hostile-model-id")

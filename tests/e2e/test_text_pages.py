@@ -1,5 +1,6 @@
 """The GPT and encoder pages in a real browser on the offline models: charts render, input works, no exception."""
-from tests.e2e.conftest import assert_healthy, charts_visible, open_page, screenshot, wait_until_idle
+from tests.e2e.conftest import (MARKUP, assert_healthy, assert_nothing_injected, charts_visible,
+                                open_page, screenshot, wait_until_idle)
 
 
 def test_gpt_page_shows_smollm2_attention(page, app_url):
@@ -10,14 +11,15 @@ def test_gpt_page_shows_smollm2_attention(page, app_url):
     screenshot(page, "gpt")
 
 
-def test_gpt_page_takes_new_text_and_hostile_input(page, app_url):
+def test_gpt_page_takes_new_text_and_hostile_input(watched, app_url):
+    page = watched
     open_page(page, app_url, "", timeout_s=300)
     box = page.locator("textarea[aria-label=\"Prompt\"]")
-    box.fill("<script>alert('x')</script> ‮evil‬ zero\u200bwidth 🙂")
+    box.fill(MARKUP + " ‮evil‬ zero\u200bwidth 🙂")
     box.press("Control+Enter")
     wait_until_idle(page)
     assert_healthy(page)
-    assert page.locator("script:has-text(\"alert('x')\")").count() == 0
+    assert_nothing_injected(page)
     assert charts_visible(page) >= 2
     box.fill("   ")
     box.press("Control+Enter")
