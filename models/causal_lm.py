@@ -103,22 +103,27 @@ def _top(probabilities: torch.Tensor, tokenizer, k: int) -> tuple[TokenProbabili
                  for v, i in zip(values, indices))
 
 
-def _forward(loaded: LoadedModel, ids: list[int], keep_last: int = 1):
+def _forward(loaded: LoadedModel, ids: list[int], keep_last: int = 1, residual: bool = False):
     """Teacher-forced forward over ``ids`` with capture: (self-attention maps, next-token probabilities of the last
-    ``keep_last`` positions ``(keep_last, vocab)``).
+    ``keep_last`` positions ``(keep_last, vocab)``, tokens, and with ``residual`` the residual stream
+    ``(layers + 1, tokens, d_model)`` float32 that the forward computed anyway, else None).
 
     Only the needed positions go through the LM head (``logits_to_keep``): at 2,048 tokens full logits and their
-    softmax would be 2 × 0.4 GB for a 50k vocabulary, more than all the kept queries and keys.
+    softmax would be 2 × 0.4 GB for a 50k vocabulary, more than all the kept queries and keys. The logit lens reads
+    the residual stream later (``models.analysis.lens``) for the positions a user looks at.
     """
     input_ids = torch.tensor([ids], device=loaded.device)
     keep = {"logits_to_keep": keep_last} if _accepts_logits_to_keep(loaded.model) else {}
     with text_out_of_memory(loaded.device, len(ids)), torch.inference_mode(), \
             capture.recording(loaded.model) as recorder:
-        logits = loaded.model(input_ids=input_ids, use_cache=False, **keep).logits[0, -keep_last:]
+        output = loaded.model(input_ids=input_ids, use_cache=False, output_hidden_states=residual, **keep)
+        logits = output.logits[0, -keep_last:]
+        stream = (torch.stack([state[0] for state in output.hidden_states]).float().cpu().numpy()
+                  if residual else None)
     probabilities = torch.softmax(logits.float(), dim=-1).cpu()  # (keep_last, vocab)
     tokens = text.display_tokens(loaded.tokenizer, ids)
     maps = recorder.attention_maps("self", 0, query_tokens=tokens, key_tokens=tokens)
-    return maps, probabilities, tokens
+    return maps, probabilities, tokens, stream
 
 
 def run(loaded: LoadedModel, inputs: TextInput, options: GenerationSettings | None = None,
@@ -128,10 +133,10 @@ def run(loaded: LoadedModel, inputs: TextInput, options: GenerationSettings | No
     if options is not None:
         return generate(loaded, inputs, options)
     tokenized = text.tokenize(loaded.tokenizer, inputs.text, _limit(loaded, inputs.max_tokens))
-    maps, probabilities, tokens = _forward(loaded, tokenized.ids)
+    maps, probabilities, tokens, residual = _forward(loaded, tokenized.ids, residual=True)
     return TextResult(model=loaded.info(), tokens=tokens, attention={"self": maps}, input_name=inputs.name,
                       next_token=_top(probabilities[-1], loaded.tokenizer, top_k), notices=tokenized.notices,
-                      prompt_length=len(tokens))
+                      prompt_length=len(tokens), residual=residual)
 
 
 def generate(loaded: LoadedModel, inputs: TextInput, settings: GenerationSettings, candidates: int = 5) -> TextResult:
@@ -153,7 +158,7 @@ def generate(loaded: LoadedModel, inputs: TextInput, settings: GenerationSetting
         output = loaded.model.generate(input_ids, **kwargs)[0].tolist()
     prompt_length = len(tokenized.ids)
     first = prompt_length - 1  # the position whose distribution chose the first generated token
-    maps, probabilities, tokens = _forward(loaded, output, keep_last=len(output) - first)
+    maps, probabilities, tokens, _ = _forward(loaded, output, keep_last=len(output) - first)
     steps = []
     for position in range(prompt_length, len(output)):
         distribution = probabilities[position - 1 - first]
@@ -213,4 +218,4 @@ def _limit(loaded: LoadedModel, max_tokens: int) -> int:
 
 FAMILY = Family("causal_lm", "GPT-style causal language model", TextInput, load, run, TextResult,
                 views=("head", "head_zoom", "grid", "head_statistics", "focus", "next_token",
-                       "generation_step"), options=GenerationSettings)
+                       "generation_step", "lens"), options=GenerationSettings)

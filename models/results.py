@@ -320,6 +320,14 @@ class TextResult(RunResult):
     prompt_length: int = 0  # tokens of the prompt; generated tokens follow it in ``tokens``
     generated_text: str = ""
     special_positions: tuple[int, ...] = ()  # [CLS], [SEP], BOS/EOS: positions of special tokens
+    # the residual stream of a causal LM's prompt run, float32 (layers + 1, tokens, d_model): after the embeddings,
+    # after each block, the last entry with the final norm already applied (as transformers returns it); None when
+    # not kept (generation runs, encoders)
+    residual: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.residual is not None:
+            self.residual.setflags(write=False)  # shared by every session that reads this result
 
 
 @dataclass(frozen=True, kw_only=True)

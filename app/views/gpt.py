@@ -1,11 +1,12 @@
 """GPT-style language model: causal self-attention per layer and head, next-token probabilities, generation."""
 import streamlit as st
 
-from app import attention_view, display, url_state, widgets
+from app import attention_view, display, presentation, url_state, widgets
 from models import limits
 from models.causal_lm import STRATEGIES, GenerationSettings
 from models.inputs import TextInput
 from viz.figures.attention import StepOptions
+from viz.figures.lens import LensOptions
 
 PRESETS = {
     "Coreference": "The animal didn't cross the street because it was too tired.",
@@ -16,8 +17,10 @@ PRESETS = {
     "Question": "The capital of France is",
 }
 
-SHARED = ["model_causal_lm", "max_tokens", "gpt_text", "gpt_layer", "gpt_head", "gpt_statistic"]
-url_state.restore(SHARED, {"max_tokens": int, "gpt_layer": int})
+SHARED = ["model_causal_lm", "max_tokens", "gpt_text", "gpt_layer", "gpt_head", "gpt_statistic", "gpt_tab",
+          "gpt_lens_count", "gpt_lens_last"]
+LENS_COUNTS = [8, 16, 32, 64]
+url_state.restore(SHARED, {"max_tokens": int, "gpt_layer": int, "gpt_lens_count": int, "gpt_lens_last": int})
 
 st.title("Causal self-attention in a language model")
 spec = widgets.model_picker("causal_lm")
@@ -30,7 +33,10 @@ if not prompt.strip():
     st.stop()
 inputs = TextInput(prompt, max_tokens)
 
-attention_tab, generate_tab = st.tabs(["Attention on the prompt", "Generate and step through"])
+# the lens tab runs only when open (on_change="rerun"): a new prompt does not pay for unembedding every layer
+attention_tab, lens_tab, generate_tab = st.tabs(
+    ["Attention on the prompt", "What each layer predicts", "Generate and step through"], key="gpt_tab",
+    on_change="rerun")
 
 with attention_tab:
     result = widgets.run_or_stop(loaded, inputs)
@@ -42,6 +48,23 @@ with attention_tab:
     st.subheader("Next token")
     if (figure := widgets.figure_or_none("next_token", result)) is not None:
         display.show(figure, "gpt_next", downloads=False)
+
+if lens_tab.open is not False:
+    with lens_tab:
+        st.caption("The logit lens: the residual stream after each layer, put through the model's own final norm "
+                   "and unembedding, as if the model stopped there. Read from the run above, no second forward.")
+        n = len(result.tokens)
+        left, right = st.columns(2)
+        count = left.select_slider("Positions shown", LENS_COUNTS, value=16, key="gpt_lens_count")
+        if st.session_state.get("gpt_lens_last", n - 1) > n - 1:  # a link made for a longer text
+            st.session_state["gpt_lens_last"] = n - 1
+        last = right.slider("Last position", 0, n - 1, n - 1, key="gpt_lens_last") if n > count else n - 1
+        with st.spinner("Unembedding every layer…"):
+            figure = widgets.figure_or_none("lens", result, LensOptions(count, last, presentation.color_scheme()),
+                                            loaded)
+        if figure is not None:
+            display.show(figure, "gpt_lens")
+    url_state.publish(SHARED)
 
 with generate_tab:
     with st.form("generation"):

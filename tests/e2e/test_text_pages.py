@@ -35,3 +35,15 @@ def test_encoder_page_shows_minilm_attention(page, app_url):
     assert charts_visible(page) >= 2
     assert "[CLS]" in page.inner_text("body")
     screenshot(page, "encoder")
+
+
+def test_gpt_page_logit_lens_tab(page, app_url):
+    open_page(page, app_url, "", timeout_s=300)
+    page.get_by_role("tab", name="What each layer predicts").click()
+    wait_until_idle(page)
+    assert_healthy(page)
+    body = page.inner_text("body")
+    assert "Layer 0 is the embeddings" in body and "it is the top token from" in body
+    assert charts_visible(page) >= 2  # the layer × position grid and the rank curve
+    assert "gpt_tab=What+each+layer+predicts" in page.url or "gpt_tab=What%20each" in page.url
+    screenshot(page, "gpt-logit-lens")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from viz.figure import VIEWS, Figure, View
-from viz.figures import attention, mechanics, moe, positional, swin, translation, vit  # noqa: F401  (register views)
+from viz.figures import attention, lens, mechanics, moe, positional, swin, translation, vit  # noqa: F401  (register)
 
 
 def get(name: str) -> View:

@@ -1,0 +1,52 @@
+"""``lens`` case: the logit lens on SmolLM2-135M (the offline model) at n = 512 tokens, against the forward it reads.
+
+Ours = ``models.analysis.lens.logit_lens`` over a window of positions (16, the page's default, and 64, the most it
+reads at once): every layer's residual stream at those positions through the final norm and the 49,152-token
+unembedding. Baseline = the prompt run itself (``families.run``: tokenise, forward with capture, keep the residual
+stream, top-10), which the lens reuses instead of a second forward. Target (issue 18): lens ≤ 2× the forward.
+"""
+from __future__ import annotations
+
+import time
+
+from bench.worker import worker
+
+
+def _median(samples: list[float]) -> float:
+    return sorted(samples)[len(samples) // 2]
+
+
+def task_lens(job: dict) -> dict:
+    from bench.case_page import long_text
+    from models import families, registry
+    from models.analysis import lens
+    from models.inputs import TextInput
+    from viz.figures.lens import LensOptions
+
+    loaded = families.load(registry.default("causal_lm"), job["device"])
+    inputs = TextInput(long_text(job["n"], seed=0), job["n"])
+    families.run(loaded, TextInput("warm up", 16))
+    forward, result = [], None
+    for _ in range(job["repeats"]):
+        start = time.perf_counter()
+        result = families.run(loaded, inputs)
+        forward.append(time.perf_counter() - start)
+    out = {"tokens": len(result.tokens), "forward_s": _median(forward), "residual_mb": result.residual.nbytes / 2**20}
+    for count in (16, 64):
+        samples = []
+        for _ in range(job["repeats"]):
+            start = time.perf_counter()
+            lens.logit_lens(loaded, result, LensOptions(positions=count))
+            samples.append(time.perf_counter() - start)
+        out[f"lens_{count}_s"] = _median(samples)
+    return out
+
+
+def case_lens(n: int, device: str, repeats: int, threads: int) -> dict:
+    timing = worker({"task": "lens", "n": n, "device": device, "repeats": max(repeats, 3), "threads": threads})
+    worst = timing["lens_64_s"]
+    return {"case": "lens", "n": timing["tokens"], "ours_s": worst, "baseline_s": timing["forward_s"],
+            "ratio": worst / timing["forward_s"], "extra_mb": timing["residual_mb"], "bytes": None, **timing,
+            "device": device, "threads": threads, "ours": "logit lens over 64 positions (16: lens_16_s)",
+            "baseline": "the prompt run it reads (forward with capture)", "target": "ratio <= 2",
+            "ok": worst / timing["forward_s"] <= 2}

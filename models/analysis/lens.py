@@ -1,0 +1,128 @@
+"""The logit lens (nostalgebraist 2020): what each layer of a causal LM would predict if the model stopped there.
+
+The residual stream after block ``l`` goes through the model's own final norm and unembedding, exactly as the last
+block's output does; the last entry is the model's output itself (transformers returns it already normed, so it is
+unembedded as it is and equals the model's logits). It reads the stream the prompt run kept
+(``TextResult.residual``): no second forward. Unembedding costs ``positions × vocabulary × d_model`` per layer —
+for SmolLM2 (49,152 tokens, d 576) 31 layers × 32 positions is about 56 GFLOP, a second or two on a laptop CPU — so
+it runs for a window of at most ``MAX_POSITIONS`` positions, the ones a person reads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from models import text
+from models.results import RunResult
+
+MAX_POSITIONS = 64  # a readable grid, and a bounded cost per layer
+TOP_K = 5  # candidates per cell (the tooltip)
+CHUNK_ROWS = 256  # (layer, position) rows unembedded at once
+
+
+@dataclass(frozen=True)
+class Lens:
+    """The lens over ``positions``; arrays are indexed ``[layer, position]`` with layer 0 = the embeddings and the
+    last layer = the model's output (``layers`` blocks in between)."""
+
+    model: str
+    input_name: str
+    tokens: tuple[str, ...]  # every token of the input, for labels
+    positions: tuple[int, ...]  # the positions read, in order
+    top_ids: np.ndarray  # (layers + 1, P, TOP_K) int64, best first
+    top_tokens: tuple[tuple[tuple[str, ...], ...], ...]  # the same, as display strings
+    top_probs: np.ndarray  # (layers + 1, P, TOP_K) float32
+    final_ids: np.ndarray  # (P,) the model's own top-1 next token at each position
+    final_tokens: tuple[str, ...]
+    final_probs: np.ndarray  # (layers + 1, P) probability each layer gives the model's final prediction
+    final_ranks: np.ndarray  # (layers + 1, P) its rank in each layer's distribution (0 = top)
+
+    @property
+    def num_layers(self) -> int:
+        """Blocks between the embeddings and the output."""
+        return self.top_ids.shape[0] - 1
+
+    def layer_label(self, layer: int) -> str:
+        return "embeddings" if layer == 0 else f"layer {layer}" + (" (output)" if layer == self.num_layers else "")
+
+
+def window(n: int, last: int, count: int) -> range:
+    """The ``count`` positions ending at ``last`` (negative: from the end), checked with a message a user can act
+    on."""
+    if not 1 <= count <= MAX_POSITIONS:
+        raise ValueError(f"the logit lens reads 1 to {MAX_POSITIONS} positions at a time, not {count}")
+    end = last + n if last < 0 else last
+    if not 0 <= end < n:
+        raise ValueError(f"position {last} is outside the input's {n} tokens (0 to {n - 1}, or -1 for the last)")
+    return range(max(0, end - count + 1), end + 1)
+
+
+def final_norm_and_unembedding(model):
+    """The causal LM's final norm and its unembedding (LM head), found by the names transformers uses."""
+    base = getattr(model, "base_model", model)
+    norm = next((getattr(base, name) for name in ("norm", "ln_f", "final_layer_norm", "final_layernorm")
+                 if getattr(base, name, None) is not None), None)
+    unembed = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if norm is None or unembed is None:
+        raise ValueError(f"the logit lens does not know where {type(model).__name__} keeps its final norm and "
+                         "unembedding")
+    return norm, unembed
+
+
+def logit_lens(loaded, result: RunResult, options) -> Lens:
+    """The lens of ``result`` (a prompt run that kept its residual stream) over ``options.positions`` positions
+    ending at ``options.last``."""
+    import torch
+
+    residual = getattr(result, "residual", None)
+    if residual is None:
+        raise ValueError("this run kept no residual stream: the logit lens reads a language model's prompt run")
+    positions = window(residual.shape[1], options.last, options.positions)
+    norm, unembed = final_norm_and_unembedding(loaded.model)
+    parameter = next(unembed.parameters())
+    last, count = residual.shape[0] - 1, len(positions)
+    with torch.inference_mode():
+        states = torch.from_numpy(residual[:, positions.start:positions.stop].copy())  # (layers + 1, P, d)
+        states = states.to(device=parameter.device, dtype=parameter.dtype)
+        states = torch.cat([norm(states[:last]), states[last:]])  # the output is normed already
+        rows = states.reshape(-1, states.shape[-1])  # layer-major: row = layer * P + position
+        # the output rows first: they name the final prediction that every layer is read for
+        final = unembed(rows[-count:]).float().argmax(-1)
+        finals = final.repeat(last + 1)
+        top_ids, top_probs, chosen, ranks = [], [], [], []
+        # every layer through one unembedding, in chunks of rows: the 49,152 × 576 matrix is read once per chunk
+        # (reading it once per layer made 16 positions as slow as 64), and a chunk's logits stay ~50 MB
+        for begin in range(0, rows.shape[0], CHUNK_ROWS):
+            logits = unembed(rows[begin:begin + CHUNK_ROWS]).float()
+            normaliser = torch.logsumexp(logits, dim=-1, keepdim=True)  # probabilities without a softmax copy
+            values, indices = logits.topk(TOP_K, dim=-1)
+            picked = logits.gather(1, finals[begin:begin + CHUNK_ROWS, None])
+            top_ids.append(indices)
+            top_probs.append((values - normaliser).exp())
+            chosen.append((picked - normaliser).exp()[:, 0])
+            ranks.append((logits > picked).sum(-1))
+
+    def grid(parts, dtype):
+        return torch.cat(parts).reshape(last + 1, count, *parts[0].shape[1:]).cpu().numpy().astype(dtype)
+
+    decode = _decoder(loaded.tokenizer)
+    top_ids_array = grid(top_ids, np.int64)
+    return Lens(
+        model=result.model.short_name, input_name=result.input_name, tokens=tuple(result.tokens),
+        positions=tuple(positions), top_ids=top_ids_array,
+        top_tokens=tuple(tuple(tuple(decode(i) for i in cell) for cell in layer) for layer in top_ids_array),
+        top_probs=grid(top_probs, np.float32), final_ids=top_ids_array[-1, :, 0].copy(),
+        final_tokens=tuple(decode(i) for i in top_ids_array[-1, :, 0]),
+        final_probs=grid(chosen, np.float32), final_ranks=grid(ranks, np.int64))
+
+
+def _decoder(tokenizer):
+    cache: dict[int, str] = {}
+
+    def decode(token_id) -> str:
+        token_id = int(token_id)
+        if token_id not in cache:
+            cache[token_id] = text.display_token(tokenizer.decode([token_id]))
+        return cache[token_id]
+    return decode
