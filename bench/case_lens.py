@@ -1,4 +1,6 @@
-"""``lens`` case: the logit lens on SmolLM2-135M (the offline model) at n = 512 tokens, against the forward it reads.
+"""``lens`` and ``ablation`` cases, inside SmolLM2-135M (the offline model).
+
+``lens``: n = 512 tokens, against the forward it reads.
 
 Ours = ``models.analysis.lens.logit_lens`` over a window of positions (16, the page's default, and 64, the most it
 reads at once): every layer's residual stream at those positions through the final norm and the 49,152-token
@@ -50,3 +52,37 @@ def case_lens(n: int, device: str, repeats: int, threads: int) -> dict:
             "device": device, "threads": threads, "ours": "logit lens over 64 positions (16: lens_16_s)",
             "baseline": "the prompt run it reads (forward with capture)", "target": "ratio <= 2",
             "ok": worst / timing["forward_s"] <= 2}
+
+
+ABLATION_PROMPT = "The Eiffel Tower is in the city of Paris, and the Colosseum is in the city of"
+
+
+def task_ablation(job: dict) -> dict:
+    from models import families, registry
+    from models.analysis import ablation
+    from models.inputs import TextInput
+    from viz.figures.ablation import AblationOptions
+
+    loaded = families.load(registry.default("causal_lm"), job["device"])
+    result = families.run(loaded, TextInput(ABLATION_PROMPT, 64))
+    forward, samples = [], []
+    for _ in range(job["repeats"]):
+        start = time.perf_counter()
+        families.run(loaded, TextInput(ABLATION_PROMPT, 64))
+        forward.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        found = ablation.head_ablation(loaded, result, AblationOptions())
+        samples.append(time.perf_counter() - start)
+    return {"tokens": len(result.tokens), "heads": int(found.effect.size), "forward_s": _median(forward),
+            "ablation_s": _median(samples), "target_token": found.target}
+
+
+def case_ablation(device: str, repeats: int, threads: int) -> dict:
+    """Every head of SmolLM2 (30 × 9) zero-ablated on a ~20-token prompt, against one forward of that prompt."""
+    timing = worker({"task": "ablation", "device": device, "repeats": max(repeats, 1), "threads": threads})
+    return {"case": "ablation", "n": timing["tokens"], "ours_s": timing["ablation_s"],
+            "baseline_s": timing["forward_s"], "ratio": timing["ablation_s"] / timing["forward_s"], "extra_mb": None,
+            "bytes": None, **timing, "device": device, "threads": threads,
+            "ours": f"{timing['heads']} heads ablated one at a time (batched forwards)",
+            "baseline": "one forward of the prompt", "target": "ours_s <= 30 on 2 CPU cores",
+            "ok": timing["ablation_s"] <= 30}

@@ -136,7 +136,7 @@ def run(loaded: LoadedModel, inputs: TextInput, options: GenerationSettings | No
     maps, probabilities, tokens, residual = _forward(loaded, tokenized.ids, residual=True)
     return TextResult(model=loaded.info(), tokens=tokens, attention={"self": maps}, input_name=inputs.name,
                       next_token=_top(probabilities[-1], loaded.tokenizer, top_k), notices=tokenized.notices,
-                      prompt_length=len(tokens), residual=residual)
+                      prompt_length=len(tokens), residual=residual, token_ids=tuple(tokenized.ids))
 
 
 def generate(loaded: LoadedModel, inputs: TextInput, settings: GenerationSettings, candidates: int = 5) -> TextResult:
@@ -218,4 +218,4 @@ def _limit(loaded: LoadedModel, max_tokens: int) -> int:
 
 FAMILY = Family("causal_lm", "GPT-style causal language model", TextInput, load, run, TextResult,
                 views=("head", "head_zoom", "grid", "head_statistics", "focus", "next_token",
-                       "generation_step", "lens"), options=GenerationSettings)
+                       "generation_step", "lens", "ablation"), options=GenerationSettings)

@@ -324,6 +324,7 @@ class TextResult(RunResult):
     # after each block, the last entry with the final norm already applied (as transformers returns it); None when
     # not kept (generation runs, encoders)
     residual: np.ndarray | None = field(default=None, repr=False, compare=False)
+    token_ids: tuple[int, ...] = ()  # the prompt's ids as the model saw them (causal LM prompt runs), for re-runs
 
     def __post_init__(self):
         if self.residual is not None:

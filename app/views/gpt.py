@@ -6,6 +6,7 @@ from models import limits
 from models.causal_lm import STRATEGIES, GenerationSettings
 from models.inputs import TextInput
 from viz.figures.attention import StepOptions
+from viz.figures.ablation import AblationOptions
 from viz.figures.lens import LensOptions
 
 PRESETS = {
@@ -18,7 +19,7 @@ PRESETS = {
 }
 
 SHARED = ["model_causal_lm", "max_tokens", "gpt_text", "gpt_layer", "gpt_head", "gpt_statistic", "gpt_tab",
-          "gpt_lens_count", "gpt_lens_last"]
+          "gpt_lens_count", "gpt_lens_last", "gpt_ablation_target", "gpt_ablation_mode"]
 LENS_COUNTS = [8, 16, 32, 64]
 url_state.restore(SHARED, {"max_tokens": int, "gpt_layer": int, "gpt_lens_count": int, "gpt_lens_last": int})
 
@@ -34,9 +35,9 @@ if not prompt.strip():
 inputs = TextInput(prompt, max_tokens)
 
 # the lens tab runs only when open (on_change="rerun"): a new prompt does not pay for unembedding every layer
-attention_tab, lens_tab, generate_tab = st.tabs(
-    ["Attention on the prompt", "What each layer predicts", "Generate and step through"], key="gpt_tab",
-    on_change="rerun")
+attention_tab, lens_tab, ablation_tab, generate_tab = st.tabs(
+    ["Attention on the prompt", "What each layer predicts", "Which heads matter", "Generate and step through"],
+    key="gpt_tab", on_change="rerun")
 
 with attention_tab:
     result = widgets.run_or_stop(loaded, inputs)
@@ -64,6 +65,23 @@ if lens_tab.open is not False:
                                             loaded)
         if figure is not None:
             display.show(figure, "gpt_lens")
+    url_state.publish(SHARED)
+
+if ablation_tab.open is not False:
+    with ablation_tab:
+        st.caption("Head ablation: each head of each layer switched off in turn (its output set to zero, or to its "
+                   "mean over the prompt), the rest of the model untouched; how much does that change the "
+                   "probability of the target token after the prompt?")
+        left, right = st.columns(2)
+        target = left.text_input("Target token (empty: the model's own top prediction)", key="gpt_ablation_target",
+                                 max_chars=40, help="One token, spaces included: ' Paris' and 'Paris' differ.")
+        mode = right.radio("Switch a head off by setting its output to", ["zero", "mean"], horizontal=True,
+                           key="gpt_ablation_mode")
+        maps = result.maps("self")
+        with st.spinner(f"Switching off {maps.num_layers * maps.num_heads} heads one at a time (batched)…"):
+            figure = widgets.figure_or_none("ablation", result, AblationOptions(target, mode), loaded)
+        if figure is not None:
+            display.show(figure, "gpt_ablation")
     url_state.publish(SHARED)
 
 with generate_tab:

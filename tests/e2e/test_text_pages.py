@@ -47,3 +47,12 @@ def test_gpt_page_logit_lens_tab(page, app_url):
     assert charts_visible(page) >= 2  # the layer × position grid and the rank curve
     assert "gpt_tab=What+each+layer+predicts" in page.url or "gpt_tab=What%20each" in page.url
     screenshot(page, "gpt-logit-lens")
+
+
+def test_gpt_page_head_ablation_tab(page, app_url):
+    open_page(page, app_url, "?gpt_tab=Which+heads+matter", timeout_s=300)
+    assert_healthy(page)
+    body = page.inner_text("body")
+    assert "with every head on" in body and "key/value group" in body  # SmolLM2: 9 query heads, 3 K/V groups
+    assert charts_visible(page) >= 1
+    screenshot(page, "gpt-head-ablation")

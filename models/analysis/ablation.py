@@ -1,0 +1,171 @@
+"""Head ablation: which heads matter for this prediction. Each head of each layer is switched off, one at a time, and
+the change in the log-probability of a target token after the prompt's last position is measured.
+
+A head is switched off where its output enters the attention's output projection (``o_proj``, GPT-2's ``c_proj``):
+its slice of that input is set to zero (``zero``) or to its mean over the prompt's positions on the clean run
+(``mean``), the other heads untouched. The ablations run batched — one copy of the prompt per (layer, head) in each
+forward, each copy with its own head off — so SmolLM2's 270 heads on a 13-token prompt take a handful of forwards.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+from models import text
+from models.results import RunResult
+
+MODES = ("zero", "mean")
+BATCH_TOKENS = 4096  # prompt copies per forward × prompt length, at most
+MAX_TOKENS = 256  # longer prompts: 270 ablations would take minutes on a laptop
+
+
+@dataclass(frozen=True)
+class Ablation:
+    model: str
+    input_name: str
+    target: str  # the token whose log-probability is measured, as displayed
+    target_id: int
+    mode: str
+    clean_logprob: float  # log p(target) with every head on
+    effect: np.ndarray  # (layers, heads) float32: log p(target) with the head off − clean_logprob
+    kv_heads: int  # key/value heads per layer (GQA: fewer than heads; query head h uses group h // (heads / kv))
+
+    @property
+    def num_layers(self) -> int:
+        return self.effect.shape[0]
+
+    @property
+    def num_heads(self) -> int:
+        return self.effect.shape[1]
+
+    def kv_group(self, head: int) -> int:
+        return head // (self.num_heads // self.kv_heads)
+
+
+def output_projections(model) -> list:
+    """Each decoder layer's attention output projection, whose input is the heads' outputs side by side."""
+    base = getattr(model, "base_model", model)
+    layers = next((getattr(base, name) for name in ("layers", "h", "blocks") if getattr(base, name, None) is not None),
+                  None)
+    found = []
+    for layer in layers if layers is not None else ():
+        attention = next((getattr(layer, name) for name in ("self_attn", "attn", "attention")
+                          if getattr(layer, name, None) is not None), None)
+        projection = next((getattr(attention, name) for name in ("o_proj", "c_proj", "out_proj", "dense")
+                           if getattr(attention, name, None) is not None), None) if attention is not None else None
+        found.append(projection)
+    if not found or any(projection is None for projection in found):
+        raise ValueError(f"head ablation does not know where {type(model).__name__}'s heads enter their output "
+                         "projection")
+    return found
+
+
+@contextmanager
+def heads_off(projections: list, heads: int, switched: list, replacement: list | None = None):
+    """While active, batch row ``b`` has head ``switched[b] = (layer, head)`` off (``(-1, -1)``: none): its slice of
+    that layer's output-projection input is zero, or ``replacement[layer][head]`` (a ``(head_dim,)`` tensor)."""
+    import torch
+
+    handles = []
+    for index, projection in enumerate(projections):
+        rows = [b for b, (layer, _) in enumerate(switched) if layer == index]
+        if not rows:
+            continue
+
+        def hook(module, args, rows=rows, index=index):
+            (hidden, *rest) = args
+            batch, length, width = hidden.shape
+            split = hidden.reshape(batch, length, heads, width // heads).clone()
+            for row in rows:
+                head = switched[row][1]
+                split[row, :, head] = 0 if replacement is None else replacement[index][head].to(split.dtype)
+            return (split.reshape(batch, length, width), *rest)
+
+        handles.append(projection.register_forward_pre_hook(hook))
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _target_id(tokenizer, target: str | None, fallback: int) -> int:
+    if target is None or target == "":
+        return fallback
+    ids = tokenizer.encode(target, add_special_tokens=False)
+    if len(ids) != 1:
+        pieces = [text.display_token(tokenizer.decode([i])) for i in ids]
+        raise ValueError(f"the target must be one token; {target!r} is {len(ids)}: {' | '.join(pieces) or 'none'} "
+                         "(a word after a space usually starts with one, e.g. ' Paris')")
+    return ids[0]
+
+
+def head_ablation(loaded, result: RunResult, options) -> Ablation:
+    """Δ log p(target) at the last position for every (layer, head) switched off, ``options.mode`` ("zero" or
+    "mean"); ``options.target`` is one token as typed, or empty for the model's own top-1 next token."""
+    import torch
+
+    if options.mode not in MODES:
+        raise ValueError(f"the ablation mode is one of {', '.join(MODES)}, not {options.mode!r}")
+    if not getattr(result, "next_token", None):
+        raise ValueError("head ablation reads a language model's prompt run (it has no next-token prediction)")
+    model, tokenizer = loaded.model, loaded.tokenizer
+    ids = _prompt_ids(result)
+    if len(ids) > MAX_TOKENS:
+        raise ValueError(f"head ablation runs on prompts of up to {MAX_TOKENS} tokens (this one has {len(ids)}): "
+                         "every head means one more forward")
+    target = _target_id(tokenizer, options.target, result.next_token[0].token_id)
+    config = model.config
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    projections = output_projections(model)
+    device = next(model.parameters()).device
+    prompt = torch.tensor([ids], device=device)
+
+    def logprobs(switched, replacement=None) -> torch.Tensor:
+        batch = prompt.expand(len(switched), -1)
+        with heads_off(projections, heads, switched, replacement):
+            logits = model(input_ids=batch, use_cache=False).logits[:, -1].float()
+        return torch.log_softmax(logits, dim=-1)[:, target].cpu()
+
+    replacement = _mean_head_outputs(model, projections, heads, prompt) if options.mode == "mean" else None
+    clean = float(logprobs([(-1, -1)])[0])
+    every = [(layer, head) for layer in range(len(projections)) for head in range(heads)]
+    per_forward = max(1, BATCH_TOKENS // len(ids))
+    values = torch.cat([logprobs(every[i:i + per_forward], replacement) for i in range(0, len(every), per_forward)])
+    effect = (values.numpy() - clean).reshape(len(projections), heads).astype(np.float32)
+    return Ablation(model=result.model.short_name, input_name=result.input_name,
+                    target=text.display_token(tokenizer.decode([target])), target_id=target, mode=options.mode,
+                    clean_logprob=clean, effect=effect, kv_heads=kv_heads)
+
+
+def _prompt_ids(result: RunResult) -> list[int]:
+    """The prompt's token ids exactly as the run saw them."""
+    ids = getattr(result, "token_ids", ())
+    if not ids:
+        raise ValueError("this run did not keep its token ids (head ablation reads a language model's prompt run)")
+    return list(ids)
+
+
+def _mean_head_outputs(model, projections: list, heads: int, prompt) -> list:
+    """Per layer, ``(heads, head_dim)``: each head's output averaged over the prompt's positions, clean run."""
+    import torch
+
+    means = [None] * len(projections)
+    handles = []
+    for index, projection in enumerate(projections):
+        def hook(module, args, index=index):
+            hidden = args[0]
+            means[index] = hidden[0].reshape(hidden.shape[1], heads, -1).mean(0)
+
+        handles.append(projection.register_forward_pre_hook(hook))
+    try:
+        with torch.inference_mode():
+            model(input_ids=prompt, use_cache=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return means
