@@ -8,6 +8,7 @@ forward, each copy with its own head off — so SmolLM2's 270 heads on a 13-toke
 """
 from __future__ import annotations
 
+import inspect
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -125,10 +126,13 @@ def head_ablation(loaded, result: RunResult, options) -> Ablation:
     device = next(model.parameters()).device
     prompt = torch.tensor([ids], device=device)
 
+    # only the last position through the LM head: full logits of a 4,096-token batch would be 0.8 GB for SmolLM2
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+
     def logprobs(switched, replacement=None) -> torch.Tensor:
         batch = prompt.expand(len(switched), -1)
         with heads_off(projections, heads, switched, replacement):
-            logits = model(input_ids=batch, use_cache=False).logits[:, -1].float()
+            logits = model(input_ids=batch, use_cache=False, **keep).logits[:, -1].float()
         return torch.log_softmax(logits, dim=-1)[:, target].cpu()
 
     replacement = _mean_head_outputs(model, projections, heads, prompt) if options.mode == "mean" else None
