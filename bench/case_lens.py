@@ -86,3 +86,33 @@ def case_ablation(device: str, repeats: int, threads: int) -> dict:
             "ours": f"{timing['heads']} heads ablated one at a time (batched forwards)",
             "baseline": "one forward of the prompt", "target": "ours_s <= 30 on 2 CPU cores",
             "ok": timing["ablation_s"] <= 30}
+
+
+PATCHING_PAIR = ("Everyone knows that the Eiffel Tower is in the city of",
+                 "Everyone knows that the Colosseum is in the city of")
+
+
+def task_patching(job: dict) -> dict:
+    from models import families, registry
+    from models.analysis import patching
+    from models.inputs import TextInput
+    from viz.figures.patching import PatchingOptions
+
+    loaded = families.load(registry.default("causal_lm"), job["device"])
+    result = families.run(loaded, TextInput(PATCHING_PAIR[0], 64))
+    samples = []
+    for _ in range(job["repeats"]):
+        start = time.perf_counter()
+        found = patching.activation_patching(loaded, result, PatchingOptions(PATCHING_PAIR[1]))
+        samples.append(time.perf_counter() - start)
+    return {"tokens": len(result.tokens), "patches": int(found.residual.size + found.heads.size),
+            "patching_s": _median(samples), "answers": [found.clean_answer, found.corrupted_answer]}
+
+
+def case_patching(device: str, repeats: int, threads: int) -> dict:
+    """Residual stream (31 points × 12 positions) and every head (270) patched from clean into corrupted."""
+    timing = worker({"task": "patching", "device": device, "repeats": max(repeats, 1), "threads": threads})
+    return {"case": "patching", "n": timing["tokens"], "ours_s": timing["patching_s"], "baseline_s": None,
+            "ratio": None, "extra_mb": None, "bytes": None, **timing, "device": device, "threads": threads,
+            "ours": f"{timing['patches']} patches (residual stream at every layer and position, every head)",
+            "target": "ours_s <= 60 on 2 CPU cores", "ok": timing["patching_s"] <= 60}

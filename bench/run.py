@@ -9,7 +9,8 @@ machine. What each case measures, and against what, is in its module:
 - ``vit_rollout``: ``bench/case_vit.py`` (timing in ``bench/vit_rollout.py``), ViT-B/16 rollout vs fused forward;
 - ``startup``: ``bench/case_startup.py``, ``streamlit run`` to the first chart in headless Chromium;
 - ``lens`` (n = 512), ``ablation`` (~20 tokens): ``bench/case_lens.py``, the logit lens on SmolLM2 against the
-  forward it reads, and all 270 heads ablated one at a time.
+  forward it reads, all 270 heads ablated one at a time; ``patching`` (12 tokens): a clean/corrupted pair patched
+  at every layer and position and for every head.
 
 Memory probes and the paired, alternating timing are in ``bench/measure.py``. Each measurement runs in a fresh
 process (``bench/worker.py`` → ``python -m bench.run --worker JOB`` → ``run_worker``), set up as the app sets its
@@ -29,15 +30,16 @@ if str(Path(__file__).resolve().parent.parent) not in sys.path:  # `python bench
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.case_causal_lm import case_causal_lm, task_causal_lm_memory, task_causal_lm_time  # noqa: E402
-from bench.case_lens import case_ablation, case_lens, task_ablation, task_lens  # noqa: E402
+from bench.case_lens import (case_ablation, case_lens, case_patching, task_ablation, task_lens,  # noqa: E402
+                             task_patching)
 from bench.case_page import case_page, task_page  # noqa: E402
 from bench.case_startup import case_startup  # noqa: E402
 from bench.case_vit import case_vit_rollout, task_vit_memory, task_vit_time  # noqa: E402
 
-CASES = ("causal_lm", "view_bytes", "rerender", "vit_rollout", "startup", "lens", "ablation")
+CASES = ("causal_lm", "view_bytes", "rerender", "vit_rollout", "startup", "lens", "ablation", "patching")
 TASKS = {"causal_lm_time": task_causal_lm_time, "causal_lm_memory": task_causal_lm_memory,
          "vit_time": task_vit_time, "vit_memory": task_vit_memory, "page": task_page,
-         "lens": task_lens, "ablation": task_ablation}
+         "lens": task_lens, "ablation": task_ablation, "patching": task_patching}
 
 
 def allocator() -> str:
@@ -118,6 +120,9 @@ def run_case(case: str, args, devices: list[str]) -> None:
     elif case == "ablation":
         for device in devices:
             print(json.dumps(case_ablation(device, args.repeats, args.threads)), flush=True)
+    elif case == "patching":
+        for device in devices:
+            print(json.dumps(case_patching(device, args.repeats, args.threads)), flush=True)
     elif case == "startup":
         print(json.dumps(case_startup(max(1, min(args.repeats, 2)))), flush=True)
 

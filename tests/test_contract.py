@@ -100,6 +100,9 @@ def _figure(view, family, loaded, result):
     data = result
     if view.run_options:  # e.g. a generation: the family's run options at their defaults
         data = families.run(loaded, _inputs(family), family.options())
+    if view.example is not None:  # the defaults need a second input (a corrupted prompt): the view's own example
+        example_text, options = view.example
+        data = families.run(loaded, TextInput(example_text, 64))
     if view.data == "analysis":
         data = view.analysis(loaded, data, options)
     return view.build(data, options)

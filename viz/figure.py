@@ -97,6 +97,8 @@ class View:
     family: str | None = None  # whose model an analysis reads, on a page without a family of its own
     page: str | None = None  # the page that owns this view, when it is not a family's
     run_options: bool = False  # draws a run made with the family's run options (a generation): the CLI builds them
+    # (input text, options) that draw the view when its defaults cannot: a second prompt to compare with, say
+    example: tuple[str, Any] | None = None
 
     def analysis_key(self, options) -> tuple:
         """What identifies this view's analysis for ``options``: the function and the option values it reads.
@@ -113,7 +115,7 @@ VIEWS: dict[str, View] = {}
 
 def view(name: str, title: str, options: type = NoOptions, data: str = "result", analysis: Callable | None = None,
          analysis_options: tuple[str, ...] = (), family: str | None = None, page: str | None = None,
-         run_options: bool = False):
+         run_options: bool = False, example: tuple[str, Any] | None = None):
     """Register the decorated builder as the view ``name`` (names are unique across the app)."""
     if data not in ("result", "options", "analysis"):
         raise ValueError(f"unknown data source {data!r}")
@@ -122,7 +124,7 @@ def view(name: str, title: str, options: type = NoOptions, data: str = "result",
         if name in VIEWS and VIEWS[name].build is not build:
             raise ValueError(f"there already is a view called {name!r}")
         VIEWS[name] = View(name, title, build, options, "analysis" if analysis else data, analysis, analysis_options,
-                           family, page, run_options)
+                           family, page, run_options, example)
         return build
 
     return register

@@ -8,6 +8,7 @@ from models.inputs import TextInput
 from viz.figures.attention import StepOptions
 from viz.figures.ablation import AblationOptions
 from viz.figures.lens import LensOptions
+from viz.figures.patching import PatchingOptions
 
 PRESETS = {
     "Coreference": "The animal didn't cross the street because it was too tired.",
@@ -19,7 +20,9 @@ PRESETS = {
 }
 
 SHARED = ["model_causal_lm", "max_tokens", "gpt_text", "gpt_layer", "gpt_head", "gpt_statistic", "gpt_tab",
-          "gpt_lens_count", "gpt_lens_last", "gpt_ablation_target", "gpt_ablation_mode"]
+          "gpt_lens_count", "gpt_lens_last", "gpt_ablation_target", "gpt_ablation_mode", "gpt_patch_corrupt",
+          "gpt_patch_clean_answer", "gpt_patch_corrupted_answer"]
+PATCHING_PAIR = ("The Eiffel Tower is in the city of", "The Colosseum is in the city of")  # 9 SmolLM2 tokens each
 LENS_COUNTS = [8, 16, 32, 64]
 url_state.restore(SHARED, {"max_tokens": int, "gpt_layer": int, "gpt_lens_count": int, "gpt_lens_last": int})
 
@@ -35,9 +38,9 @@ if not prompt.strip():
 inputs = TextInput(prompt, max_tokens)
 
 # the lens tab runs only when open (on_change="rerun"): a new prompt does not pay for unembedding every layer
-attention_tab, lens_tab, ablation_tab, generate_tab = st.tabs(
-    ["Attention on the prompt", "What each layer predicts", "Which heads matter", "Generate and step through"],
-    key="gpt_tab", on_change="rerun")
+attention_tab, lens_tab, ablation_tab, patching_tab, generate_tab = st.tabs(
+    ["Attention on the prompt", "What each layer predicts", "Which heads matter", "Patching",
+     "Generate and step through"], key="gpt_tab", on_change="rerun")
 
 with attention_tab:
     result = widgets.run_or_stop(loaded, inputs)
@@ -82,6 +85,32 @@ if ablation_tab.open is not False:
             figure = widgets.figure_or_none("ablation", result, AblationOptions(target, mode), loaded)
         if figure is not None:
             display.show(figure, "gpt_ablation")
+    url_state.publish(SHARED)
+
+
+def use_patching_pair() -> None:
+    st.session_state["gpt_text"], st.session_state["gpt_patch_corrupt"] = PATCHING_PAIR
+
+
+if patching_tab.open is not False:
+    with patching_tab:
+        st.caption("Activation patching: run a corrupted prompt (the same number of tokens, one fact changed) with "
+                   "one activation taken from the prompt above, and see how much of the clean answer comes back.")
+        corrupt = st.text_input("Corrupted prompt", key="gpt_patch_corrupt", max_chars=400)
+        st.button("Try: Eiffel Tower → Colosseum", on_click=use_patching_pair, key="gpt_patch_pair")
+        left, right = st.columns(2)
+        clean_answer = left.text_input("Clean answer (empty: the prompt's top prediction)",
+                                       key="gpt_patch_clean_answer", max_chars=40)
+        corrupted_answer = right.text_input("Corrupted answer (empty: its top prediction)",
+                                            key="gpt_patch_corrupted_answer", max_chars=40)
+        if not corrupt.strip():
+            st.info("Type a corrupted prompt, or try the example.")
+        else:
+            with st.spinner("Patching every layer at every position, and every head…"):
+                figure = widgets.figure_or_none("patching", result,
+                                                PatchingOptions(corrupt, clean_answer, corrupted_answer), loaded)
+            if figure is not None:
+                display.show(figure, "gpt_patching")
     url_state.publish(SHARED)
 
 with generate_tab:

@@ -56,3 +56,14 @@ def test_gpt_page_head_ablation_tab(page, app_url):
     assert "with every head on" in body and "key/value group" in body  # SmolLM2: 9 query heads, 3 K/V groups
     assert charts_visible(page) >= 1
     screenshot(page, "gpt-head-ablation")
+
+
+def test_gpt_page_activation_patching_tab(page, app_url):
+    open_page(page, app_url, "?gpt_tab=Patching", timeout_s=300)
+    page.get_by_role("button", name="Try: Eiffel Tower → Colosseum").click()
+    wait_until_idle(page, timeout_s=300)
+    assert_healthy(page)
+    body = page.inner_text("body")
+    assert "Logit difference logit('Paris') − logit('Rome')" in body, body[-1500:]
+    assert charts_visible(page) >= 2  # the residual stream map and the heads map
+    screenshot(page, "gpt-activation-patching")

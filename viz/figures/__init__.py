@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from viz.figure import VIEWS, Figure, View
-from viz.figures import (ablation, attention, lens, mechanics, moe, positional, swin, translation,  # noqa: F401
-                         vit)  # (register views)
+from viz.figures import (ablation, attention, lens, mechanics, moe, patching, positional, swin,  # noqa: F401
+                         translation, vit)  # (register views)
 
 
 def get(name: str) -> View:
