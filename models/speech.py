@@ -414,6 +414,36 @@ def run(loaded: LoadedModel, inputs: AudioInput, options: SpeechSettings | None 
                         seconds=clip.seconds, words=tuple(words), alignment_heads=heads, generation=steps)
 
 
+# --- cross-attention as the figures read it ----------------------------------------------------------------------
+
+HEAD_CHOICES = ("alignment", "all", "one")
+
+
+def cross_attention(result: SpeechResult, heads: str = "alignment", layer: int = 0, head: int = 0
+                    ) -> tuple[np.ndarray, str]:
+    """``(output tokens, 1500 frames)`` cross-attention and its description: averaged over the model's alignment
+    heads, over every head of every layer ("all"), or one layer's one head ("one")."""
+    maps = result.maps("cross")
+    if heads == "alignment":
+        chosen = result.alignment_heads
+        described = f"mean of the {len(chosen)} alignment heads"
+    elif heads == "all":
+        chosen = tuple((i, h) for i in range(maps.num_layers) for h in range(maps.num_heads))
+        described = f"mean of all {len(chosen)} heads"
+    elif heads == "one":
+        if not 0 <= layer < maps.num_layers or not 0 <= head < maps.num_heads:
+            raise ValueError(f"layer {layer}, head {head} does not exist: this model has {maps.num_layers} decoder "
+                             f"layers of {maps.num_heads} heads (counted from 0)")
+        return maps.head(layer, head), f"layer {layer}, head {head}"
+    else:
+        raise ValueError(f"unknown heads {heads!r}; choose one of {', '.join(HEAD_CHOICES)}")
+    by_layer: dict[int, list[int]] = {}
+    for i, h in chosen:
+        by_layer.setdefault(i, []).append(h)
+    total = sum(maps.layer(i)[hs].sum(axis=0) for i, hs in by_layer.items())
+    return (total / len(chosen)).astype(np.float32), described
+
+
 # --- word timestamps from cross-attention -------------------------------------------------------------------------
 
 def alignment_matrix(weights: np.ndarray, audio_frames: int, median_width: int = MEDIAN_WIDTH) -> np.ndarray:
@@ -538,7 +568,7 @@ def ctranslate2_alignment(loaded: LoadedModel, result: SpeechResult, options=Non
         rows.append({"word": ours.text, "start": ours.start, "end": ours.end, "ct2_start": other.start,
                      "ct2_end": other.end, "difference": difference})
     differences = [r["difference"] for r in rows] or [0.0]
-    return {"words": rows, "mean_difference": float(np.mean(differences)),
+    return {"model": result.model.short_name, "input": result.input_name, "words": rows, "mean_difference": float(np.mean(differences)),
             "max_difference": float(np.max(differences))}
 
 
