@@ -596,6 +596,21 @@ def sample_input(name: str) -> AudioInput:
     return AudioInput(audio_lib.decode(table[name][0].read_bytes(), f"sample {name}"))
 
 
+def cli_input(name_or_path: str) -> AudioInput:
+    """A sample's name or an audio file, for the command line."""
+    if name_or_path in samples():
+        return sample_input(name_or_path)
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise ValueError(f"--audio {name_or_path!r} is neither a sample ({', '.join(samples())}) nor a file")
+    return AudioInput(audio_lib.decode(path.read_bytes(), path.stem))
+
+
+def default_model(options: dict) -> str | None:
+    """Translation needs the multilingual model; transcription opens on the registry's default (tiny.en)."""
+    return "whisper-base" if options.get("task") == "translate" else None
+
+
 FAMILY = Family("speech", "speech recognition encoder–decoder (Whisper)", AudioInput, load, run, SpeechResult,
-                views=("speech_cross", "word_timestamps", "spectrogram", "speech_step", "head", "head_zoom"),
-                options=SpeechSettings)
+                views=("cross", "word_timestamps", "spectrogram", "speech_step", "head", "head_zoom"),
+                options=SpeechSettings, default_model=default_model)

@@ -47,7 +47,7 @@ class SpeechCrossOptions:
     head: int = 0
 
 
-@view("speech_cross", "Cross-attention over the audio", SpeechCrossOptions)
+@view("cross", "Cross-attention over the audio", SpeechCrossOptions)
 def speech_cross(result: SpeechResult, options: SpeechCrossOptions) -> Figure:
     weights, described = speech.cross_attention(result, options.heads, options.layer, options.head)
     frames = result.audio_frames
