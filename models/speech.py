@@ -500,23 +500,31 @@ def dtw_path(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return tokens, times
 
 
+CLOSING_PUNCTUATION = set(".,!?:;)]}\"'»”。，！？：；、")
+
+
 def word_groups(tokenizer, ids: list[int], language: str) -> list[tuple[str, int, int]]:
-    """(word, first token, end token) over ``ids`` (the end token excluded): a word starts at a token that begins
-    with a space; punctuation joins the word before; languages written without spaces split at every token that
-    completes its characters."""
-    groups: list[tuple[str, int, int]] = []
-    pieces = [tokenizer.decode([i]) for i in ids]
-    for index, piece in enumerate(pieces):
-        starts = piece.startswith(" ") or not groups
-        if language in NO_SPACE_LANGUAGES:
-            starts = not groups or "\ufffd" not in groups[-1][0]
-        punctuation = piece.strip() != "" and all(unicodedata.category(c).startswith("P") for c in piece.strip())
-        if groups and (punctuation or not starts):
-            word, first, _ = groups[-1]
-            groups[-1] = (word + piece, first, index + 1)
+    """(word, first token, end token) over ``ids`` (the end token excluded), as Whisper splits words: a word starts
+    at a token that begins with a space or at punctuation that opens ("-", "(", "¿"); closing punctuation (".", ",",
+    "?") joins the word before; languages written without spaces split at every token that completes its
+    characters."""
+    groups: list[list] = []  # [first, end]
+    for index, piece in enumerate(tokenizer.decode([i]) for i in ids):
+        stripped = piece.strip()
+        punctuation = stripped != "" and all(unicodedata.category(c).startswith("P") for c in stripped)
+        if not groups:
+            starts = True
+        elif punctuation:
+            starts = not set(stripped) <= CLOSING_PUNCTUATION
+        elif language in NO_SPACE_LANGUAGES:
+            starts = "\ufffd" not in tokenizer.decode(ids[groups[-1][0]:index])  # the word before is whole
         else:
-            groups.append((piece, index, index + 1))
-    return [(tokenizer.decode(ids[a:b]).strip(), a, b) for _, a, b in groups]
+            starts = piece.startswith(" ")
+        if starts:
+            groups.append([index, index + 1])
+        else:
+            groups[-1][1] = index + 1
+    return [(tokenizer.decode(ids[a:b]).strip(), a, b) for a, b in groups]
 
 
 def word_timings(tokenizer, produced: list[int], language: str,
