@@ -100,6 +100,9 @@ def self_attention_tab():
     kind = st.radio("Attention", ["encoder", "decoder"], horizontal=True, key="sp_self_kind",
                     format_func={"encoder": "encoder self-attention (1,500 frames of 20 ms, padding included)",
                                  "decoder": "decoder masked self-attention (prompt + output)"}.get)
+    if kind == "encoder":  # the zoom opens on the first frames of speech, not on the padding at the end
+        first = (0, min(result.audio_frames, 64) - 1)
+        st.session_state.setdefault("sp_encoder_zoom_q", first), st.session_state.setdefault("sp_encoder_zoom_k", first)
     attention_view.explorer(result, kind, key=f"sp_{kind}", loaded=loaded)
 
 
