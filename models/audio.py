@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+import re
 from dataclasses import dataclass
 from functools import cache, cached_property
 
@@ -85,6 +86,7 @@ def decode(data: bytes, name: str = "audio") -> Audio:
                                  dtype="float32", always_2d=True)
     except (RuntimeError, soundfile.LibsndfileError, TypeError, EOFError) as error:
         reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        reason = re.sub(r"^Error opening .*?>: ", "", reason).rstrip(".")  # libsndfile names our in-memory buffer
         raise ValueError(f"This file could not be read as audio ({reason}). Upload a WAV, FLAC, MP3 or OGG file; "
                          "a file renamed to .wav is not audio, and a damaged header cannot be read.") from None
     samples = samples[:CHUNK_SECONDS * rate]
