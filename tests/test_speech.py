@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from models import audio, families, registry, speech, whisper_ct2
-from models.inputs import AudioInput
 
 ENGLISH = [name for name in speech.samples() if name.startswith("en ")]
 
