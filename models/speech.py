@@ -620,5 +620,6 @@ def default_model(options: dict) -> str | None:
 
 
 FAMILY = Family("speech", "speech recognition encoder–decoder (Whisper)", AudioInput, load, run, SpeechResult,
-                views=("cross", "word_timestamps", "spectrogram", "speech_step", "head", "head_zoom"),
+                views=("cross", "word_timestamps", "spectrogram", "speech_step", "head", "head_zoom", "grid",
+                       "head_statistics"),
                 options=SpeechSettings, default_model=default_model)

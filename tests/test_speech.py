@@ -321,7 +321,7 @@ def test_page_shows_transcript_and_every_tab(fresh_caches, offered):
     assert not at.exception, at.exception
     assert at.code[0].value == "The quick brown fox jumps over the lazy dog."
     assert "cross_alignment-heads" in offered["sp_cross"].stem
-    for tab in ("Word timestamps", "Step through decoding", "Self-attention", "Spectrogram"):
+    for tab in ("Word timestamps", "Step through decoding", "Every layer and head", "Spectrogram"):
         at.session_state["sp_view"] = tab
         at.run()
         assert not at.exception, (tab, at.exception)

@@ -96,10 +96,11 @@ def steps_tab():
         display.show(figure, "sp_step")
 
 
-def self_attention_tab():
-    kind = st.radio("Attention", ["encoder", "decoder"], horizontal=True, key="sp_self_kind",
+def attention_tab():
+    kind = st.radio("Attention", ["encoder", "decoder", "cross"], horizontal=True, key="sp_self_kind",
                     format_func={"encoder": "encoder self-attention (1,500 frames of 20 ms, padding included)",
-                                 "decoder": "decoder masked self-attention (prompt + output)"}.get)
+                                 "decoder": "decoder masked self-attention (prompt + output)",
+                                 "cross": "cross-attention (output tokens × 1,500 frames)"}.get)
     if kind == "encoder":  # the zoom opens on the first frames of speech, not on the padding at the end
         first = (0, min(result.audio_frames, 64) - 1)
         st.session_state.setdefault("sp_encoder_zoom_q", first), st.session_state.setdefault("sp_encoder_zoom_k", first)
@@ -113,7 +114,7 @@ def spectrogram_tab():
 
 
 TABS = {"Cross-attention": cross_tab, "Word timestamps": words_tab, "Step through decoding": steps_tab,
-        "Self-attention": self_attention_tab, "Spectrogram": spectrogram_tab}
+        "Every layer and head": attention_tab, "Spectrogram": spectrogram_tab}
 for tab, render in zip(st.tabs(list(TABS), key="sp_view", on_change="rerun"), TABS.values()):
     if tab.open is not False:
         with tab:
