@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -330,3 +331,33 @@ def test_page_shows_transcript_and_every_tab(fresh_caches, offered):
     at.session_state["sp_source"] = "Upload"
     at.run()
     assert not at.exception and any("Upload a WAV" in info.value for info in at.info)
+
+
+def test_a_saved_whisper_folder_loads_and_runs_through_the_same_code(tiny, allowed_dirs):
+    """The hub / local-folder path: a small random Whisper saved with save_pretrained (the tiny.en tokenizer beside
+    it) loads as a typed folder, runs with capture, and falls back to the upper decoder half for alignment heads."""
+    import shutil
+
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    config = WhisperConfig(vocab_size=tiny.model.config.vocab_size, d_model=32, encoder_layers=2, decoder_layers=2,
+                           encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
+                           decoder_ffn_dim=64, decoder_start_token_id=50257, eos_token_id=50256, pad_token_id=50256,
+                           bos_token_id=50256)
+    torch.manual_seed(0)
+    folder = allowed_dirs / "tiny-whisper"
+    WhisperForConditionalGeneration(config).save_pretrained(folder)
+    for source in Path(tiny.model.name_or_path).glob("*token*"):  # tokenizer.json, tokenizer_config.json, ...
+        shutil.copy(source, folder / source.name)
+    loaded = families.load(registry.custom("speech", str(folder)))
+    result = families.run(loaded, speech.sample_input("en hello_world"), speech.SpeechSettings(max_new_tokens=5))
+    assert result.alignment_heads == ((1, 0), (1, 1))
+    assert len(result.output.output_ids) <= 5 and result.maps("cross").num_layers == 2
+    np.testing.assert_allclose(result.maps("cross").layer(1).sum(axis=-1), 1.0, atol=1e-5)
+    with pytest.raises(ValueError, match="Whisper"):
+        bad = allowed_dirs / "not-whisper"
+        from transformers import BertConfig, BertModel
+
+        BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+                  ).save_pretrained(bad)
+        families.load(registry.custom("speech", str(bad)))
