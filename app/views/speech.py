@@ -103,7 +103,9 @@ def attention_tab():
                                  "cross": "cross-attention (output tokens × 1,500 frames)"}.get)
     if kind == "encoder":  # the zoom opens on the first frames of speech, not on the padding at the end
         first = (0, min(result.audio_frames, 64) - 1)
-        st.session_state.setdefault("sp_encoder_zoom_q", first), st.session_state.setdefault("sp_encoder_zoom_k", first)
+        for name in ("sp_encoder_zoom_q", "sp_encoder_zoom_k"):  # (a bare expression would be drawn: Streamlit magic)
+            if name not in st.session_state:
+                st.session_state[name] = first
     attention_view.explorer(result, kind, key=f"sp_{kind}", loaded=loaded)
 
 
