@@ -283,8 +283,10 @@ def _mask_logits(logits: torch.Tensor, suppress: torch.Tensor, begin: torch.Tens
 @torch.inference_mode()
 def decode(loaded: LoadedModel, hidden: torch.Tensor, prompt: list[int], settings: SpeechSettings) -> list[int]:
     """Greedy or beam search from ``prompt`` with the encoder states ``hidden (1, frames, d)``, with Whisper's
-    suppressed tokens; returns the produced ids (ending with the end token when reached). Beam hypotheses are
-    ranked by summed log-probability over their length (length penalty 1, as CTranslate2)."""
+    suppressed tokens; returns the produced ids (ending with the end token when reached). Beam search as
+    CTranslate2's: an end token among the best ``beams`` candidates finishes a hypothesis, the search stops with
+    ``beams`` finished, and they are ranked by summed log-probability over their length without the end token
+    (length penalty 1)."""
     model, vocab = loaded.model, vocabulary(loaded)
     always, begin = _suppressed(loaded)
     suppress = torch.tensor(always, device=hidden.device)
@@ -312,10 +314,11 @@ def decode(loaded: LoadedModel, hidden: torch.Tensor, prompt: list[int], setting
         totals = (scores[:, None] + log_probs).view(-1)
         best, flat = totals.topk(2 * beams)
         chosen_rows, chosen_tokens, chosen_scores = [], [], []
-        for score, index in zip(best.tolist(), flat.tolist()):
+        for rank, (score, index) in enumerate(zip(best.tolist(), flat.tolist())):
             row, token = divmod(index, log_probs.shape[-1])
-            if token == vocab.end:
-                finished.append((sequences[row] + [token], score))
+            if token == vocab.end:  # an end among the best `beams` finishes; further down it is only skipped
+                if rank < beams:
+                    finished.append((sequences[row] + [token], score))
                 continue
             chosen_rows.append(row), chosen_tokens.append(token), chosen_scores.append(score)
             if len(chosen_rows) == beams:
@@ -330,7 +333,8 @@ def decode(loaded: LoadedModel, hidden: torch.Tensor, prompt: list[int], setting
         return sequences[0][len(prompt):]
     if not finished:
         finished = [(s, float(v)) for s, v in zip(sequences, scores.tolist())]
-    best_sequence = max(finished, key=lambda f: f[1] / (len(f[0]) - len(prompt)))[0]
+    # length penalty 1 over the text tokens, the end token not counted (as CTranslate2 counts)
+    best_sequence = max(finished, key=lambda f: f[1] / max(1, len(f[0]) - len(prompt) - (f[0][-1] == vocab.end)))[0]
     return best_sequence[len(prompt):]
 
 
