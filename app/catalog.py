@@ -38,6 +38,7 @@ PAGES = (
     Page("moe", "Mixture of experts", ":material/call_split:", "moe",
          "The old man walked slowly to the harbour in the morning. He was glad that the boats had returned before "
          "the storm, and he counted 12 of them."),
+    Page("speech", "Speech (Whisper)", ":material/mic:", "speech", "en quick_brown_fox"),
     Page("positional", "Positional encodings", ":material/straighten:"),
     Page("mechanics", "How attention works", ":material/calculate:"),
 )

@@ -4,6 +4,7 @@
         --format png,svg,json,csv,npz --out figures/
     python -m app.cli --page vit --image cat --view rollout --fusion max --format png,npz
     python -m app.cli --page positional --view sinusoidal --d 256
+    python -m app.cli --page speech --audio clip.wav --task translate --view cross --format json,npz
     python -m app.cli --list                       # every page, its views and their options
 
 Every page is covered: ``--page`` is one of the app's pages (app/catalog.py) and ``--view`` one of its views (the
@@ -37,6 +38,7 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[str, 
     parser.add_argument("--model", help="registry key, hub id or local folder (default: the page's offline model)")
     parser.add_argument("--text", help="the input text (text pages; default: the page's sample)")
     parser.add_argument("--image", help="a sample photo's name or an image file (image pages; default: cat)")
+    parser.add_argument("--audio", help="a sample clip's name or an audio file (speech page; default: its sample)")
     parser.add_argument("--max-tokens", type=int, help="token limit of the input (default: the family's)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
@@ -104,8 +106,11 @@ def resolve_spec(family: str, model: str | None):
 
 def make_inputs(family, page: catalog.Page, args: argparse.Namespace):
     from models import images, limits
-    from models.inputs import ImageInput, TextInput
+    from models.inputs import AudioInput, ImageInput, TextInput
 
+    if family.input is AudioInput:
+        from models import speech
+        return speech.cli_input(args.audio or page.sample)
     if family.input is ImageInput:
         name = args.image or page.sample
         if name in images.SAMPLES:
@@ -136,7 +141,8 @@ def figure_for(args: argparse.Namespace, given: dict[str, str]):
     loaded = result = None
     if family_name is not None and (page.family is not None or view.data == "analysis"):
         family = families.get(family_name)
-        loaded = families.load(resolve_spec(family_name, args.model), args.device, args.dtype)
+        model = args.model or (family.default_model(given) if family.default_model else None)
+        loaded = families.load(resolve_spec(family_name, model), args.device, args.dtype)
         if page.family is not None:
             run_options = build_options(family.options, given, used, only_if_given=True)
             if run_options is None and family.options is not None and view.run_options:

@@ -11,6 +11,8 @@ machine. What each case measures, and against what, is in its module:
 - ``lens`` (n = 512), ``ablation`` (~20 tokens): ``bench/case_lens.py``, the logit lens on SmolLM2 against the
   forward it reads, all 270 heads ablated one at a time; ``patching`` (12 tokens): a clean/corrupted pair patched
   at every layer and position and for every head.
+- ``speech``: ``bench/case_speech.py``, a 10 s clip transcribed by Whisper tiny.en with every map captured against
+  the plain SDPA transcription.
 
 Memory probes and the paired, alternating timing are in ``bench/measure.py``. Each measurement runs in a fresh
 process (``bench/worker.py`` → ``python -m bench.run --worker JOB`` → ``run_worker``), set up as the app sets its
@@ -35,11 +37,14 @@ from bench.case_lens import (case_ablation, case_lens, case_patching, task_ablat
 from bench.case_page import case_page, task_page  # noqa: E402
 from bench.case_startup import case_startup  # noqa: E402
 from bench.case_vit import case_vit_rollout, task_vit_memory, task_vit_time  # noqa: E402
+from bench.case_speech import case_speech, task_speech  # noqa: E402
 
 CASES = ("causal_lm", "view_bytes", "rerender", "vit_rollout", "startup", "lens", "ablation", "patching")
+CASES += ("speech",)
 TASKS = {"causal_lm_time": task_causal_lm_time, "causal_lm_memory": task_causal_lm_memory,
          "vit_time": task_vit_time, "vit_memory": task_vit_memory, "page": task_page,
          "lens": task_lens, "ablation": task_ablation, "patching": task_patching}
+TASKS["speech"] = task_speech
 
 
 def allocator() -> str:
@@ -123,6 +128,9 @@ def run_case(case: str, args, devices: list[str]) -> None:
     elif case == "patching":
         for device in devices:
             print(json.dumps(case_patching(device, args.repeats, args.threads)), flush=True)
+    elif case == "speech":
+        for device in devices:
+            print(json.dumps(case_speech(device, args.repeats, args.threads)), flush=True)
     elif case == "startup":
         print(json.dumps(case_startup(max(1, min(args.repeats, 2)))), flush=True)
 

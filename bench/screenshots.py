@@ -38,6 +38,7 @@ PAGES = [
     ("moe", "/moe"),
     ("positional", "/positional"),
     ("mechanics", "/mechanics"),
+    ("speech", "/speech"),
 ]
 
 CHROMIUM = "/usr/bin/chromium"

@@ -31,3 +31,6 @@ class Family:
     result: type  # the class run returns (TextResult, ViTResult, ...): what its views may read
     views: tuple[str, ...]  # names in viz.figures.VIEWS this family's results feed; the first is the default
     options: type | None = None  # the run options' class (GenerationSettings, TranslationSettings); None: none
+    # the registry key to load when none is named, from the run options typed (names -> text), or None for the
+    # registry's default (speech: translating needs the multilingual model)
+    default_model: Callable[[dict], str | None] | None = None

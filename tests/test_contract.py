@@ -12,7 +12,7 @@ import pytest
 
 from app import catalog
 from models import families, images, registry
-from models.inputs import ImageInput, TextInput
+from models.inputs import AudioInput, ImageInput, TextInput
 from viz import export, figures
 
 
@@ -24,6 +24,10 @@ def _inputs(family):
     page = _page_of(family.name)
     if family.input is ImageInput:
         return ImageInput(images.load_sample(page.sample), f"sample {page.sample}")
+    if family.input is AudioInput:
+        from models import speech
+
+        return speech.sample_input(page.sample)
     return TextInput(page.sample, 128 if family.name == "translation" else 64)
 
 

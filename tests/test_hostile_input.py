@@ -755,7 +755,7 @@ def test_image_pages_out_of_memory_becomes_advice(tiny_vision, monkeypatch, fami
 
 MARKDOWN_ID = "![x](http://127.0.0.1:9/leak.png) **bold** [link](http://127.0.0.1:9/)"
 PICKER_PAGES = {"gpt": "causal_lm", "encoder": "encoder", "translation": "translation", "vit": "vit", "swin": "swin",
-                "moe": "moe"}
+                "moe": "moe", "speech": "speech"}
 
 
 @pytest.mark.parametrize("page", sorted(PICKER_PAGES))

@@ -1,0 +1,124 @@
+"""Speech: Whisper hears a clip; which 20 ms of audio each written token listened to (cross-attention), words timed
+from that attention and played back, and the encoder's 1,500 × 1,500 self-attention (Radford et al. 2022)."""
+import streamlit as st
+
+from app import attention_view, display, url_state, widgets
+from app.sections import speech as sections
+from models import speech
+from viz.figures.speech import SpeechCrossOptions, SpeechStepOptions
+
+HEADS = {"alignment": "alignment heads (mean)", "all": "all heads (mean)", "one": "one head"}
+LANGUAGES = [speech.AUTO, "en", "fr", "de", "es", "it", "pt", "pl", "nl", "ru", "ja", "zh", "hi", "ko", "ar", "tr"]
+# what a link carries: model, sample (never a recording or an upload), task, language, decoding and the views
+SHARED = ["model_speech", *sections.SHARED, "sp_task", "sp_language", "sp_strategy", "sp_beams", "sp_heads",
+          "sp_layer", "sp_head", "sp_view", "sp_self_kind"]
+url_state.restore(SHARED, {"sp_beams": int, "sp_layer": int, "sp_head": int})
+
+st.title("Speech: Whisper's cross-attention over audio")
+spec = widgets.model_picker("speech")
+widgets.model_card(spec)
+if spec.notes:
+    st.caption(widgets.plain(spec.notes))
+loaded = widgets.load_or_stop(spec)
+inputs = sections.audio_picker()
+if inputs is None:
+    st.stop()
+
+multilingual = speech.vocabulary(loaded).multilingual
+c1, c2, c3, c4 = st.columns(4)
+task = c1.radio("Task", speech.TASKS, horizontal=True, key="sp_task", disabled=not multilingual,
+                help="Translate: into English (multilingual models only).")
+language = c2.selectbox("Language", LANGUAGES if multilingual else ["en"], key="sp_language",
+                        help="auto: detected from the audio (the decoder's first step).")
+strategy = c3.radio("Decoding", speech.STRATEGIES, horizontal=True, key="sp_strategy")
+beams = int(c4.number_input("Beam width", 2, 8, 4, key="sp_beams", disabled=strategy == "greedy"))
+settings = speech.SpeechSettings(task if multilingual else "transcribe", language if multilingual else speech.AUTO,
+                                 strategy, beams)
+result = widgets.run_or_stop(loaded, inputs, settings)
+out = result.output
+
+st.subheader("English translation" if out.task == "translate" else "Transcript")
+st.code(out.text or "(nothing heard)", language=None, wrap_lines=True)
+how = "detected" if out.language_detected else "given" if multilingual else "English-only model"
+odds = ", ".join(f"{code} {p:.0%}" for code, p in out.language_probabilities[:3])
+st.caption(widgets.plain(f"Language: {out.language} ({how}{': ' + odds if odds else ''}) · task: {out.task} · "
+                         f"prompt: {' '.join(out.prompt_tokens)} · {len(out.output_ids)} tokens · "
+                         f"{result.seconds:.1f} s of audio ({result.audio_frames} encoder frames of 20 ms)"))
+for notice in result.notices:
+    if notice not in inputs.notes:  # the picker already showed what decoding the audio changed
+        st.warning(widgets.plain(notice))
+
+
+def heads_picker(key: str) -> tuple[str, int, int]:
+    maps = result.maps("cross")
+    left, middle, right = st.columns(3)
+    heads = left.radio("Cross-attention heads", list(HEADS), format_func=HEADS.get, key="sp_heads", horizontal=True,
+                       help=f"Alignment heads: {', '.join(f'L{i}H{h}' for i, h in result.alignment_heads)} "
+                            "(the model's config names them: their attention follows the speech in time).")
+    one = heads == "one"
+    layer = int(middle.number_input("Decoder layer", 0, maps.num_layers - 1, 0, key="sp_layer", disabled=not one))
+    head = int(right.number_input("Head", 0, maps.num_heads - 1, 0, key="sp_head", disabled=not one))
+    return heads, layer, head
+
+
+def cross_tab():
+    heads, layer, head = heads_picker("sp_cross")
+    figure = widgets.figure_or_none("cross", result, SpeechCrossOptions(heads, layer, head))
+    if figure is not None:
+        display.show(figure, "sp_cross")
+    sections.playable_words(result, inputs.audio)
+
+
+def words_tab():
+    st.dataframe([{"word": w.text, "start (s)": round(w.start, 2), "end (s)": round(w.end, 2)}
+                  for w in result.words], hide_index=True)
+    figure = widgets.figure_or_none("word_timestamps", result, None, loaded)
+    if figure is not None:
+        display.show(figure, "sp_timing")
+        st.dataframe(figure.table, hide_index=True)
+
+
+def steps_tab():
+    steps = result.generation
+    if not steps:
+        st.info("Nothing was produced.")
+        return
+    url_state.restore(["sp_step"], {"sp_step": url_state.within(1, len(steps))})
+    t = st.slider("Output step", 1, len(steps), 1, key="sp_step") if len(steps) > 1 else 1
+    url_state.publish(["sp_step"])
+    step = steps[t - 1]
+    so_far = loaded.tokenizer.decode(out.output_ids[:t], skip_special_tokens=True)
+    st.text(f"Step {t} of {len(steps)}: the model chose “{step.token}” (p = {step.probability:.1%}). "
+            f"Output so far: {so_far}")
+    heads, layer, head = heads_picker("sp_step")
+    figure = widgets.figure_or_none("speech_step", result, SpeechStepOptions(t, heads, layer, head))
+    if figure is not None:
+        display.show(figure, "sp_step")
+
+
+def attention_tab():
+    kind = st.radio("Attention", ["encoder", "decoder", "cross"], horizontal=True, key="sp_self_kind",
+                    format_func={"encoder": "encoder self-attention (1,500 frames of 20 ms, padding included)",
+                                 "decoder": "decoder masked self-attention (prompt + output)",
+                                 "cross": "cross-attention (output tokens × 1,500 frames)"}.get)
+    if kind == "encoder":  # the zoom opens on the first frames of speech, not on the padding at the end
+        first = (0, min(result.audio_frames, 64) - 1)
+        for name in ("sp_encoder_zoom_q", "sp_encoder_zoom_k"):  # (a bare expression would be drawn: Streamlit magic)
+            if name not in st.session_state:
+                st.session_state[name] = first
+    attention_view.explorer(result, kind, key=f"sp_{kind}", loaded=loaded)
+
+
+def spectrogram_tab():
+    figure = widgets.figure_or_none("spectrogram", result)
+    if figure is not None:
+        display.show(figure, "sp_mel")
+
+
+TABS = {"Cross-attention": cross_tab, "Word timestamps": words_tab, "Step through decoding": steps_tab,
+        "Every layer and head": attention_tab, "Spectrogram": spectrogram_tab}
+for tab, render in zip(st.tabs(list(TABS), key="sp_view", on_change="rerun"), TABS.values()):
+    if tab.open is not False:
+        with tab:
+            render()
+url_state.publish(SHARED)
