@@ -2,6 +2,7 @@
 import streamlit as st
 
 from app import attention_view, display, presentation, url_state, widgets
+from app.sections import knockout as knockout_section
 from models import limits
 from models.causal_lm import STRATEGIES, GenerationSettings
 from models.inputs import TextInput
@@ -21,10 +22,11 @@ PRESETS = {
 
 SHARED = ["model_causal_lm", "max_tokens", "gpt_text", "gpt_layer", "gpt_head", "gpt_statistic", "gpt_tab",
           "gpt_lens_count", "gpt_lens_last", "gpt_ablation_target", "gpt_ablation_mode", "gpt_patch_corrupt",
-          "gpt_patch_clean_answer", "gpt_patch_corrupted_answer"]
+          "gpt_patch_clean_answer", "gpt_patch_corrupted_answer"] + knockout_section.KEYS
 PATCHING_PAIR = ("The Eiffel Tower is in the city of", "The Colosseum is in the city of")  # 9 SmolLM2 tokens each
 LENS_COUNTS = [8, 16, 32, 64]
-url_state.restore(SHARED, {"max_tokens": int, "gpt_layer": int, "gpt_lens_count": int, "gpt_lens_last": int})
+url_state.restore(SHARED, {"max_tokens": int, "gpt_layer": int, "gpt_lens_count": int, "gpt_lens_last": int,
+                           **knockout_section.COERCE})
 
 st.title("Causal self-attention in a language model")
 spec = widgets.model_picker("causal_lm")
@@ -38,8 +40,8 @@ if not prompt.strip():
 inputs = TextInput(prompt, max_tokens)
 
 # the lens tab runs only when open (on_change="rerun"): a new prompt does not pay for unembedding every layer
-attention_tab, lens_tab, ablation_tab, patching_tab, generate_tab = st.tabs(
-    ["Attention on the prompt", "What each layer predicts", "Which heads matter", "Patching",
+attention_tab, lens_tab, ablation_tab, patching_tab, knockout_tab, generate_tab = st.tabs(
+    ["Attention on the prompt", "What each layer predicts", "Which heads matter", "Patching", "Knockout",
      "Generate and step through"], key="gpt_tab", on_change="rerun")
 
 with attention_tab:
@@ -111,6 +113,16 @@ if patching_tab.open is not False:
                                                 PatchingOptions(corrupt, clean_answer, corrupted_answer), loaded)
             if figure is not None:
                 display.show(figure, "gpt_patching")
+    url_state.publish(SHARED)
+
+
+def use_knockout_example() -> None:
+    st.session_state["gpt_text"], st.session_state["gpt_ko_keys"] = PATCHING_PAIR[0], "1-3"
+
+
+if knockout_tab.open is not False:
+    with knockout_tab:
+        knockout_section.show(result, loaded, use_knockout_example)
     url_state.publish(SHARED)
 
 with generate_tab:

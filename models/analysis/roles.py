@@ -25,7 +25,7 @@ ROLES = {
     "sink": "First-token / sink (random)",
 }
 REPEAT_LENGTH = 32  # n: the random block; 1 + 2n = 65 positions
-SEQUENCES = 2  # random sequences averaged, in one batch (2 × 32 second-copy queries per head: stable to ~0.01)
+SEQUENCES = 2  # random sequences averaged, in one batch (2 × 32 second-copy queries a head)
 SEED = 0  # the same sequences every time: the scores are a property of the model
 
 
@@ -38,8 +38,8 @@ class HeadRoles:
 
 def repeated_random_tokens(tokenizer, vocab_size: int, length: int = REPEAT_LENGTH, sequences: int = SEQUENCES,
                            seed: int = SEED) -> np.ndarray:
-    """``(sequences, 1 + 2 · length)`` ids: a BOS token (else [CLS], else end-of-text), then ``length`` random ordinary tokens
-    twice. Drawn from a generator of their own, so concurrent sessions and torch's global seed play no part."""
+    """``(sequences, 1 + 2 · length)`` ids: a BOS token (else [CLS], else end-of-text), then ``length`` random
+    ordinary tokens twice. Drawn from a generator of their own, so concurrent sessions and torch's global seed play no part."""
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
     ordinary = np.array([i for i in range(vocab_size) if i not in special])
     if len(ordinary) < length:
