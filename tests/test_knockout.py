@@ -160,3 +160,19 @@ def test_files_and_cli(tiny, tmp_path):
     assert json.loads(written.read_text())["keys"] == [1, 2]
     assert cli.main(["--page", "gpt", "--model", loaded.spec.id, "--text", TEXT, "--view", "knockout", "--keys",
                      "x", "--out", str(tmp_path)]) == 2
+
+
+def test_the_gpt_page_shows_the_knockout_when_its_tab_is_open(patched_loader):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import ROOT
+
+    at = AppTest.from_file(str(ROOT / "app" / "views" / "gpt.py"), default_timeout=120)
+    at.query_params.update({"gpt_tab": "Knockout", "gpt_ko_keys": "1-2", "gpt_ko_window": "1"})
+    at.run()
+    assert not at.exception, at.exception
+    assert any("with the edges from position" in caption.value for caption in at.caption)
+    assert any("The largest drop" in caption.value for caption in at.caption)  # the sweep
+    at.text_input(key="gpt_ko_keys").set_value("<b>x</b>").run()
+    assert not at.exception, at.exception
+    assert any("not a position" in error.value for error in at.error)  # said, the page goes on

@@ -2,6 +2,7 @@
 import streamlit as st
 
 from app import attention_view, display, presentation, url_state, widgets
+from app.sections import compare as compare_section
 from app.sections import knockout as knockout_section
 from models import limits
 from models.causal_lm import STRATEGIES, GenerationSettings
@@ -22,11 +23,11 @@ PRESETS = {
 
 SHARED = ["model_causal_lm", "max_tokens", "gpt_text", "gpt_layer", "gpt_head", "gpt_statistic", "gpt_tab",
           "gpt_lens_count", "gpt_lens_last", "gpt_ablation_target", "gpt_ablation_mode", "gpt_patch_corrupt",
-          "gpt_patch_clean_answer", "gpt_patch_corrupted_answer"] + knockout_section.KEYS
+          "gpt_patch_clean_answer", "gpt_patch_corrupted_answer"] + knockout_section.KEYS + compare_section.KEYS
 PATCHING_PAIR = ("The Eiffel Tower is in the city of", "The Colosseum is in the city of")  # 9 SmolLM2 tokens each
 LENS_COUNTS = [8, 16, 32, 64]
 url_state.restore(SHARED, {"max_tokens": int, "gpt_layer": int, "gpt_lens_count": int, "gpt_lens_last": int,
-                           **knockout_section.COERCE})
+                           **knockout_section.COERCE, **compare_section.COERCE})
 
 st.title("Causal self-attention in a language model")
 spec = widgets.model_picker("causal_lm")
@@ -40,9 +41,9 @@ if not prompt.strip():
 inputs = TextInput(prompt, max_tokens)
 
 # the lens tab runs only when open (on_change="rerun"): a new prompt does not pay for unembedding every layer
-attention_tab, lens_tab, ablation_tab, patching_tab, knockout_tab, generate_tab = st.tabs(
+attention_tab, lens_tab, ablation_tab, patching_tab, knockout_tab, compare_tab, generate_tab = st.tabs(
     ["Attention on the prompt", "What each layer predicts", "Which heads matter", "Patching", "Knockout",
-     "Generate and step through"], key="gpt_tab", on_change="rerun")
+     "Compare two runs", "Generate and step through"], key="gpt_tab", on_change="rerun")
 
 with attention_tab:
     result = widgets.run_or_stop(loaded, inputs)
@@ -123,6 +124,11 @@ def use_knockout_example() -> None:
 if knockout_tab.open is not False:
     with knockout_tab:
         knockout_section.show(result, loaded, use_knockout_example)
+    url_state.publish(SHARED)
+
+if compare_tab.open is not False:
+    with compare_tab:
+        compare_section.show(result, loaded)
     url_state.publish(SHARED)
 
 with generate_tab:

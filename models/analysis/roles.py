@@ -39,7 +39,8 @@ class HeadRoles:
 def repeated_random_tokens(tokenizer, vocab_size: int, length: int = REPEAT_LENGTH, sequences: int = SEQUENCES,
                            seed: int = SEED) -> np.ndarray:
     """``(sequences, 1 + 2 · length)`` ids: a BOS token (else [CLS], else end-of-text), then ``length`` random
-    ordinary tokens twice. Drawn from a generator of their own, so concurrent sessions and torch's global seed play no part."""
+    ordinary tokens twice. Drawn from a generator of their own: concurrent sessions and torch's global seed play no
+    part."""
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
     ordinary = np.array([i for i in range(vocab_size) if i not in special])
     if len(ordinary) < length:
