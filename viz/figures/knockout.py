@@ -61,7 +61,7 @@ def _edges_chart(found: knockout.Knockout) -> alt.Chart:
         color=alt.Color("role:N", scale=alt.Scale(domain=["key cut", "query", "other"],
                                                   range=["crimson", "orange", "#dddddd"]), title=None),
         tooltip=["position", "token", "role"],
-    ).properties(width=max(240, 36 * len(found.tokens)), height=24,
+    ).properties(width=max(240, 36 * len(found.tokens)), height=24, autosize=PAD,  # "fit" squeezed it to nothing
                  title=f"Edges cut in layers {found.layers[0]}–{found.layers[1]}")
 
 
