@@ -57,11 +57,11 @@ def _edges_chart(found: knockout.Knockout) -> alt.Chart:
     frame["label"] = [f"{p}: {t}" for p, t in zip(frame["position"], frame["token"])]
     return alt.Chart(frame).mark_rect(stroke="white").encode(
         x=alt.X("label:N", sort=alt.EncodingSortField("position", op="min"), title=None,
-                axis=alt.Axis(labelAngle=-50, labelLimit=110)),
+                axis=alt.Axis(labelAngle=-50, labelLimit=110, labelOverlap=False)),  # every token named
         color=alt.Color("role:N", scale=alt.Scale(domain=["key cut", "query", "other"],
                                                   range=["crimson", "orange", "#dddddd"]), title=None),
         tooltip=["position", "token", "role"],
-    ).properties(width=max(240, 36 * len(found.tokens)), height=24, autosize=PAD,  # "fit" squeezed it to nothing
+    ).properties(width=max(240, min(640, 44 * len(found.tokens))), height=24, autosize=PAD,  # "fit" squeezed it to nothing
                  title=f"Edges cut in layers {found.layers[0]}–{found.layers[1]}")
 
 
