@@ -6,15 +6,18 @@ import streamlit as st
 
 from app import display, url_state, widgets
 from models.analysis import knockout
-from viz.figures.knockout import KnockoutOptions, SweepOptions
+from viz.figures.knockout import EXAMPLE, KnockoutOptions, SweepOptions
 
 KEYS = ["gpt_ko_keys", "gpt_ko_from", "gpt_ko_layers", "gpt_ko_target", "gpt_ko_window"]
 COERCE = {"gpt_ko_layers": url_state.integers, "gpt_ko_window": int}
 FROM = {"the last token": "", "every later token": "later"}
 
 
-def show(result, loaded, subject_example) -> None:
-    """``subject_example``: a callback that puts an example prompt and its subject's positions in the widgets."""
+def use_example() -> None:
+    st.session_state["gpt_text"], st.session_state["gpt_ko_keys"] = EXAMPLE, "1-3"  # SmolLM2: "E iffel Tower"
+
+
+def show(result, loaded) -> None:
     st.caption("Attention knockout: remove chosen query → key edges from the attention mask of chosen layers (the "
                "query then spreads its attention over the keys it still sees) and see what the model predicts.")
     tokens = result.tokens
@@ -29,7 +32,7 @@ def show(result, loaded, subject_example) -> None:
     first, last = right.slider("In layers", 0, max(layers - 1, 1), key="gpt_ko_layers")
     left, right = st.columns([2, 5])
     target = left.text_input("Target token (empty: the top prediction)", key="gpt_ko_target", max_chars=40)
-    right.button("Try: cut 'Eiffel Tower' from the last token", on_click=subject_example, key="gpt_ko_example")
+    right.button("Try: cut 'Eiffel Tower' from the last token", on_click=use_example, key="gpt_ko_example")
     if not keys.strip():
         st.info("Type the key positions to cut (the numbers above), or try the example.")
     else:
