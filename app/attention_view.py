@@ -8,7 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import display, presentation, resources, widgets
-from models.analysis import heads
+from models.analysis import heads, roles
 from models.results import AttentionMaps, RunResult
 from viz import heatmap
 from viz.figures.attention import FocusOptions, GridOptions, HeadOptions, StatisticsOptions, ZoomOptions
@@ -114,8 +114,13 @@ def model_view(result: RunResult, kind: str, layer: int, head: int | None, key: 
     """All layers × heads: a clickable statistic chart and a sortable table that open a head above, and pooled
     thumbnails of every head."""
     maps = result.maps(kind)
-    statistic = st.selectbox("Colour the layer × head chart by", list(heads.STATISTICS),
-                             format_func=heads.STATISTICS.get, key=f"{key}_statistic")
+    # head roles (induction, duplicate-token, ...) are measured for a causal LM's self-attention (models.analysis.roles)
+    labels = {**heads.STATISTICS,
+              **(roles.ROLES if getattr(result, "next_token", None) and kind == "self" and loaded else {})}
+    if st.session_state.get(f"{key}_statistic") not in labels:  # a link made on another page or model
+        st.session_state.pop(f"{key}_statistic", None)
+    statistic = st.selectbox("Colour the layer × head chart by", list(labels), format_func=labels.get,
+                             key=f"{key}_statistic")
     with st.spinner(f"Summarising {maps.num_layers * maps.num_heads} heads (once per input)…"):
         chart = widgets.figure_or_none("head_statistics", result,
                                        StatisticsOptions(kind, statistic, layer, head, presentation.color_scheme()),
@@ -131,9 +136,9 @@ def model_view(result: RunResult, kind: str, layer: int, head: int | None, key: 
     with right:
         st.dataframe(chart.table, hide_index=True, height=420, on_select="rerun", selection_mode="single-row",
                      key=f"{key}_table", column_config={label: st.column_config.NumberColumn(format="%.3f")
-                                                        for label in heads.STATISTICS.values()})
+                                                        for label in labels.values()})
         st.caption("Every head, one row each: click a column header to sort (e.g. the most focused heads by "
-                   "entropy), select a row to open that head above.")
+                   "entropy, the strongest induction heads), select a row to open that head above.")
     display.show(thumbnails, f"{key}_grid")
 
 

@@ -28,6 +28,7 @@ CAPTURE_DESCRIPTION = "AttentionInterface 'capture' (SDPA forward; weights recom
 CROSS_ATTENTION_NAMES = ("encoder_attn", "crossattention", "EncDecAttention", "cross_attn")
 
 _ACTIVE: contextvars.ContextVar["Recorder | None"] = contextvars.ContextVar("attention_recorder", default=None)
+_KNOCKOUT: contextvars.ContextVar["Knockout | None"] = contextvars.ContextVar("attention_knockout", default=None)
 _registered = False
 
 
@@ -50,10 +51,66 @@ def capture_attention_forward(module, query, key, value, attention_mask, **kwarg
     """The attention function models call: SDPA for the output, and a record of q, k, mask when recording."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    knockout = _KNOCKOUT.get()
+    if knockout is not None:
+        attention_mask = knockout.mask(module, attention_mask, query.shape[2], key.shape[2], query.device, kwargs)
     recorder = _ACTIVE.get()
     if recorder is not None:
         recorder.record(module, query, key, attention_mask, kwargs)
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+@dataclass
+class Knockout:
+    """Per-call attention knockout (Geva et al. 2023): batch row ``b`` cannot attend along the edges
+    ``blocked[b]`` (bool ``(q, k)``, True = cut) in the layers where ``layers[b]`` (bool ``(layers,)``) is True.
+    ``layer_of`` maps ``id(attention module)`` to its layer index."""
+
+    layer_of: dict[int, int]
+    blocked: torch.Tensor  # bool (B, q, k)
+    layers: torch.Tensor  # bool (B, layers)
+    _built: dict = field(default_factory=dict)  # layer -> mask, kept alive for the call (the recorder keys by id)
+
+    def mask(self, module, attention_mask, q_len: int, k_len: int, device, kwargs):
+        """``attention_mask`` with this layer's cut edges removed, in the form SDPA takes (bool, True = attend, or
+        additive float); unchanged for a layer where no row cuts anything."""
+        layer = self.layer_of.get(id(module))
+        if layer is None or not bool(self.layers[:, layer].any()):
+            return attention_mask
+        if layer in self._built:
+            return self._built[layer]
+        if self.blocked.shape[1:] != (q_len, k_len):
+            raise ValueError(f"the knockout was given for {tuple(self.blocked.shape[1:])} query × key edges, but "
+                             f"layer {layer} attends {q_len} queries to {k_len} keys")
+        cut = (self.blocked & self.layers[:, layer, None, None]).to(device)[:, None]  # (B, 1, q, k)
+        if attention_mask is None:  # SDPA's implicit mask: causal (top-left aligned) or none
+            is_causal = kwargs.get("is_causal")
+            is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+            allowed = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
+            if q_len > 1 and is_causal:
+                allowed = torch.tril(allowed)
+            built = allowed & ~cut
+        elif attention_mask.dtype == torch.bool:
+            built = attention_mask[..., -k_len:] & ~cut
+        else:
+            built = attention_mask[..., -k_len:].masked_fill(cut, torch.finfo(attention_mask.dtype).min)
+        if built.dtype == torch.bool and not bool(built.any(-1).all()):
+            raise ValueError(f"the knockout leaves a query of layer {layer} no key to attend to: keep at least one "
+                             "key (the first token, or the query itself) open for every query")
+        self._built[layer] = built
+        return built
+
+
+@contextlib.contextmanager
+def knocked_out(layer_of: dict[int, int], blocked: torch.Tensor, layers: torch.Tensor):
+    """Attention calls in this thread inside the ``with`` block run with the edges cut (``Knockout``). The model is
+    not touched: the cut lives in a ``ContextVar``, so other sessions running the same model see nothing of it."""
+    register()
+    token = _KNOCKOUT.set(Knockout(layer_of, blocked.bool(), layers.bool()))
+    try:
+        yield
+    finally:
+        _KNOCKOUT.reset(token)
 
 
 @dataclass

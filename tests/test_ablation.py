@@ -152,3 +152,27 @@ def test_the_gpt_page_shows_the_ablation_when_its_tab_is_open(patched_loader):
     at.text_input(key="gpt_ablation_target").set_value("<b>not one token</b> at all").run()
     assert not at.exception, at.exception
     assert any("must be one token" in error.value for error in at.error)  # said, the page goes on
+
+
+def test_a_head_switched_off_in_one_session_is_on_in_another(tiny):
+    """The hooks sit on the shared, cached model: another thread's forward meanwhile must not see them."""
+    import threading
+
+    loaded, result = tiny
+    model, ids = loaded.model, torch.tensor([list(result.token_ids)])
+    with torch.inference_mode():
+        clean = model(input_ids=ids, use_cache=False).logits
+    heads = model.config.num_attention_heads
+    elsewhere = {}
+
+    def other_session():
+        with torch.inference_mode():
+            elsewhere["logits"] = model(input_ids=ids, use_cache=False).logits
+
+    with ablation.heads_off(ablation.output_projections(model), heads, [(0, 1)]):
+        here = model(input_ids=ids, use_cache=False).logits
+        thread = threading.Thread(target=other_session)
+        thread.start()
+        thread.join()
+    assert (here - clean).abs().max() > 1e-5  # switched off here
+    torch.testing.assert_close(elsewhere["logits"], clean)  # and not in the other thread

@@ -174,25 +174,32 @@ def zoom_overview_chart(png: bytes, n_q: int, n_k: int, queries: tuple[int, int]
 
 
 def head_grid_image(thumbnails: np.ndarray, scheme: str = "viridis", cell: int = 56, gap: int = 4,
-                    selected: tuple[int, int] | None = None) -> Image.Image:
+                    selected: tuple[int, int] | None = None, group_size: int = 1) -> Image.Image:
     """All heads of all layers, ``thumbnails (layers, heads, s, s)``, as one image; each head scaled to its own max.
 
-    Row = layer (labelled L0, L1, ...), column = head (H0, H1, ...). The selected head gets a red frame.
+    Row = layer (labelled L0, L1, ...), column = head (H0, H1, ...). The selected head gets a red frame. With
+    ``group_size > 1`` (grouped-query attention) the heads sharing a key/value head stand together, a wider gap
+    between groups, and are labelled ``H<head>/kv<group>``.
     """
     layers, heads = thumbnails.shape[:2]
-    margin = 30
-    width = margin + heads * (cell + gap)
+    margin, group_gap = 30, (3 * gap if group_size > 1 else 0)
+
+    def left(h: int) -> int:
+        return margin + h * (cell + gap) + (h // group_size) * group_gap
+
+    width = left(heads - 1) + cell + gap
     height = margin + layers * (cell + gap)
     canvas = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(canvas)
     for h in range(heads):
-        draw.text((margin + h * (cell + gap) + cell // 2 - 8, 8), f"H{h}", fill="black")
+        label = f"H{h}/kv{h // group_size}" if group_size > 1 else f"H{h}"
+        draw.text((left(h) + cell // 2 - 3 * len(label), 8), label, fill="black")
     for layer in range(layers):
         draw.text((2, margin + layer * (cell + gap) + cell // 2 - 6), f"L{layer}", fill="black")
         for h in range(heads):
             tile = Image.fromarray(attention_rgb(thumbnails[layer, h], scheme=scheme)).resize((cell, cell),
                                                                                               Image.NEAREST)
-            x, y = margin + h * (cell + gap), margin + layer * (cell + gap)
+            x, y = left(h), margin + layer * (cell + gap)
             canvas.paste(tile, (x, y))
             if selected == (layer, h):
                 draw.rectangle([x - 2, y - 2, x + cell + 1, y + cell + 1], outline=(220, 20, 60), width=3)
@@ -200,25 +207,32 @@ def head_grid_image(thumbnails: np.ndarray, scheme: str = "viridis", cell: int =
 
 
 def head_statistic_chart(values: np.ndarray, label: str, selected: tuple[int, int] | None = None,
-                         scheme: str = "viridis") -> alt.Chart:
-    """A clickable layer × head heatmap of one statistic ``(layers, heads)``; the point selection is named "pick"."""
+                         scheme: str = "viridis", group_size: int = 1) -> alt.Chart:
+    """A clickable layer × head heatmap of one statistic ``(layers, heads)``; the point selection is named "pick".
+    ``group_size > 1``: black rules between the key/value groups of grouped-query attention."""
     layers, heads = values.shape
     layer_index, head_index = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
     frame = pd.DataFrame({"layer": layer_index.ravel(), "head": head_index.ravel(),
-                          "value": values.ravel().astype(float)})
+                          "kv group": head_index.ravel() // group_size, "value": values.ravel().astype(float)})
     pick = alt.selection_point(name="pick", fields=["layer", "head"], on="click", clear=False)
+    tooltip = ["layer", "head"] + (["kv group"] if group_size > 1 else [])
     chart = alt.Chart(frame).mark_rect(stroke="white", strokeWidth=0.5).encode(
-        x=alt.X("head:O", title="head"),
+        x=alt.X("head:O", title="head" + (f" ({group_size} per key/value group)" if group_size > 1 else "")),
         y=alt.Y("layer:O", title="layer"),
         color=alt.Color("value:Q", scale=alt.Scale(scheme=scheme), title=label),
-        tooltip=["layer", "head", alt.Tooltip("value:Q", title=label, format=".3f")],
+        tooltip=tooltip + [alt.Tooltip("value:Q", title=label, format=".3f")],
         opacity=alt.condition(pick, alt.value(1.0), alt.value(0.85)),
     ).add_params(pick)
+    width = min(700, 34 * heads + 40)
+    if group_size > 1 and heads > group_size:  # a rule sits mid-band: moved half a band left, onto the boundary
+        edges = pd.DataFrame({"head": list(range(group_size, heads, group_size))})
+        chart = chart + alt.Chart(edges).mark_rule(color="black", strokeWidth=1.5, xOffset=-width / heads / 2
+                                                   ).encode(x="head:O")
     if selected is not None:
         marker = alt.Chart(pd.DataFrame({"layer": [selected[0]], "head": [selected[1]]})).mark_rect(
             fill=None, stroke="crimson", strokeWidth=3).encode(x="head:O", y="layer:O")
         chart = chart + marker
-    return chart.properties(width=min(700, 34 * heads + 40), height=min(700, 20 * layers + 20), autosize=PAD)
+    return chart.properties(width=width, height=min(700, 20 * layers + 20), autosize=PAD)
 
 
 def token_bars(weights: np.ndarray, key_tokens: list[str], title: str = "", allowed: np.ndarray | None = None

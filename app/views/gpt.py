@@ -2,13 +2,15 @@
 import streamlit as st
 
 from app import attention_view, display, presentation, url_state, widgets
+from app.sections import compare as compare_section
+from app.sections import knockout as knockout_section
+from app.sections import patching as patching_section
 from models import limits
 from models.causal_lm import STRATEGIES, GenerationSettings
 from models.inputs import TextInput
 from viz.figures.attention import StepOptions
 from viz.figures.ablation import AblationOptions
 from viz.figures.lens import LensOptions
-from viz.figures.patching import PatchingOptions
 
 PRESETS = {
     "Coreference": "The animal didn't cross the street because it was too tired.",
@@ -21,10 +23,10 @@ PRESETS = {
 
 SHARED = ["model_causal_lm", "max_tokens", "gpt_text", "gpt_layer", "gpt_head", "gpt_statistic", "gpt_tab",
           "gpt_lens_count", "gpt_lens_last", "gpt_ablation_target", "gpt_ablation_mode", "gpt_patch_corrupt",
-          "gpt_patch_clean_answer", "gpt_patch_corrupted_answer"]
-PATCHING_PAIR = ("The Eiffel Tower is in the city of", "The Colosseum is in the city of")  # 9 SmolLM2 tokens each
+          "gpt_patch_clean_answer", "gpt_patch_corrupted_answer"] + knockout_section.KEYS + compare_section.KEYS
 LENS_COUNTS = [8, 16, 32, 64]
-url_state.restore(SHARED, {"max_tokens": int, "gpt_layer": int, "gpt_lens_count": int, "gpt_lens_last": int})
+url_state.restore(SHARED, {"max_tokens": int, "gpt_layer": int, "gpt_lens_count": int, "gpt_lens_last": int,
+                           **knockout_section.COERCE, **compare_section.COERCE})
 
 st.title("Causal self-attention in a language model")
 spec = widgets.model_picker("causal_lm")
@@ -38,9 +40,9 @@ if not prompt.strip():
 inputs = TextInput(prompt, max_tokens)
 
 # the lens tab runs only when open (on_change="rerun"): a new prompt does not pay for unembedding every layer
-attention_tab, lens_tab, ablation_tab, patching_tab, generate_tab = st.tabs(
-    ["Attention on the prompt", "What each layer predicts", "Which heads matter", "Patching",
-     "Generate and step through"], key="gpt_tab", on_change="rerun")
+attention_tab, lens_tab, ablation_tab, patching_tab, knockout_tab, compare_tab, generate_tab = st.tabs(
+    ["Attention on the prompt", "What each layer predicts", "Which heads matter", "Patching", "Knockout",
+     "Compare two runs", "Generate and step through"], key="gpt_tab", on_change="rerun")
 
 with attention_tab:
     result = widgets.run_or_stop(loaded, inputs)
@@ -87,30 +89,19 @@ if ablation_tab.open is not False:
             display.show(figure, "gpt_ablation")
     url_state.publish(SHARED)
 
-
-def use_patching_pair() -> None:
-    st.session_state["gpt_text"], st.session_state["gpt_patch_corrupt"] = PATCHING_PAIR
-
-
 if patching_tab.open is not False:
     with patching_tab:
-        st.caption("Activation patching: run a corrupted prompt (the same number of tokens, one fact changed) with "
-                   "one activation taken from the prompt above, and see how much of the clean answer comes back.")
-        corrupt = st.text_input("Corrupted prompt", key="gpt_patch_corrupt", max_chars=400)
-        st.button("Try: Eiffel Tower → Colosseum", on_click=use_patching_pair, key="gpt_patch_pair")
-        left, right = st.columns(2)
-        clean_answer = left.text_input("Clean answer (empty: the prompt's top prediction)",
-                                       key="gpt_patch_clean_answer", max_chars=40)
-        corrupted_answer = right.text_input("Corrupted answer (empty: its top prediction)",
-                                            key="gpt_patch_corrupted_answer", max_chars=40)
-        if not corrupt.strip():
-            st.info("Type a corrupted prompt, or try the example.")
-        else:
-            with st.spinner("Patching every layer at every position, and every head…"):
-                figure = widgets.figure_or_none("patching", result,
-                                                PatchingOptions(corrupt, clean_answer, corrupted_answer), loaded)
-            if figure is not None:
-                display.show(figure, "gpt_patching")
+        patching_section.show(result, loaded)
+    url_state.publish(SHARED)
+
+if knockout_tab.open is not False:
+    with knockout_tab:
+        knockout_section.show(result, loaded)
+    url_state.publish(SHARED)
+
+if compare_tab.open is not False:
+    with compare_tab:
+        compare_section.show(result, loaded)
     url_state.publish(SHARED)
 
 with generate_tab:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models import text
+from models.hooks import this_thread_only
 from models.results import RunResult
 
 MODES = ("zero", "mean")
@@ -84,7 +85,7 @@ def heads_off(projections: list, heads: int, switched: list, replacement: list |
                 split[row, :, head] = 0 if replacement is None else replacement[index][head].to(split.dtype)
             return (split.reshape(batch, length, width), *rest)
 
-        handles.append(projection.register_forward_pre_hook(hook))
+        handles.append(projection.register_forward_pre_hook(this_thread_only(hook)))
     try:
         with torch.inference_mode():
             yield
@@ -165,7 +166,7 @@ def _mean_head_outputs(model, projections: list, heads: int, prompt) -> list:
             hidden = args[0]
             means[index] = hidden[0].reshape(hidden.shape[1], heads, -1).mean(0)
 
-        handles.append(projection.register_forward_pre_hook(hook))
+        handles.append(projection.register_forward_pre_hook(this_thread_only(hook)))
     try:
         with torch.inference_mode():
             model(input_ids=prompt, use_cache=False)

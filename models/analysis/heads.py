@@ -11,7 +11,7 @@ Thumbnails are block means of each map to at most ``size × size`` cells, so the
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -82,6 +82,36 @@ class HeadSummary:
     model: str = ""  # what the summary is of, for titles and file names
     input_name: str = ""
     kind: str = ""
+    roles: dict[str, np.ndarray] = field(default_factory=dict)  # models.analysis.roles.ROLES name -> (layers, heads)
+    kv_heads: int = 0  # key/value heads per layer; 0 = as many as query heads (no GQA)
+
+    @property
+    def num_heads(self) -> int:
+        return self.thumbnails.shape[1]
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per key/value head (1 without GQA); head h reads key/value head h // group_size."""
+        return self.num_heads // self.kv_heads if self.kv_heads else 1
+
+    def values(self, name: str) -> np.ndarray:
+        """A statistic or a role score ``(layers, heads)`` by name."""
+        if name in self.statistics:
+            return self.statistics[name]
+        if name in self.roles:
+            return self.roles[name]
+        from models.analysis.roles import ROLES
+
+        known = list(STATISTICS) + [role for role in ROLES if role in self.roles]
+        if name in ROLES:
+            raise ValueError(f"{ROLES[name]} is measured for causal language models only; choose one of "
+                             f"{', '.join(known)}")
+        raise ValueError(f"unknown statistic {name!r}; choose one of {', '.join(known)}")
+
+    def label(self, name: str) -> str:
+        from models.analysis.roles import ROLES
+
+        return STATISTICS.get(name) or ROLES.get(name, name)
 
 
 def summarize(maps: AttentionMaps, size: int = 64) -> HeadSummary:
@@ -105,18 +135,32 @@ def summary_table(summary: HeadSummary) -> "pd.DataFrame":
     """One row per (layer, head) with every statistic as a column: the sortable table beside the layer × head map."""
     import pandas as pd
 
+    from models.analysis.roles import ROLES
+
     layers, heads = next(iter(summary.statistics.values())).shape
     layer_index, head_index = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
     columns = {"layer": layer_index.ravel(), "head": head_index.ravel()}
+    if summary.group_size > 1:  # GQA: heads of one group share their keys and values
+        columns["kv group"] = head_index.ravel() // summary.group_size
+    columns.update({label: summary.roles[name].ravel().astype(float) for name, label in ROLES.items()
+                    if name in summary.roles})
     columns.update({label: summary.statistics[name].ravel().astype(float) for name, label in STATISTICS.items()})
     return pd.DataFrame(columns)
 
 
 def summarize_run(loaded, result: RunResult, options) -> HeadSummary:
-    """``summarize`` of the result's maps of ``options.kind`` (the all-heads views' analysis; ``loaded`` unused)."""
+    """``summarize`` of the result's maps of ``options.kind`` (the all-heads views' analysis), with the key/value
+    groups, and for a causal LM's self-attention the head roles (``models.analysis.roles``, which need ``loaded``)."""
     maps = result.maps(options.kind)
     summary = summarize(maps)
-    return HeadSummary(summary.thumbnails, summary.statistics, result.model.short_name, result.input_name, maps.kind)
+    kv_heads = int(getattr(maps, "num_kv_heads", 0) or 0)
+    roles = {}
+    if loaded is not None and getattr(result, "next_token", None) and maps.kind == "self":
+        from models.analysis.roles import head_roles
+
+        roles = head_roles(loaded).scores
+    return replace(summary, model=result.model.short_name, input_name=result.input_name, kind=maps.kind,
+                   roles=roles, kv_heads=kv_heads if 0 < kv_heads < maps.num_heads else 0)
 
 
 def special_token_share(maps: AttentionMaps, positions: tuple[int, ...] | list[int]) -> np.ndarray:

@@ -37,6 +37,7 @@ class Lens:
     final_tokens: tuple[str, ...]
     final_probs: np.ndarray  # (layers + 1, P) probability each layer gives the model's final prediction
     final_ranks: np.ndarray  # (layers + 1, P) its rank in each layer's distribution (0 = top)
+    stream: str = ""  # whose residual stream: "" a language model's, "decoder" an encoder–decoder's decoder
 
     @property
     def num_layers(self) -> int:
@@ -73,14 +74,22 @@ def final_norm_and_unembedding(model):
 def logit_lens(loaded, result: RunResult, options) -> Lens:
     """The lens of ``result`` (a prompt run that kept its residual stream) over ``options.positions`` positions
     ending at ``options.last``."""
-    import torch
-
     residual = getattr(result, "residual", None)
     if residual is None:
         raise ValueError("this run kept no residual stream: the logit lens reads a language model's prompt run")
     positions = window(residual.shape[1], options.last, options.positions)
     norm, unembed = final_norm_and_unembedding(loaded.model)
-    parameter = next(unembed.parameters())
+    return lens_of_stream(residual, positions, norm, unembed, next(unembed.parameters()), loaded.tokenizer,
+                          result.model.short_name, result.input_name, tuple(result.tokens))
+
+
+def lens_of_stream(residual: np.ndarray, positions: range, norm, unembed, parameter, tokenizer, model: str,
+                   input_name: str, tokens: tuple[str, ...], stream: str = "") -> Lens:
+    """The lens of a residual stream ``(layers + 1, tokens, d)`` (the last entry normed already) at ``positions``:
+    ``norm`` then ``unembed`` (a module or any function of ``(rows, d)``) on every other entry. ``parameter``: a tensor
+    of the unembedding, for its device and dtype."""
+    import torch
+
     last, count = residual.shape[0] - 1, len(positions)
     with torch.inference_mode():
         states = torch.from_numpy(residual[:, positions.start:positions.stop].copy())  # (layers + 1, P, d)
@@ -106,15 +115,45 @@ def logit_lens(loaded, result: RunResult, options) -> Lens:
     def grid(parts, dtype):
         return torch.cat(parts).reshape(last + 1, count, *parts[0].shape[1:]).cpu().numpy().astype(dtype)
 
-    decode = _decoder(loaded.tokenizer)
+    decode = _decoder(tokenizer)
     top_ids_array = grid(top_ids, np.int64)
     return Lens(
-        model=result.model.short_name, input_name=result.input_name, tokens=tuple(result.tokens),
-        positions=tuple(positions), top_ids=top_ids_array,
+        model=model, input_name=input_name, tokens=tokens, positions=tuple(positions), top_ids=top_ids_array,
         top_tokens=tuple(tuple(tuple(decode(i) for i in cell) for cell in layer) for layer in top_ids_array),
         top_probs=grid(top_probs, np.float32), final_ids=top_ids_array[-1, :, 0].copy(),
         final_tokens=tuple(decode(i) for i in top_ids_array[-1, :, 0]),
-        final_probs=grid(chosen, np.float32), final_ranks=grid(ranks, np.int64))
+        final_probs=grid(chosen, np.float32), final_ranks=grid(ranks, np.int64), stream=stream)
+
+
+def decoder_logit_lens(loaded, result: RunResult, options) -> Lens:
+    """The logit lens of an encoder–decoder's decoder, one position per output step: the decoder's residual stream
+    after each layer (one teacher-forced forward over the translation, as the run's own capture forward) through its
+    final norm, when it has one, and the LM head with its final-logits bias (Marian)."""
+    import torch
+
+    output = getattr(result, "output", None)
+    model = loaded.model
+    decoder = getattr(getattr(model, "model", None), "decoder", None) if output is not None else None
+    if decoder is None or not hasattr(model, "get_output_embeddings"):
+        raise ValueError("the decoder's logit lens reads a Transformer translation (the GRU models have no layers "
+                         "of residual stream)")
+    decoder_input = [model.config.decoder_start_token_id] + list(output.output_ids[:-1])
+    source = torch.tensor([list(output.source_ids)], device=loaded.device)
+    with torch.inference_mode():
+        states = model(input_ids=source, attention_mask=torch.ones_like(source),
+                       decoder_input_ids=torch.tensor([decoder_input], device=loaded.device), use_cache=False,
+                       output_hidden_states=True).decoder_hidden_states
+    residual = torch.stack([state[0] for state in states]).float().cpu().numpy()  # (layers + 1, steps, d)
+    positions = window(residual.shape[1], options.last, options.positions)
+    head = model.get_output_embeddings()
+    bias = getattr(model, "final_logits_bias", None)
+    norm = getattr(decoder, "layer_norm", None) or (lambda x: x)  # post-norm decoders (Marian): states are normed
+
+    def unembed(rows):
+        return head(rows) if bias is None else head(rows) + bias[0].to(rows.dtype)
+
+    return lens_of_stream(residual, positions, norm, unembed, next(head.parameters()), loaded.tokenizer,
+                          result.model.short_name, result.input_name, tuple(output.decoder_input_tokens), "decoder")
 
 
 def _decoder(tokenizer):

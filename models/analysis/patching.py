@@ -17,6 +17,7 @@ import numpy as np
 
 from models import text
 from models.analysis import ablation
+from models.hooks import this_thread_only
 from models.results import RunResult
 
 BATCH_TOKENS = 4096
@@ -64,10 +65,10 @@ def clean_stream(model, ids: list[int], keep: dict) -> list:
     def entering(module, args, kwargs):
         points[0] = (args[0] if args else kwargs["hidden_states"])[0].clone()
 
-    handles = [layers[0].register_forward_pre_hook(entering, with_kwargs=True)]
+    handles = [layers[0].register_forward_pre_hook(this_thread_only(entering), with_kwargs=True)]
     for index, layer in enumerate(layers):
-        handles.append(layer.register_forward_hook(
-            lambda module, args, output, index=index: points.__setitem__(index + 1, _hidden(output)[0].clone())))
+        handles.append(layer.register_forward_hook(this_thread_only(
+            lambda module, args, output, index=index: points.__setitem__(index + 1, _hidden(output)[0].clone()))))
     try:
         with torch.inference_mode():
             model(input_ids=torch.tensor([ids], device=next(model.parameters()).device), use_cache=False, **keep)
@@ -101,12 +102,12 @@ def residual_patched(model, patches: list, stream: list):
             return (patched(args[0], 0), *args[1:]), kwargs
         return args, {**kwargs, "hidden_states": patched(kwargs["hidden_states"], 0)}
 
-    handles = [layers[0].register_forward_pre_hook(entering, with_kwargs=True)]
+    handles = [layers[0].register_forward_pre_hook(this_thread_only(entering), with_kwargs=True)]
     for index, layer in enumerate(layers):
         def leaving(module, args, output, point=index + 1):
             return _with_hidden(output, patched(_hidden(output), point)) if rows_at(point) else None
 
-        handles.append(layer.register_forward_hook(leaving))
+        handles.append(layer.register_forward_hook(this_thread_only(leaving)))
     try:
         with torch.inference_mode():
             yield
@@ -197,7 +198,7 @@ def _head_patches(model, loaded, clean_ids, corrupted, keep, difference, per_for
             hidden = args[0]
             clean_outputs[index] = hidden[0].reshape(hidden.shape[1], heads, -1).transpose(0, 1)  # (heads, T, d)
 
-        handles.append(projection.register_forward_pre_hook(grab))
+        handles.append(projection.register_forward_pre_hook(this_thread_only(grab)))
     try:
         with torch.inference_mode():
             model(input_ids=torch.tensor([clean_ids], device=corrupted.device), use_cache=False, **keep)

@@ -125,10 +125,14 @@ class GridOptions:
 def grid(summary: heads.HeadSummary, options: GridOptions) -> Figure:
     """Every head of every layer as a thumbnail (block means to at most 64 × 64), the selected one framed."""
     selected = (options.layer, -1 if options.head is None else options.head)
-    image = heatmap.head_grid_image(summary.thumbnails, options.scheme, selected=selected)
+    image = heatmap.head_grid_image(summary.thumbnails, options.scheme, selected=selected,
+                                    group_size=summary.group_size)
+    groups = (f"; heads are labelled H<head>/kv<group> and spaced by key/value group ({summary.group_size} query "
+              "heads share one key and value head, GQA)" if summary.group_size > 1 else "")
     return Figure(
         export.file_stem(summary.model, summary.input_name, summary.kind, "all heads"), image=image,
-        caption="Every head of every layer (block-averaged to at most 64 × 64); red frame: the head shown above",
+        caption="Every head of every layer (block-averaged to at most 64 × 64); red frame: the head shown above"
+                + groups,
         table=lambda: heads.summary_table(summary),
         payload=lambda: {"model": summary.model, "kind": summary.kind, "statistics": summary.statistics},
         arrays=lambda: {"thumbnails": summary.thumbnails, **summary.statistics},
@@ -149,16 +153,24 @@ class StatisticsOptions:
 def head_statistics(summary: heads.HeadSummary, options: StatisticsOptions) -> Figure:
     """One statistic of every head as a clickable layer × head chart (the selection is named "pick"), and every
     statistic of every head as a table."""
-    if options.statistic not in heads.STATISTICS:
-        raise ValueError(f"unknown statistic {options.statistic!r}; choose one of {', '.join(heads.STATISTICS)}")
-    label = heads.STATISTICS[options.statistic]
+    values = summary.values(options.statistic)  # a statistic of the input or a role score; a message if neither
+    label = summary.label(options.statistic)
     selected = None if options.head is None else (options.layer, options.head)
-    chart = heatmap.head_statistic_chart(summary.statistics[options.statistic], label, selected, options.scheme)
+    chart = heatmap.head_statistic_chart(values, label, selected, options.scheme, group_size=summary.group_size)
+    caption = "Click a cell to open that head above."
+    if summary.roles:
+        caption += (" Role scores are measured on repeated random tokens ([BOS] + R + R, 32 tokens twice), not on "
+                    "this input: induction = attention from the second copy to the token after the earlier "
+                    "occurrence, duplicate-token = to the earlier occurrence itself.")
+    if summary.group_size > 1:
+        caption += (f" Black rules: key/value groups ({summary.group_size} query heads share one key and value "
+                    "head, GQA).")
     return Figure(
         export.file_stem(summary.model, summary.input_name, summary.kind, "head statistics", options.statistic),
-        chart=chart, caption="Click a cell to open that head above.", table=heads.summary_table(summary),
-        payload=lambda: {"model": summary.model, "kind": summary.kind, "statistics": summary.statistics},
-        arrays=lambda: dict(summary.statistics),
+        chart=chart, caption=caption, table=heads.summary_table(summary),
+        payload=lambda: {"model": summary.model, "kind": summary.kind, "statistics": summary.statistics,
+                         "roles": summary.roles, "kv_heads": summary.kv_heads or summary.num_heads},
+        arrays=lambda: {**summary.statistics, **summary.roles},
         metadata={"model": summary.model, "input": summary.input_name, "kind": summary.kind})
 
 

@@ -75,7 +75,7 @@ def lens_rank_chart(found: lens.Lens) -> alt.Chart:
                           "rank": found.final_ranks[:, column] + 1,
                           "probability": found.final_probs[:, column]})
     return alt.Chart(frame).mark_line(point=True).encode(
-        x=alt.X("layer:Q", title="layer (0 = embeddings)"),
+        x=alt.X("layer:Q", title="layer (0 = embeddings)", axis=alt.Axis(tickMinStep=1, format="d")),
         y=alt.Y("rank:Q", scale=alt.Scale(type="log"), sort="descending",
                 title=f"rank of {found.final_tokens[column]!r} (1 = top)"),
         tooltip=["layer", "rank", alt.Tooltip("probability:Q", format=".2%")],
@@ -97,7 +97,8 @@ def logit_lens(found: lens.Lens, options: LensOptions) -> Figure:
                f"predicts {found.final_tokens[column]!r} ({found.final_probs[-1, column]:.0%}); it is the top token "
                f"from {found.layer_label(final_layer_of)} on. Hover a cell for its top 5.")
     return Figure(
-        export.file_stem(found.model, found.input_name, "logit lens", f"positions {first}-{last}"),
+        export.file_stem(found.model, found.input_name, f"{found.stream} logit lens".strip(),
+                         f"positions {first}-{last}"),
         charts=(lens_grid_chart(cells, found, options.scheme), lens_rank_chart(found)), vertical=True,
         caption=caption,
         table=lambda: cells,
@@ -115,3 +116,11 @@ def logit_lens(found: lens.Lens, options: LensOptions) -> Figure:
                         "top_probs": found.top_probs, "final_ids": found.final_ids,
                         "final_probs": found.final_probs, "final_ranks": found.final_ranks},
         metadata={"model": found.model, "input": found.input_name, "layers": "0 = embeddings, last = output"})
+
+
+@view("decoder_lens", "Logit lens of the decoder, step by step", LensOptions, analysis=lens.decoder_logit_lens,
+      analysis_options=("positions", "last"))
+def decoder_logit_lens(found: lens.Lens, options: LensOptions) -> Figure:
+    """The same grid and files for an encoder–decoder's decoder: one column per output step (its input token is the
+    one produced before it), each layer's top token for the step's output."""
+    return logit_lens(found, options)
