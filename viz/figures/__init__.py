@@ -10,6 +10,7 @@ from typing import Any
 from viz.figure import VIEWS, Figure, View
 from viz.figures import (ablation, attention, lens, mechanics, moe, patching, positional, swin,  # noqa: F401
                          translation, vit)  # (register views)
+from viz.figures import faithfulness  # noqa: F401,E402  (explanations and their faithfulness, issue 17)
 
 
 def get(name: str) -> View:
