@@ -10,6 +10,7 @@ baseline image's, so the curves perturb embeddings and every method and curve sh
 """
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageFilter
 
+from models import capture_timm
 from models.analysis import attribution
 from models.analysis.attribution import Explainable, LayerRecord
 from models.vit import LoadedVision, ViTResult, loaded_dtype
@@ -58,21 +60,30 @@ def logits_from_embeddings(model: torch.nn.Module, embeddings: torch.Tensor) -> 
 @contextmanager
 def recording(model: torch.nn.Module):
     """Hooks on every block for the forwards run inside: attention at ``attn_drop`` (fused attention is off on a
-    loaded ViT), values from ``qkv`` through each head's slice of ``proj`` (and the layer scale), the block's input. Yields the list of ``LayerRecord`` it fills; hooks are removed in ``finally``."""
+    loaded ViT), values from ``qkv`` through each head's slice of ``proj`` (and the layer scale), the block's input.
+    Yields the list of ``LayerRecord`` it fills; hooks are removed in ``finally``. The model is shared by every
+    session: the capture's per-model lock serialises hooked forwards, and a forward from another thread is ignored."""
     records = [LayerRecord() for _ in model.blocks]
     handles = []
+    owner = threading.get_ident()
 
     def hooks(block, record: LayerRecord):
         attention = block.attn
         heads, head_dim = attention.num_heads, attention.head_dim
 
         def keep_input(module, inputs):
+            if threading.get_ident() != owner:
+                return
             record.residual = inputs[0]
 
         def keep_attention(module, inputs, output):
+            if threading.get_ident() != owner:
+                return
             record.attention = output
 
         def keep_values(module, inputs, output):
+            if threading.get_ident() != owner:
+                return
             batch, n, _ = output.shape
             v = output.reshape(batch, n, 3, heads, head_dim)[:, :, 2].transpose(1, 2)  # (B, H, N, hd)
             weight = attention.proj.weight.reshape(-1, heads, head_dim)  # (D, H, hd): W_O split by head
@@ -83,13 +94,14 @@ def recording(model: torch.nn.Module):
         return [block.register_forward_pre_hook(keep_input), attention.attn_drop.register_forward_hook(keep_attention),
                 attention.qkv.register_forward_hook(keep_values)]
 
-    try:
-        for block, record in zip(model.blocks, records):
-            handles += hooks(block, record)
-        yield records
-    finally:
-        for handle in handles:
-            handle.remove()
+    with capture_timm.model_lock(model):
+        try:
+            for block, record in zip(model.blocks, records):
+                handles += hooks(block, record)
+            yield records
+        finally:
+            for handle in handles:
+                handle.remove()
 
 
 def baseline_pixels(loaded: LoadedVision, crop: np.ndarray, replacement: str) -> torch.Tensor:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import altair as alt
 import numpy as np
 import pandas as pd
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFont
 
 from models import explainable
 from models.analysis.attribution import METHODS
@@ -18,6 +18,7 @@ from viz.figure import Figure, view
 from viz.heatmap import PAD
 
 TILE_PIXELS = 192
+LABEL_PIXELS = 24  # the method's name above each map
 RANDOM = "random"
 
 
@@ -60,16 +61,16 @@ def curve_frame(found: Faithfulness) -> pd.DataFrame:
 def table_frame(found: Faithfulness) -> pd.DataFrame:
     rows = []
     for name, curves in found.curves.items():
-        rows.append({"method": name, "what": METHODS[name], "deletion AUC (lower better)": curves.deletion_auc,
+        rows.append({"method": name, "deletion AUC (lower better)": curves.deletion_auc,
                      "insertion AUC (higher better)": curves.insertion_auc,
                      "no better than random": found.no_better_than_random(name),
-                     "seconds": found.explanations.seconds.get(name, float("nan"))})
+                     "seconds": found.explanations.seconds.get(name, float("nan")), "what": METHODS[name]})
     deletion_mean, deletion_std = found.random_auc("deletion")
     insertion_mean, insertion_std = found.random_auc("insertion")
-    rows.append({"method": RANDOM, "what": f"random order, mean ± sd of {len(found.random)} seeds "
-                 f"(deletion ± {deletion_std:.3f}, insertion ± {insertion_std:.3f})",
-                 "deletion AUC (lower better)": deletion_mean, "insertion AUC (higher better)": insertion_mean,
-                 "no better than random": None, "seconds": float("nan")})
+    rows.append({"method": RANDOM, "deletion AUC (lower better)": deletion_mean,
+                 "insertion AUC (higher better)": insertion_mean, "no better than random": None,
+                 "seconds": float("nan"), "what": f"random order, mean ± sd of {len(found.random)} seeds "
+                 f"(deletion ± {deletion_std:.3f}, insertion ± {insertion_std:.3f})"})
     return pd.DataFrame(rows)
 
 
@@ -80,9 +81,10 @@ def curves_chart(frame: pd.DataFrame, curve: str, title: str) -> alt.Chart:
         x=alt.X("fraction:Q", title=f"fraction of patches {'removed' if curve == 'deletion' else 'revealed'}",
                 scale=alt.Scale(domain=[0, 1])),
         y=alt.Y("probability:Q", title="target probability", scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("method:N", sort=list(dict.fromkeys(part["method"]))), strokeDash=dash,
+        color=alt.Color("method:N", sort=list(dict.fromkeys(part["method"])),
+                        legend=alt.Legend(orient="bottom", columns=2, title=None, labelLimit=150)), strokeDash=dash,
         tooltip=["method", alt.Tooltip("fraction:Q", format=".2f"), alt.Tooltip("probability:Q", format=".3f")],
-    ).properties(title=title, width=360, height=260, autosize=PAD)
+    ).properties(title=title, width=320, height=240, autosize=PAD)
 
 
 @view("faithfulness", "Deletion and insertion curves of every explanation against random", FaithfulnessOptions,
@@ -109,9 +111,9 @@ def faithfulness(found: Faithfulness, options: FaithfulnessOptions) -> Figure:
 
 
 def _labelled(picture: Image.Image, label: str) -> Image.Image:
-    sheet = Image.new("RGB", (picture.width, picture.height + 18), (255, 255, 255))
-    sheet.paste(picture, (0, 18))
-    ImageDraw.Draw(sheet).text((2, 3), label, fill=(0, 0, 0))
+    sheet = Image.new("RGB", (picture.width, picture.height + LABEL_PIXELS), (255, 255, 255))
+    sheet.paste(picture, (0, LABEL_PIXELS))
+    ImageDraw.Draw(sheet).text((2, 2), label, fill=(0, 0, 0), font=ImageFont.load_default(LABEL_PIXELS - 6))
     return sheet
 
 
