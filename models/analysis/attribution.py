@@ -111,14 +111,18 @@ def check_methods(methods) -> tuple[str, ...]:
 
 def value_norm_matrix(attention: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """``‖Σ_h α^h_ij f^h(x_j)‖₂`` for every (i, j): attention (H, N, N), values (H, N, D) -> (N, N)."""
-    weighted = attention.unsqueeze(-1) * values.unsqueeze(1)  # (H, N, N, D): α^h_ij f^h(x_j)
-    return weighted.sum(0).norm(dim=-1)
+    return torch.einsum("hij,hjd->ijd", attention, values).norm(dim=-1)  # (N, N, D) summed over heads first
+
+
+def value_norm_row(attention: torch.Tensor, values: torch.Tensor, query: int) -> torch.Tensor:
+    """Row ``query`` of ``value_norm_matrix`` without the (N, N, D) tensor: (N,)."""
+    return torch.einsum("hj,hjd->jd", attention[:, query], values).norm(dim=-1)
 
 
 def alti_matrix(attention: torch.Tensor, values: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
     """One layer's ALTI contributions (N, N), rows summing to 1: attention (H, N, N), values (H, N, D), residual
     (N, D) the block's input."""
-    transformed = (attention.unsqueeze(-1) * values.unsqueeze(1)).sum(0)  # (N, N, D): T_i(x_j) without residual
+    transformed = torch.einsum("hij,hjd->ijd", attention, values)  # (N, N, D): T_i(x_j) without the residual
     n = residual.shape[0]
     index = torch.arange(n, device=residual.device)
     transformed[index, index] += residual  # δ_ij x_j
@@ -207,8 +211,8 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
 
         timed("raw_attention", lambda: detached[layer].mean(0)[ex.query, units])
         timed("rollout", lambda: rollout.attention_rollout(detached)[ex.query, units])
-        timed("value_norms", lambda: value_norm_matrix(detached[-1], layers[-1].values[0].detach().float())[
-            ex.query, units])
+        timed("value_norms", lambda: value_norm_row(detached[-1], layers[-1].values[0].detach().float(),
+                                                    ex.query)[units])
         timed("alti", lambda: _rolled([alti_matrix(a, r.values[0].detach().float(), r.residual[0].detach().float())
                                        for a, r in zip(detached, layers)])[ex.query, units])
         if needs_grad:

@@ -123,17 +123,26 @@ def target_probabilities(ex: Explainable, removed: torch.Tensor,
                          progress: Callable[[int], None] = lambda done: None) -> np.ndarray:
     """The target's probability for each row of ``removed`` (R, units) bool: ``embeddings`` with the removed units
     replaced by the baseline's, in batches."""
+    return target_outcomes(ex, removed, progress)[0]
+
+
+def target_outcomes(ex: Explainable, removed: torch.Tensor,
+                    progress: Callable[[int], None] = lambda done: None) -> tuple[np.ndarray, np.ndarray]:
+    """``target_probabilities`` and whether the target is still the top class (R,) bool (Chefer et al.'s curves
+    count top-1 accuracy)."""
     units = torch.as_tensor(ex.units, device=ex.embeddings.device)
-    probabilities = []
+    probabilities, correct = [], []
     with torch.no_grad():
         for start in range(0, len(removed), ex.batch_size):
             chunk = removed[start:start + ex.batch_size].to(ex.embeddings.device)  # (b, units)
             full = torch.zeros(len(chunk), ex.embeddings.shape[1], dtype=torch.bool, device=chunk.device)
             full[:, units] = chunk
             batch = torch.where(full.unsqueeze(-1), ex.baseline, ex.embeddings)  # (b, N, D)
-            probabilities.append(ex.logits(batch).float().softmax(-1)[:, ex.target].cpu())
+            logits = ex.logits(batch).float()
+            probabilities.append(logits.softmax(-1)[:, ex.target].cpu())
+            correct.append((logits.argmax(-1) == ex.target).cpu())
             progress(min(start + ex.batch_size, len(removed)))
-    return torch.cat(probabilities).numpy()
+    return torch.cat(probabilities).numpy(), torch.cat(correct).numpy()
 
 
 def ranking(scores: np.ndarray) -> np.ndarray:
