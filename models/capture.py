@@ -28,6 +28,8 @@ CAPTURE_DESCRIPTION = "AttentionInterface 'capture' (SDPA forward; weights recom
 CROSS_ATTENTION_NAMES = ("encoder_attn", "crossattention", "EncDecAttention", "cross_attn")
 
 _ACTIVE: contextvars.ContextVar["Recorder | None"] = contextvars.ContextVar("attention_recorder", default=None)
+# an attention function that replaces SDPA for this thread's calls (the explanations' differentiable eager attention)
+_OVERRIDE: contextvars.ContextVar = contextvars.ContextVar("attention_override", default=None)
 _registered = False
 
 
@@ -50,10 +52,25 @@ def capture_attention_forward(module, query, key, value, attention_mask, **kwarg
     """The attention function models call: SDPA for the output, and a record of q, k, mask when recording."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    override = _OVERRIDE.get()
+    if override is not None:
+        return override(module, query, key, value, attention_mask, **kwargs)
     recorder = _ACTIVE.get()
     if recorder is not None:
         recorder.record(module, query, key, attention_mask, kwargs)
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+@contextlib.contextmanager
+def overriding(function):
+    """Inside the block, this thread's attention calls go to ``function(module, query, key, value, attention_mask,
+    **kwargs) -> (output (B, q, H, d), weights)`` instead of SDPA; other threads are untouched (a ContextVar)."""
+    register()
+    token = _OVERRIDE.set(function)
+    try:
+        yield
+    finally:
+        _OVERRIDE.reset(token)
 
 
 @dataclass

@@ -131,6 +131,8 @@ def explainable(loaded: LoadedVision, crop: np.ndarray, target: int | None = Non
                          "classes")
     check_image(crop)
     classes = len(loaded.label_names)
+    if isinstance(target, str):
+        raise ValueError(f"a ViT explains a class index (0..{classes - 1}), not a typed token {target!r}")
     if target is not None and not 0 <= target < classes:
         raise ValueError(f"class {target} does not exist: this model has classes 0..{classes - 1}")
     model = loaded.model

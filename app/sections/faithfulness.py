@@ -80,12 +80,12 @@ def generated_input(seed: int):
 
 def shared_keys(key: str) -> list[str]:
     """What a link carries of this section (not the pointing game's switch: it costs half a minute)."""
-    return [f"{key}_{name}" for name in ("source", "seed", "target", "replacement", "steps", "ig_steps",
+    return [f"{key}_{name}" for name in ("source", "seed", "target", "token", "replacement", "steps", "ig_steps",
                                          "loc_images")]
 
 
 def show(result, loaded, key: str) -> None:
-    """The section for ``result`` (a ViT run) of ``loaded``; its settings live in the URL."""
+    """The section for ``result`` (a ViT or causal LM prompt run) of ``loaded``; its settings live in the URL."""
     url_state.restore(shared_keys(key), {f"{key}_seed": url_state.within(0, 10**6),
                                          f"{key}_steps": url_state.within(5, 50),
                                          f"{key}_ig_steps": url_state.within(8, 128),
@@ -97,6 +97,27 @@ def show(result, loaded, key: str) -> None:
 
 
 def _show(result, loaded, key: str) -> None:
+    if getattr(result, "image", None) is None:
+        _show_text(result, loaded, key)
+    else:
+        _show_image(result, loaded, key)
+
+
+def _show_text(result, loaded, key: str) -> None:
+    c1, c2, c3 = st.columns([2, 1, 1])
+    token = c1.text_input("Target token (empty: the model's own next token)", key=f"{key}_token", max_chars=40,
+                          help="any one vocabulary token as typed; a word after a space starts with one: ' Paris'")
+    steps = int(c2.slider("Curve steps", 5, 50, 20, 5, key=f"{key}_steps"))
+    ig_steps = int(c3.slider("IG steps", 8, 128, 32, 8, key=f"{key}_ig_steps"))
+    options = FaithfulnessOptions(token=token, steps=steps, ig_steps=ig_steps)
+    maps = figure("explanations", result, options, loaded, "Explaining")
+    if maps is None:
+        return
+    display.show(maps, f"{key}_maps")
+    _table_and_curves(resources.figure("faithfulness", result, options, loaded), key, "token")
+
+
+def _show_image(result, loaded, key: str) -> None:
     if not result.is_classifier:
         st.info("This model has no classifier (DINOv2 is a self-supervised backbone), so there is no class to explain "
                 "and no probability to watch fall. Pick **mini ViT shapes** in the sidebar: it classifies offline, "
@@ -130,24 +151,37 @@ def _show(result, loaded, key: str) -> None:
         return
     left, right = st.columns([3, 2])
     left.image(maps.image, caption=maps.caption)
-    found = resources.figure("faithfulness", result, options, loaded)  # the same analysis: cached by now
-    payload = found.payload
-    right.markdown(f"**Target:** {widgets.plain(payload['target']['name'])}, p = {payload['target']['probability']:.3f}"
-                   f"  \n**A removed patch becomes** {widgets.plain(payload['replacement'])}.  \n"
-                   "**Deletion** removes the most relevant patches first (a faithful map makes p fall fast: low area); "
-                   "**insertion** starts from the fully removed image and reveals them (p should rise fast: high "
-                   f"area). Random: {payload['methods']['random']['seeds']} shuffled orders.")
-    delta = payload["integrated_gradients_delta"]
-    if delta is not None and abs(payload["target"]["probability"]) > 0:
-        right.caption(f"Integrated Gradients' integral error |Σ IG − (y(x) − y(baseline))| = {delta:.3g} "
-                      "(raise the IG steps if it is not small next to the logit difference).")
+    with right:
+        found = resources.figure("faithfulness", result, options, loaded)  # the same analysis: cached by now
+        _summary(found.payload, "patch")
     if is_mini:
         right.caption("The mini ViT recognises its shapes by colour: one coloured patch left is often enough, so a "
                       "deletion curve stays high until almost every patch of the shape is gone, and on a photo "
                       "without a shape every curve is flat. That is the model, not the plot.")
     display.offer(maps, f"{key}_maps")
-    frame = found.table()
-    st.dataframe(frame, hide_index=True, width="stretch",
+    _table_and_curves(found, key, "patch")
+    if sample is not None:
+        _this_shape(maps.arrays(), sample, result)
+        _localisation(loaded, key)
+
+
+def _summary(payload: dict, unit: str) -> None:
+    st.markdown(f"**Target:** {widgets.plain(payload['target']['name'])}, p = {payload['target']['probability']:.3f}"
+                f"  \n**A removed {unit} becomes** {widgets.plain(payload['replacement'])}.  \n"
+                f"**Deletion** removes the most relevant {unit}s first (a faithful map makes p fall fast: low area); "
+                f"**insertion** starts with every {unit} removed and reveals them (p should rise fast: high "
+                f"area). Random: {payload['methods']['random']['seeds']} shuffled orders.")
+    delta = payload["integrated_gradients_delta"]
+    if delta is not None:
+        st.caption(f"Integrated Gradients' integral error |Σ IG − (y(x) − y(baseline))| = {delta:.3g} "
+                   "(raise the IG steps if it is not small next to the logit difference).")
+
+
+def _table_and_curves(found, key: str, unit: str) -> None:
+    payload = found.payload
+    if unit == "token":
+        _summary(payload, unit)
+    st.dataframe(found.table(), hide_index=True, width="stretch",
                  column_config={"deletion AUC (lower better)": st.column_config.NumberColumn(format="%.3f"),
                                 "insertion AUC (higher better)": st.column_config.NumberColumn(format="%.3f"),
                                 "seconds": st.column_config.NumberColumn(format="%.2f")})
@@ -156,9 +190,6 @@ def _show(result, loaded, key: str) -> None:
         st.warning("No better than random on this input (deletion AUC not below random's mean − 1 sd and insertion "
                    f"AUC not above its mean + 1 sd): {', '.join(weak)}.")
     display.show(found, f"{key}_curves")
-    if sample is not None:
-        _this_shape(maps.arrays(), sample, result)
-        _localisation(loaded, key)
 
 
 def _this_shape(grids: dict, sample, result) -> None:

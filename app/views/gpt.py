@@ -2,6 +2,7 @@
 import streamlit as st
 
 from app import attention_view, display, presentation, url_state, widgets
+from app.sections import faithfulness as faithfulness_section
 from models import limits
 from models.causal_lm import STRATEGIES, GenerationSettings
 from models.inputs import TextInput
@@ -38,9 +39,9 @@ if not prompt.strip():
 inputs = TextInput(prompt, max_tokens)
 
 # the lens tab runs only when open (on_change="rerun"): a new prompt does not pay for unembedding every layer
-attention_tab, lens_tab, ablation_tab, patching_tab, generate_tab = st.tabs(
+attention_tab, lens_tab, ablation_tab, patching_tab, generate_tab, faithfulness_tab = st.tabs(
     ["Attention on the prompt", "What each layer predicts", "Which heads matter", "Patching",
-     "Generate and step through"], key="gpt_tab", on_change="rerun")
+     "Generate and step through", "Faithfulness"], key="gpt_tab", on_change="rerun")
 
 with attention_tab:
     result = widgets.run_or_stop(loaded, inputs)
@@ -112,6 +113,11 @@ if patching_tab.open is not False:
             if figure is not None:
                 display.show(figure, "gpt_patching")
     url_state.publish(SHARED)
+
+if faithfulness_tab.open:  # every explanation of the next token and its deletion/insertion curves (issue 17)
+    with faithfulness_tab:
+        faithfulness_section.show(widgets.run_or_stop(loaded, inputs), loaded, "gpt_faith")
+        url_state.publish(SHARED)
 
 with generate_tab:
     with st.form("generation"):

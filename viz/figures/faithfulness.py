@@ -24,7 +24,8 @@ RANDOM = "random"
 
 @dataclass(frozen=True)
 class FaithfulnessOptions:
-    target: int | None = None  # the class (ViT) explained; None: the model's top prediction
+    target: int | None = None  # the class (ViT) or vocabulary id (GPT) explained; None: the top prediction
+    token: str = ""  # GPT: a target token as typed (" Paris"); "" = ``target``
     steps: int = 20  # points of each curve after the start
     seeds: int = 5  # random orders the methods are compared with
     replacement: str = "mean"  # what replaces a removed patch: "mean" (grey) or "blur"
@@ -32,7 +33,7 @@ class FaithfulnessOptions:
     colormap: str = "inferno"  # the maps' colours (display only)
 
 
-ANALYSIS_OPTIONS = ("target", "steps", "seeds", "replacement", "ig_steps")
+ANALYSIS_OPTIONS = ("target", "token", "steps", "seeds", "replacement", "ig_steps")
 
 
 def _settings(found: Faithfulness) -> dict:
@@ -40,7 +41,8 @@ def _settings(found: Faithfulness) -> dict:
 
 
 def _stem(found: Faithfulness, what: str, options: FaithfulnessOptions) -> str:
-    return export.file_stem(found.model.split("/")[-1], found.input_name, what, f"class {found.target_name}",
+    kind = "class" if getattr(found.result, "image", None) is not None else "target"
+    return export.file_stem(found.model.split("/")[-1], found.input_name, what, f"{kind} {found.target_name}",
                             f"{options.replacement} replacement", f"{found.steps} steps")
 
 
@@ -74,11 +76,11 @@ def table_frame(found: Faithfulness) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def curves_chart(frame: pd.DataFrame, curve: str, title: str) -> alt.Chart:
+def curves_chart(frame: pd.DataFrame, curve: str, title: str, unit: str = "patches") -> alt.Chart:
     part = frame[frame["curve"] == curve]
     dash = alt.condition(alt.datum.method == RANDOM, alt.value([5, 4]), alt.value([1, 0]))
     return alt.Chart(part).mark_line(point=alt.OverlayMarkDef(size=14)).encode(
-        x=alt.X("fraction:Q", title=f"fraction of patches {'removed' if curve == 'deletion' else 'revealed'}",
+        x=alt.X("fraction:Q", title=f"fraction of {unit} {'removed' if curve == 'deletion' else 'revealed'}",
                 scale=alt.Scale(domain=[0, 1])),
         y=alt.Y("probability:Q", title="target probability", scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("method:N", sort=list(dict.fromkeys(part["method"])),
@@ -94,11 +96,12 @@ def faithfulness(found: Faithfulness, options: FaithfulnessOptions) -> Figure:
     "insertion"}, ..., "random": {...}}}`` plus what the AUCs mean and what replaced a removed unit."""
     frame = curve_frame(found)
     payload = found.payload()
+    unit = "patches" if getattr(found.result, "image", None) is not None else "tokens"
     return Figure(
         _stem(found, "faithfulness", options),
-        charts=(curves_chart(frame, "deletion", "Deletion: most relevant removed first (lower is better)"),
-                curves_chart(frame, "insertion", "Insertion: most relevant revealed first (higher is better)")),
-        caption=f"Target: {found.target_name} (p = {found.probability:.3f}). A removed patch is replaced by "
+        charts=(curves_chart(frame, "deletion", "Deletion: most relevant removed first (lower is better)", unit),
+                curves_chart(frame, "insertion", "Insertion: most relevant revealed first (higher is better)", unit)),
+        caption=f"Target: {found.target_name} (p = {found.probability:.3f}). A removed {unit[:-1]} is replaced by "
                 f"{found.replacement}. AUC: {AUC_NOTE}. {found.seconds:.1f} s.",
         table=lambda: table_frame(found), payload=payload,
         arrays=lambda: {"fractions": found.fractions,
@@ -122,10 +125,40 @@ def unit_grid(found: Faithfulness, scores: np.ndarray) -> np.ndarray:
     return np.asarray(scores, dtype=np.float32).reshape(found.result.image.patch_grid)
 
 
-@view("explanations", "Every explanation's map of one class, side by side", FaithfulnessOptions,
+def token_chart(found: Faithfulness, scheme: str = "inferno") -> alt.Chart:
+    """methods × tokens, each method's scores min–max normalised over the tokens (text families)."""
+    rows = []
+    for method, scores in found.explanations.scores.items():
+        scores = np.asarray(scores, dtype=np.float64)
+        span = scores.max() - scores.min()
+        shown = (scores - scores.min()) / span if span > 0 else np.zeros_like(scores)
+        rows += [{"method": method, "position": i, "token": f"{i}: {token}", "relevance": float(v),
+                  "score": float(raw)} for i, (token, v, raw) in enumerate(zip(found.unit_names, shown, scores))]
+    frame = pd.DataFrame(rows)
+    return alt.Chart(frame).mark_rect().encode(
+        x=alt.X("token:N", sort=alt.EncodingSortField("position", op="min"), title=None,
+                axis=alt.Axis(labelAngle=-50, labelLimit=110)),
+        y=alt.Y("method:N", sort=list(found.explanations.scores), title=None),
+        color=alt.Color("relevance:Q", scale=alt.Scale(scheme=scheme, domain=[0, 1]), title="relevance (min–max)"),
+        tooltip=["method", "token", alt.Tooltip("score:Q", format=".4g")],
+    ).properties(width=min(900, 34 * len(found.unit_names)), height=24 * len(found.explanations.scores),
+                 autosize=PAD)
+
+
+@view("explanations", "Every explanation's map of one target, side by side", FaithfulnessOptions,
       analysis=explainable.faithfulness, analysis_options=ANALYSIS_OPTIONS)
 def explanations(found: Faithfulness, options: FaithfulnessOptions) -> Figure:
     """Each map normalised to its own min–max (what matters for the curves is the order, not the scale)."""
+    if getattr(found.result, "image", None) is None:  # text: methods × tokens
+        scores = {m: np.asarray(s, dtype=np.float32) for m, s in found.explanations.scores.items()}
+        return Figure(
+            _stem(found, "explanations", options), chart=token_chart(found),
+            caption=f"Every method's relevance of each prompt token for {found.target_name!r} at the last position, "
+                    "each row scaled to its own range.",
+            table=lambda: pd.DataFrame(scores, index=pd.Index(found.unit_names, name="token")),
+            payload={**_settings(found), "tokens": list(found.unit_names), "maps": scores,
+                     "methods": {m: METHODS[m] for m in scores}},
+            arrays=lambda: dict(scores), metadata=_settings(found))
     info = found.result.image
     scale = max(1, round(TILE_PIXELS / info.image.shape[0]))
     grids = {m: unit_grid(found, s) for m, s in found.explanations.scores.items()}
