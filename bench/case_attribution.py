@@ -11,6 +11,8 @@ Speed (one thread by default, paired and alternating, median of ``--repeats``):
   same forward. Target ≤ 1.3×.
 - ``faithfulness_table``: the mini ViT shapes on one generated image: all 8 methods (IG with 32 steps) and their
   deletion and insertion curves (20 steps) plus 5 random orders, batched. Target ≤ 15 s.
+- ``faithfulness_table_gpt`` (``speed --gpt``): the same table for a 19-token prompt on SmolLM2-135M (the packaged
+  model), measured once, with the plain 19-token forward beside it for scale. Target ≤ 30 s.
 
 Shapes (``--images`` held-out generated images, seed 31337 — the model trained on seed 0 and was tested on seed
 987654), the true class as target, a removed patch greyed (the data config's mean): per method the deletion and
@@ -118,6 +120,35 @@ def speed(repeats: int) -> list[dict]:
     return rows
 
 
+PROMPT = "The Eiffel Tower is in the city of Paris, which is the capital of the country called"
+
+
+def speed_gpt() -> dict:
+    import torch
+
+    from models import explainable, families, registry
+    from models.analysis import faithfulness
+    from models.inputs import TextInput
+
+    loaded = families.load(registry.default("causal_lm"))
+    result = families.run(loaded, TextInput(PROMPT, 64))
+    ids = torch.tensor([list(result.token_ids)])
+    forwards = []
+    for _ in range(3):
+        started = time.perf_counter()
+        with torch.inference_mode():
+            loaded.model(input_ids=ids, use_cache=False, logits_to_keep=1)
+        forwards.append(time.perf_counter() - started)
+    started = time.perf_counter()
+    table = faithfulness.faithfulness(explainable.explainable(loaded, result, None), loaded.spec.key, "prompt",
+                                      steps=20, seeds=5, ig_steps=32)
+    seconds = time.perf_counter() - started
+    return {"case": "faithfulness_table_gpt", "model": loaded.spec.key, "tokens": len(ids[0]), "ours_s": seconds,
+            "forward_s": statistics.median(forwards), "target": "<= 30 s", "ok": seconds <= 30,
+            "aucs": {m: [c.deletion_auc, c.insertion_auc] for m, c in table.curves.items()},
+            "random": [table.random_auc("deletion"), table.random_auc("insertion")]}
+
+
 def shapes(images: int, ig_steps: int, seed: int, progress_every: int = 25) -> dict:
     import torch
 
@@ -194,12 +225,16 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=31337)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--gpt", action="store_true", help="speed: the SmolLM2 table instead of the ViT cases")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
-    if args.what == "speed":
+    if args.what == "speed" and args.gpt:
+        result = [speed_gpt()]
+        print(json.dumps(result[0]))
+    elif args.what == "speed":
         result = speed(args.repeats)
         for row in result:
             print(json.dumps(row))

@@ -214,3 +214,20 @@ def data_image(sample):
     from PIL import Image
 
     return Image.fromarray(sample.image)
+
+
+def test_the_vit_page_shows_the_faithfulness_tab_on_the_mini():
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import ROOT
+
+    at = AppTest.from_file(str(ROOT / "app" / "views" / "vit.py"), default_timeout=180)
+    at.query_params.update({"model_vit": "mini ViT shapes (offline, trained here)", "vit_view": "Faithfulness",
+                            "vit_faith_steps": "5", "vit_faith_ig_steps": "8", "vit_faith_seed": "3"})
+    at.run()
+    assert not at.exception, at.exception
+    tables = [frame.value for frame in at.dataframe]
+    faithfulness_table = next(t for t in tables if "deletion AUC (lower better)" in t.columns)
+    assert list(faithfulness_table["method"]) == [*attribution.METHODS, "random"]
+    assert any("top patch on the shape" in t.columns for t in tables)  # the generated shape's own mask
+    assert any("A removed patch becomes" in m.value for m in at.markdown)

@@ -97,3 +97,18 @@ def test_cli_writes_the_json_contract(tiny, tmp_path, monkeypatch):
     assert set(written["methods"]) == {*attribution.METHODS, "random"}
     assert cli.main(["--page", "gpt", "--model", str(folder), "--text", TEXT, "--view", "explanations",
                      "--format", "csv,png", "--out", str(tmp_path), "--steps", "5", "--ig_steps", "8"]) == 0
+
+
+def test_the_gpt_page_shows_the_faithfulness_tab(patched_loader):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import ROOT
+
+    at = AppTest.from_file(str(ROOT / "app" / "views" / "gpt.py"), default_timeout=180)
+    at.query_params.update({"gpt_tab": "Faithfulness", "gpt_faith_steps": "5", "gpt_faith_ig_steps": "8"})
+    at.run()
+    assert not at.exception, at.exception
+    assert any("deletion AUC (lower better)" in frame.value.columns for frame in at.dataframe)
+    at.text_input(key="gpt_faith_token").set_value("<b>two tokens</b>").run()
+    assert not at.exception, at.exception
+    assert any("must be one token" in error.value for error in at.error)
