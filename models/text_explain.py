@@ -77,7 +77,7 @@ def recording(model):
         projection = next(getattr(module, n) for n in ("o_proj", "c_proj", "out_proj") if hasattr(module, n))
         record = records[index_of[id(projection)]]
         record.attention = weights
-        record.values = head_values(projection, value)
+        record.values_from = lambda: head_values(projection, value)
         return (weights @ value).transpose(1, 2).contiguous(), weights
 
     def pre_hook(record):

@@ -86,10 +86,14 @@ def recording(model: torch.nn.Module):
                 return
             batch, n, _ = output.shape
             v = output.reshape(batch, n, 3, heads, head_dim)[:, :, 2].transpose(1, 2)  # (B, H, N, hd)
-            weight = attention.proj.weight.reshape(-1, heads, head_dim)  # (D, H, hd): W_O split by head
-            values = torch.einsum("bhnk,dhk->bhnd", v, weight)  # (B, H, N, D)
-            gamma = getattr(block.ls1, "gamma", None)
-            record.values = values * gamma if gamma is not None else values
+
+            def values():
+                weight = attention.proj.weight.reshape(-1, heads, head_dim)  # (D, H, hd): W_O split by head
+                per_head = torch.einsum("bhnk,dhk->bhnd", v, weight)  # (B, H, N, D)
+                gamma = getattr(block.ls1, "gamma", None)
+                return per_head * gamma if gamma is not None else per_head
+
+            record.values_from = values
 
         return [block.register_forward_pre_hook(keep_input), attention.attn_drop.register_forward_hook(keep_attention),
                 attention.qkv.register_forward_hook(keep_values)]

@@ -59,12 +59,22 @@ class LayerRecord:
     """What one layer's hooks saw in one forward; batch item 0 is the explained input.
 
     ``attention`` (B, H, N, N) with its graph (so its gradient can be asked for); ``values`` (B, H, N, D):
-    ``f^h(x_j)``, what each head would add to the residual stream for token j at full attention; ``residual``
-    (B, N, D): the block's input ``x``."""
+    ``f^h(x_j)``, what each head would add to the residual stream for token j at full attention, computed on first
+    use from what the hook kept (``values_from``), so a method that does not read a layer's values does not pay for
+    them; ``residual`` (B, N, D): the block's input ``x``."""
 
     attention: torch.Tensor | None = None
-    values: torch.Tensor | None = None
     residual: torch.Tensor | None = None
+    values_from: Callable[[], torch.Tensor] | None = None
+    _values: torch.Tensor | None = None
+
+    @property
+    def values(self) -> torch.Tensor:
+        if self._values is None:
+            if self.values_from is None:
+                raise RuntimeError("this layer's values were not recorded")
+            self._values = self.values_from()
+        return self._values
 
 
 @dataclass
