@@ -171,10 +171,15 @@ def _summary(payload: dict, unit: str) -> None:
                 f"**Deletion** removes the most relevant {unit}s first (a faithful map makes p fall fast: low area); "
                 f"**insertion** starts with every {unit} removed and reveals them (p should rise fast: high "
                 f"area). Random: {payload['methods']['random']['seeds']} shuffled orders.")
-    delta = payload["integrated_gradients_delta"]
-    if delta is not None:
-        st.caption(f"Integrated Gradients' integral error |Σ IG − (y(x) − y(baseline))| = {delta:.3g} "
-                   "(raise the IG steps if it is not small next to the logit difference).")
+    delta, difference = payload["integrated_gradients_delta"], payload["integrated_gradients_difference"]
+    if delta is not None and difference:
+        relative = delta / abs(difference)
+        message = (f"Integrated Gradients: its scores should sum to y(x) − y(baseline) = {difference:.3g}; they miss "
+                   f"by {delta:.3g} ({relative:.0%}).")
+        if relative > 0.05:
+            st.warning(message + " Raise the IG steps: its map is not to be trusted at this error.")
+        else:
+            st.caption(message)
 
 
 def _table_and_curves(found, key: str, unit: str) -> None:

@@ -107,6 +107,7 @@ class Explanations:
     score: float  # the target's logit on the input
     probability: float  # the target's probability on the input
     ig_delta: float | None = None  # |Σ IG − (y(x) − y(baseline))|: the integral's error
+    ig_difference: float | None = None  # y(x) − y(baseline), what IG's scores should sum to
     extra: dict = field(default_factory=dict)
 
 
@@ -232,12 +233,14 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
             timed("input_x_gradient", lambda: (embeddings[0].detach().float() * embedding_grad[0].float()).sum(-1)[
                 units])
     del layers, attentions, gradients
-    delta = None
+    delta = difference = None
     if "integrated_gradients" in methods:
         progress(f"integrated gradients ({ig_steps} steps)", 0.5)
         began = time.perf_counter()
         scores["integrated_gradients"], delta = _integrated_gradients(ex, ig_steps)
         seconds["integrated_gradients"] = time.perf_counter() - began
+        with torch.no_grad():
+            difference = float(score.detach()) - float(ex.logits(ex.baseline)[0, ex.target])
     progress("explanations done", 1.0)
     ordered = {m: scores[m] for m in methods}
-    return Explanations(ordered, seconds, float(score.detach()), probability, delta)
+    return Explanations(ordered, seconds, float(score.detach()), probability, delta, difference)

@@ -95,7 +95,8 @@ class Faithfulness:
                 "model": self.model, "input": self.input_name, "units": self.units, "steps": self.steps,
                 "fractions": self.fractions.tolist(), "replacement": self.replacement, "auc": AUC_NOTE,
                 "no_better_than_random": [m for m in self.curves if self.no_better_than_random(m)],
-                "integrated_gradients_delta": self.explanations.ig_delta}
+                "integrated_gradients_delta": self.explanations.ig_delta,
+                "integrated_gradients_difference": self.explanations.ig_difference}
 
 
 def auc(curve: np.ndarray) -> float:

@@ -137,7 +137,7 @@ def token_chart(found: Faithfulness, scheme: str = "inferno") -> alt.Chart:
     frame = pd.DataFrame(rows)
     return alt.Chart(frame).mark_rect().encode(
         x=alt.X("token:N", sort=alt.EncodingSortField("position", op="min"), title=None,
-                axis=alt.Axis(labelAngle=-50, labelLimit=110)),
+                axis=alt.Axis(labelAngle=-50, labelLimit=110, labelOverlap=False)),
         y=alt.Y("method:N", sort=list(found.explanations.scores), title=None),
         color=alt.Color("relevance:Q", scale=alt.Scale(scheme=scheme, domain=[0, 1]), title="relevance (min–max)"),
         tooltip=["method", "token", alt.Tooltip("score:Q", format=".4g")],
