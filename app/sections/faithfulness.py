@@ -166,16 +166,17 @@ def _show_image(result, loaded, key: str) -> None:
 
 
 def _summary(payload: dict, unit: str) -> None:
+    units = "patches" if unit == "patch" else f"{unit}s"
     st.markdown(f"**Target:** {widgets.plain(payload['target']['name'])}, p = {payload['target']['probability']:.3f}"
                 f"  \n**A removed {unit} becomes** {widgets.plain(payload['replacement'])}.  \n"
-                f"**Deletion** removes the most relevant {unit}s first (a faithful map makes p fall fast: low area); "
+                f"**Deletion** removes the most relevant {units} first (a faithful map makes p fall fast: low area); "
                 f"**insertion** starts with every {unit} removed and reveals them (p should rise fast: high "
                 f"area). Random: {payload['methods']['random']['seeds']} shuffled orders.")
     delta, difference = payload["integrated_gradients_delta"], payload["integrated_gradients_difference"]
     if delta is not None and difference:
         relative = delta / abs(difference)
         message = (f"Integrated Gradients: its scores should sum to y(x) − y(baseline) = {difference:.3g}; they miss "
-                   f"by {delta:.3g} ({relative:.0%}).")
+                   f"by {delta:.3g} ({relative:.1%}).")
         if relative > 0.05:
             st.warning(message + " Raise the IG steps: its map is not to be trusted at this error.")
         else:
