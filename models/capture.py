@@ -29,6 +29,8 @@ CROSS_ATTENTION_NAMES = ("encoder_attn", "crossattention", "EncDecAttention", "c
 
 _ACTIVE: contextvars.ContextVar["Recorder | None"] = contextvars.ContextVar("attention_recorder", default=None)
 _KNOCKOUT: contextvars.ContextVar["Knockout | None"] = contextvars.ContextVar("attention_knockout", default=None)
+# an attention function that replaces SDPA for this thread's calls (the explanations' differentiable eager attention)
+_OVERRIDE: contextvars.ContextVar = contextvars.ContextVar("attention_override", default=None)
 _registered = False
 
 
@@ -54,10 +56,25 @@ def capture_attention_forward(module, query, key, value, attention_mask, **kwarg
     knockout = _KNOCKOUT.get()
     if knockout is not None:
         attention_mask = knockout.mask(module, attention_mask, query.shape[2], key.shape[2], query.device, kwargs)
+    override = _OVERRIDE.get()
+    if override is not None:
+        return override(module, query, key, value, attention_mask, **kwargs)
     recorder = _ACTIVE.get()
     if recorder is not None:
         recorder.record(module, query, key, attention_mask, kwargs)
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+@contextlib.contextmanager
+def overriding(function):
+    """Inside the block, this thread's attention calls go to ``function(module, query, key, value, attention_mask,
+    **kwargs) -> (output (B, q, H, d), weights)`` instead of SDPA; other threads are untouched (a ContextVar)."""
+    register()
+    token = _OVERRIDE.set(function)
+    try:
+        yield
+    finally:
+        _OVERRIDE.reset(token)
 
 
 @dataclass

@@ -219,5 +219,5 @@ def _limit(loaded: LoadedModel, max_tokens: int) -> int:
 FAMILY = Family("causal_lm", "GPT-style causal language model", TextInput, load, run, TextResult,
                 views=("head", "head_zoom", "grid", "head_statistics", "focus", "next_token",
                        "generation_step", "lens", "ablation", "patching", "knockout", "knockout_sweep",
-                       "compare"),
+                       "compare", "faithfulness", "explanations"),
                 options=GenerationSettings)

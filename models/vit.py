@@ -288,4 +288,5 @@ def custom_spec(text: str) -> ModelSpec:
 
 FAMILY = Family("vit", "Vision Transformer (timm)", ImageInput, load, run, ViTResult,
                 views=("cls", "cls_prefix", "cls_heads", "patch_query", "rollout", "attribution", "saliency",
-                       "distance", "positions", "input", "predictions"))
+                       "distance", "positions", "input", "predictions", "faithfulness", "explanations",
+                       "localisation"))

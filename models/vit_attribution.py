@@ -21,8 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from models import images
+from models import images, vit_explain
 from models.vit import LoadedVision, ViTResult
+from models.vit_explain import crop_tensor  # noqa: F401  (re-exported: the tests read it here)
 
 METHODS = {
     "integrated_gradients": "Integrated Gradients",
@@ -72,16 +73,28 @@ def explain(loaded: LoadedVision, result: ViTResult, options) -> ExplainedClass:
     if not result.predictions:
         raise ValueError(result.explanation or "this model has no classifier, so there is no class to attribute")
     target = result.predictions[0].token_id if options.target is None else options.target
+    if options.method not in METHODS and options.method in all_methods():
+        return ExplainedClass(result, attribute_shared(loaded, result, target, options.method, options.steps))
     return ExplainedClass(result, attribute_crop(loaded, result.image.image, target, options.method, options.steps))
 
 
-def crop_tensor(loaded: LoadedVision, crop: np.ndarray) -> torch.Tensor:
-    """The model's input ``(1, 3, H, W)`` from the uint8 crop it saw ``(H, W, 3)``: timm's ToTensor and Normalize,
-    the steps of ``images.preprocess`` after the crop, so the attribution explains exactly the run's input."""
-    pixels = torch.from_numpy(np.ascontiguousarray(crop)).permute(2, 0, 1).float().div(255)
-    mean = torch.tensor(loaded.data_config["mean"], dtype=torch.float32).view(3, 1, 1)
-    std = torch.tensor(loaded.data_config["std"], dtype=torch.float32).view(3, 1, 1)
-    return pixels.sub(mean).div(std).unsqueeze(0).contiguous()
+def all_methods() -> dict[str, str]:
+    """The pixel methods here and the shared token methods (models/analysis/attribution.py): rollout, value norms,
+    ALTI, gradient rollout, Grad-CAM, input × gradient (``integrated_gradients`` here stays the pixel one)."""
+    from models.analysis import attribution
+
+    return {**METHODS, **{m: t for m, t in attribution.METHODS.items() if m not in METHODS}}
+
+
+def attribute_shared(loaded: LoadedVision, result: ViTResult, target: int, method: str, steps: int) -> Attribution:
+    """A shared method's per-patch scores as an ``Attribution`` (pixels: each patch's score over its pixels)."""
+    from models.analysis import attribution
+
+    found = attribution.explain(vit_explain.from_result(loaded, result, target), (method,), ig_steps=max(2, steps))
+    grid, patch = result.image.patch_grid, result.image.patch_size
+    scores = found.scores[method].reshape(grid).astype(np.float32)
+    pixels = np.kron(scores, np.ones(patch, dtype=np.float32))
+    return Attribution(method, target, loaded.label_names[target], pixels, scores, found.seconds[method])
 
 
 def attribute(loaded: LoadedVision, image, target: int, method: str = "integrated_gradients",
@@ -104,7 +117,7 @@ def attribute_crop(loaded: LoadedVision, crop: np.ndarray, target: int, method: 
     if not 0 <= target < len(loaded.label_names):
         raise ValueError(f"class {target} does not exist: this model has classes 0..{len(loaded.label_names) - 1}")
     if method not in METHODS:
-        raise ValueError(f"unknown attribution method {method!r}; use one of {', '.join(METHODS)}")
+        raise ValueError(f"unknown attribution method {method!r}; use one of {', '.join(all_methods())}")
     if not 2 <= steps <= 256:
         raise ValueError(f"steps must be between 2 and 256; got {steps}")
     model = loaded.model

@@ -5,6 +5,7 @@ from app import attention_view, display, presentation, url_state, widgets
 from app.sections import compare as compare_section
 from app.sections import knockout as knockout_section
 from app.sections import patching as patching_section
+from app.sections import faithfulness as faithfulness_section
 from models import limits
 from models.causal_lm import STRATEGIES, GenerationSettings
 from models.inputs import TextInput
@@ -40,9 +41,9 @@ if not prompt.strip():
 inputs = TextInput(prompt, max_tokens)
 
 # the lens tab runs only when open (on_change="rerun"): a new prompt does not pay for unembedding every layer
-attention_tab, lens_tab, ablation_tab, patching_tab, knockout_tab, compare_tab, generate_tab = st.tabs(
-    ["Attention on the prompt", "What each layer predicts", "Which heads matter", "Patching", "Knockout",
-     "Compare two runs", "Generate and step through"], key="gpt_tab", on_change="rerun")
+attention_tab, lens_tab, ablation_tab, patching_tab, knockout_tab, compare_tab, faithfulness_tab, generate_tab = \
+    st.tabs(["Attention on the prompt", "What each layer predicts", "Which heads matter", "Patching", "Knockout",
+             "Compare two runs", "Faithfulness", "Generate and step through"], key="gpt_tab", on_change="rerun")
 
 with attention_tab:
     result = widgets.run_or_stop(loaded, inputs)
@@ -103,6 +104,11 @@ if compare_tab.open is not False:
     with compare_tab:
         compare_section.show(result, loaded)
     url_state.publish(SHARED)
+
+if faithfulness_tab.open:  # every explanation of the next token and its deletion/insertion curves (issue 17)
+    with faithfulness_tab:
+        faithfulness_section.show(widgets.run_or_stop(loaded, inputs), loaded, "gpt_faith")
+        url_state.publish(SHARED)
 
 with generate_tab:
     with st.form("generation"):

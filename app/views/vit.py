@@ -3,6 +3,7 @@ attributions, and mean attention distance against depth (Dosovitskiy et al. 2021
 import streamlit as st
 
 from app import display, image_input, presentation, url_state, widgets
+from app.sections import faithfulness as faithfulness_section
 from models import vit_attribution
 from models.analysis.rollout import HEAD_FUSIONS
 from viz import image_overlay
@@ -77,9 +78,9 @@ if st.session_state.get("vit_head") not in head_options:
     st.session_state.pop("vit_head", None)
 head_choice = c2.selectbox("Head", head_options, key="vit_head")
 head = None if head_choice == HEAD_AVERAGE else head_options.index(head_choice) - 1
-cls_tab, query_tab, rollout_tab, distance_tab = st.tabs(
-    ["[CLS] attention", "Any patch as query", "Rollout and attribution", "Distance and positions"], key="vit_view",
-    on_change="rerun")
+cls_tab, query_tab, rollout_tab, distance_tab, faithfulness_tab = st.tabs(
+    ["[CLS] attention", "Any patch as query", "Rollout and attribution", "Distance and positions", "Faithfulness"],
+    key="vit_view", on_change="rerun")
 
 with cls_tab:
     c1, c2 = st.columns([1, 2])
@@ -166,4 +167,7 @@ with distance_tab:
         st.caption(distances.caption)
     if result.position_similarity is not None:
         picture(widgets.figure_or_none("positions", result), width=560)
+if faithfulness_tab.open:  # explanations and their deletion/insertion curves (issue 17): only when looked at
+    with faithfulness_tab:
+        faithfulness_section.show(result, loaded, "vit_faith")
 url_state.publish(SHARED)

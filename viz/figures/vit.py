@@ -16,7 +16,7 @@ import pandas as pd
 from models import vit
 from models.results import ImageInfo
 from models.vit import ViTResult
-from models.vit_attribution import METHODS, ExplainedClass, explain, rank_correlation
+from models.vit_attribution import ExplainedClass, all_methods, explain, rank_correlation
 from viz import export, heatmap, image_overlay, vit_charts
 from viz.figure import Figure, NoOptions, view
 
@@ -256,7 +256,7 @@ def saliency(result: ViTResult, options: SaliencyOptions) -> Figure:
 @dataclass(frozen=True)
 class AttributionOptions(OverlayOptions):
     target: int | None = None  # the class explained (its index); None: the top prediction
-    method: str = "integrated_gradients"  # one of models.vit_attribution.METHODS
+    method: str = "integrated_gradients"  # one of models.vit_attribution.all_methods() (pixel and shared methods)
     steps: int = 16  # integration points (IG) or samples (GradientSHAP): more is slower and more accurate
     fusion: str = "mean"  # the rollout the attribution is compared with
     discard: float = 0.0
@@ -270,12 +270,14 @@ def attribution(explained: ExplainedClass, options: AttributionOptions) -> Figur
     result, found = explained.result, explained.attribution
     rho = rank_correlation(vit.rollout_grid(result, options.fusion, options.discard), found.patch_scores)
     settings = {"class": found.target_name, "class_id": found.target}
-    if found.method != "occlusion":  # occlusion takes no steps
+    if found.method in ("integrated_gradients", "gradient_shap"):  # the others take no steps
         settings["steps"] = options.steps
     return _grid_figure(
         result, found.patch_scores, found.method.replace("_", " "), (f"class {found.target_name}",
         *([f"steps {options.steps}"] if "steps" in settings else [])), settings, options,
-        f"{METHODS[found.method]}, |attribution| per patch ({found.seconds:.1f} s)", "patch_scores",
+        f"{all_methods()[found.method]}, "
+        f"{'|attribution|' if found.method in ('integrated_gradients', 'occlusion', 'gradient_shap') else 'score'} "
+        f"per patch ({found.seconds:.1f} s)", "patch_scores",
         more_arrays=lambda: {"pixel_attributions": found.pixels}, rank_correlation_with_rollout=rho,
         rollout=_rollout_settings(options), convergence_delta=found.convergence_delta)
 

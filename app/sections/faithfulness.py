@@ -1,0 +1,224 @@
+"""The "Faithfulness" section of a page (issue 17): every explanation of one target side by side, their deletion and
+insertion curves against random orders in a sortable table, and on the mini ViT shapes the pointing game and IoU
+against the generator's masks. Widgets only: the numbers come from ``models.explainable`` through the cached views.
+
+Progress: the analysis runs in a worker thread (with this session's script context, so the caches are the page's)
+while this thread moves a progress bar from what the analysis reports (``explainable.reporting``); nothing is drawn
+from inside a cached function, so a cache hit replays nothing.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import streamlit as st
+from PIL import Image
+from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
+
+from app import display, resources, url_state, widgets
+from models import explainable, vit_explain
+from models.analysis.attribution import METHODS
+from models.inputs import ImageInput
+from viz.figures.faithfulness import FaithfulnessOptions, LocalisationOptions
+
+MINI = "vit_shapes"
+LOCALISATION_IMAGES = (8, 16, 32, 64, 128)
+
+
+def _one_of(allowed: tuple[int, ...]):
+    def parse(text: str) -> int:
+        if int(text) not in allowed:
+            raise ValueError(f"{text} is not one of {allowed}")
+        return int(text)
+    return parse
+GENERATED = "a generated shape (its mask is known)"
+
+
+def with_progress(label: str, compute):
+    """``compute()`` in a worker thread, with a progress bar fed by the analysis' reports; its ValueError is raised
+    here."""
+    state = {"step": label, "fraction": 0.0}
+    outcome: dict = {}
+
+    def work():
+        try:
+            with explainable.reporting(lambda step, fraction: state.update(step=step, fraction=fraction)):
+                outcome["value"] = compute()
+        except Exception as error:  # handed to the page's thread
+            outcome["error"] = error
+
+    worker = threading.Thread(target=work, daemon=True)
+    add_script_run_ctx(worker, get_script_run_ctx())
+    worker.start()
+    bar = None
+    while worker.is_alive():
+        worker.join(0.25)
+        if worker.is_alive():
+            bar = bar or st.progress(0.0, text=label)
+            bar.progress(min(max(state["fraction"], 0.0), 1.0), text=f"{label}: {state['step']}")
+    if bar is not None:
+        bar.empty()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def figure(name: str, result, options, loaded, label: str):
+    try:
+        return with_progress(label, lambda: resources.figure(name, result, options, loaded))
+    except ValueError as error:
+        widgets.show_error(error)
+        return None
+
+
+def generated_input(seed: int):
+    from models.minis.vit_shapes import data
+
+    sample = data.make_sample(np.random.default_rng(seed))
+    return sample, ImageInput(Image.fromarray(sample.image), f"generated shape {seed}")
+
+
+def shared_keys(key: str) -> list[str]:
+    """What a link carries of this section (not the pointing game's switch: it costs half a minute)."""
+    return [f"{key}_{name}" for name in ("source", "seed", "target", "token", "replacement", "steps", "ig_steps",
+                                         "loc_images")]
+
+
+def show(result, loaded, key: str) -> None:
+    """The section for ``result`` (a ViT or causal LM prompt run) of ``loaded``; its settings live in the URL."""
+    url_state.restore(shared_keys(key), {f"{key}_seed": url_state.within(0, 10**6),
+                                         f"{key}_steps": url_state.within(5, 50),
+                                         f"{key}_ig_steps": url_state.within(8, 128),
+                                         f"{key}_loc_images": _one_of(LOCALISATION_IMAGES)})
+    try:
+        _show(result, loaded, key)
+    finally:
+        url_state.publish(shared_keys(key))
+
+
+def _show(result, loaded, key: str) -> None:
+    if getattr(result, "image", None) is None:
+        _show_text(result, loaded, key)
+    else:
+        _show_image(result, loaded, key)
+
+
+def _show_text(result, loaded, key: str) -> None:
+    c1, c2, c3 = st.columns([2, 1, 1])
+    token = c1.text_input("Target token (empty: the model's own next token)", key=f"{key}_token", max_chars=40,
+                          help="any one vocabulary token as typed; a word after a space starts with one: ' Paris'")
+    steps = int(c2.slider("Curve steps", 5, 50, 20, 5, key=f"{key}_steps"))
+    ig_steps = int(c3.slider("IG steps", 8, 128, 32, 8, key=f"{key}_ig_steps"))
+    options = FaithfulnessOptions(token=token, steps=steps, ig_steps=ig_steps)
+    maps = figure("explanations", result, options, loaded, "Explaining")
+    if maps is None:
+        return
+    display.show(maps, f"{key}_maps")
+    _table_and_curves(resources.figure("faithfulness", result, options, loaded), key, "token")
+
+
+def _show_image(result, loaded, key: str) -> None:
+    if not result.is_classifier:
+        st.info("This model has no classifier (DINOv2 is a self-supervised backbone), so there is no class to explain "
+                "and no probability to watch fall. Pick **mini ViT shapes** in the sidebar: it classifies offline, "
+                "and its generator knows where each shape is.")
+        return
+    is_mini = loaded.spec.source == "mini" and loaded.spec.id == MINI
+    sample = None
+    if is_mini:
+        c1, c2 = st.columns([2, 1])
+        source = c1.radio("Explain", ["the image above", GENERATED], horizontal=True, key=f"{key}_source",
+                          index=1)
+        if source == GENERATED:
+            seed = int(c2.number_input("Shape seed", 0, 10**6, 1, key=f"{key}_seed",
+                                       help="held-out: training used seed 0, the card's test seed 987654"))
+            sample, inputs = generated_input(seed)
+            result = widgets.run_or_stop(loaded, inputs)
+    c1, c2, c3, c4 = st.columns(4)
+    names = list(loaded.label_names)
+    top = result.predictions[0].token_id if result.predictions else 0
+    options_list = ["top prediction"] + names if len(names) <= 1000 else ["top prediction"]
+    chosen = c1.selectbox("Class to explain", options_list, key=f"{key}_target",
+                          help="any class; the default is the model's own answer")
+    target = top if chosen == "top prediction" else names.index(chosen)
+    replacement = c2.selectbox("A removed patch becomes", list(vit_explain.REPLACEMENTS), key=f"{key}_replacement",
+                               format_func=lambda r: {"mean": "grey (the mean)", "blur": "blurred"}[r])
+    steps = int(c3.slider("Curve steps", 5, 50, 20, 5, key=f"{key}_steps"))
+    ig_steps = int(c4.slider("IG steps", 8, 128, 32, 8, key=f"{key}_ig_steps"))
+    options = FaithfulnessOptions(target=target, steps=steps, replacement=replacement, ig_steps=ig_steps)
+    maps = figure("explanations", result, options, loaded, "Explaining")
+    if maps is None:
+        return
+    left, right = st.columns([3, 2])
+    left.image(maps.image, caption=maps.caption)
+    with right:
+        found = resources.figure("faithfulness", result, options, loaded)  # the same analysis: cached by now
+        _summary(found.payload, "patch")
+    if is_mini:
+        right.caption("The mini ViT recognises its shapes by colour: one coloured patch left is often enough, so a "
+                      "deletion curve stays high until almost every patch of the shape is gone, and on a photo "
+                      "without a shape every curve is flat. That is the model, not the plot.")
+    display.offer(maps, f"{key}_maps")
+    _table_and_curves(found, key, "patch")
+    if sample is not None:
+        _this_shape(maps.arrays(), sample, result)
+        _localisation(loaded, key)
+
+
+def _summary(payload: dict, unit: str) -> None:
+    units = "patches" if unit == "patch" else f"{unit}s"
+    st.markdown(f"**Target:** {widgets.plain(payload['target']['name'])}, p = {payload['target']['probability']:.3f}"
+                f"  \n**A removed {unit} becomes** {widgets.plain(payload['replacement'])}.  \n"
+                f"**Deletion** removes the most relevant {units} first (a faithful map makes p fall fast: low area); "
+                f"**insertion** starts with every {unit} removed and reveals them (p should rise fast: high "
+                f"area). Random: {payload['methods']['random']['seeds']} shuffled orders.")
+    delta, difference = payload["integrated_gradients_delta"], payload["integrated_gradients_difference"]
+    if delta is not None and difference:
+        relative = delta / abs(difference)
+        message = (f"Integrated Gradients: its scores should sum to y(x) − y(baseline) = {difference:.3g}; they miss "
+                   f"by {delta:.3g} ({relative:.1%}).")
+        if relative > 0.05:
+            st.warning(message + " Raise the IG steps: its map is not to be trusted at this error.")
+        else:
+            st.caption(message)
+
+
+def _table_and_curves(found, key: str, unit: str) -> None:
+    payload = found.payload
+    if unit == "token":
+        _summary(payload, unit)
+    st.dataframe(found.table(), hide_index=True, width="stretch",
+                 column_config={"deletion AUC (lower better)": st.column_config.NumberColumn(format="%.3f"),
+                                "insertion AUC (higher better)": st.column_config.NumberColumn(format="%.3f"),
+                                "seconds": st.column_config.NumberColumn(format="%.2f")})
+    weak = payload["no_better_than_random"]
+    if weak:
+        st.warning("No better than random on this input (deletion AUC not below random's mean − 1 sd and insertion "
+                   f"AUC not above its mean + 1 sd): {', '.join(weak)}.")
+    display.show(found, f"{key}_curves")
+
+
+def _this_shape(grids: dict, sample, result) -> None:
+    coverage = vit_explain.patch_coverage(sample.mask, result.image.patch_grid).ravel()
+    rows = []
+    for method in METHODS:
+        if method in grids:
+            hit, iou = vit_explain.pointing_and_iou(np.asarray(grids[method]).ravel(), coverage)
+            rows.append({"method": method, "top patch on the shape": hit, "IoU with the shape": iou})
+    st.markdown("**This shape** (the generator knows its mask): does each map's top patch touch it, and how well do the "
+                "patches above the map's mean overlap the patches it covers at least half of?")
+    st.dataframe(rows, hide_index=True, column_config={"IoU with the shape": st.column_config.NumberColumn(
+        format="%.2f")})
+
+
+def _localisation(loaded, key: str) -> None:
+    st.markdown("**Over many held-out shapes**: the pointing game and IoU (the segmentation test of Chefer et al. "
+                "2021a, on our generated data), every method against a random map.")
+    c1, c2 = st.columns([1, 3])
+    images = int(c1.select_slider("Images", [8, 16, 32, 64, 128], 32, key=f"{key}_loc_images"))
+    if not c2.toggle("Run the pointing game", key=f"{key}_loc_run",
+                     help=f"about {images * 0.35:.0f} s on two CPU cores; bench/case_attribution.py runs 500"):
+        return
+    found = figure("localisation", None, LocalisationOptions(images=images), loaded, "Pointing game")
+    if found is not None:
+        display.show(found, f"{key}_localisation")

@@ -1,0 +1,246 @@
+"""Explanations beyond raw attention, one implementation for every family that gives an ``Explainable`` adapter.
+
+Each method scores every *unit* (a patch, a token) for one target: how much of the target's score it is credited
+with; higher = more relevant. One forward with the attention kept differentiable, and one backward, give all the
+attention-based and gradient methods at once; Integrated Gradients costs ``steps`` more forwards and backwards.
+
+- ``raw_attention``: one layer's attention row of the query the target reads ([CLS], the last token), heads averaged
+  (default: the last layer).
+- ``rollout`` (Abnar & Zuidema 2020, eq. 1; ``models/analysis/rollout.py``): ``(½A + ½I)`` multiplied through layers.
+- ``value_norms`` (Kobayashi et al. 2020, "Attention is Not Only a Weight", eq. 5): ``‖Σ_h α^h_qj f^h(x_j)‖`` with
+  ``f^h(x) = (LN(x) W_V^h + b_V^h) W_O^h`` (times the layer scale, if any): the size of what token ``j`` actually
+  adds to the query's attention output in the last layer, not only the weight it gets.
+- ``alti`` (Ferrando et al. 2022, "Measuring the Mixing of Contextual Information in the Transformer", eq. 6–8):
+  each layer's output ``y_i = Σ_j T_i(x_j)`` with ``T_i(x_j) = Σ_h α^h_ij f^h(x_j) + δ_ij x_j`` (the residual
+  included); the contribution of ``j`` to ``i`` is ``max(0, ‖y_i‖₁ − ‖y_i − T_i(x_j)‖₁)`` normalised per row, and
+  the layers' contribution matrices are multiplied like rollout. The output projection's bias belongs to no token
+  and is left out (pre-LN blocks: no norm after the sum).
+- ``gradient_rollout`` (Chefer et al. 2021b, "Generic Attention-model Explainability", eq. 5–6):
+  ``Ā_l = E_h[(∇A_l ⊙ A_l)⁺]``, ``R ← R + Ā_l · R`` from ``R = I``; the query's row. Class-specific.
+- ``grad_cam`` (Selvaraju et al. 2017, as Chefer et al. 2021a apply it to a ViT): the last layer's heads are the
+  channels: ``w_h = mean_ij ∂y/∂A^h_ij``, map ``ReLU(Σ_h w_h A^h)`` in the query's row. (On the last block's tokens
+  instead, a model read from one token has zero gradient at every other token, so the map would be empty.)
+- ``integrated_gradients`` (Sundararajan et al. 2017; captum): on the input embeddings, from the baseline where
+  every unit is removed (the same replacement the deletion curves use), summed over the embedding dimension
+  (signed). Completeness: the scores sum to ``y(x) − y(baseline)``.
+- ``input_x_gradient`` (Shrikumar et al. 2016): ``x · ∂y/∂x`` on the input embeddings, summed over the dimension.
+
+``y`` is the target's logit (Chefer et al. back-propagate the one-hot logit); the faithfulness curves read its
+probability (models/analysis/faithfulness.py).
+"""
+from __future__ import annotations
+
+import time
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from models.analysis import rollout
+
+METHODS = {
+    "raw_attention": "raw attention (last layer, head mean)",
+    "rollout": "attention rollout",
+    "value_norms": "value-weighted norms ‖α·f(x)‖",
+    "alti": "ALTI (residual-aware, rolled out)",
+    "gradient_rollout": "gradient-weighted rollout (Chefer 2021b)",
+    "grad_cam": "Grad-CAM (last layer's heads as channels)",
+    "integrated_gradients": "Integrated Gradients (embeddings, captum)",
+    "input_x_gradient": "input × gradient (embeddings)",
+}
+GRADIENT_METHODS = ("gradient_rollout", "grad_cam", "input_x_gradient")
+ATTENTION_METHODS = ("raw_attention", "rollout", "value_norms", "alti")
+
+
+@dataclass
+class LayerRecord:
+    """What one layer's hooks saw in one forward; batch item 0 is the explained input.
+
+    ``attention`` (B, H, N, N) with its graph (so its gradient can be asked for); ``values`` (B, H, N, D):
+    ``f^h(x_j)``, what each head would add to the residual stream for token j at full attention, computed on first
+    use from what the hook kept (``values_from``), so a method that does not read a layer's values does not pay for
+    them; ``residual`` (B, N, D): the block's input ``x``."""
+
+    attention: torch.Tensor | None = None
+    residual: torch.Tensor | None = None
+    values_from: Callable[[], torch.Tensor] | None = None
+    _values: torch.Tensor | None = None
+
+    @property
+    def values(self) -> torch.Tensor:
+        if self._values is None:
+            if self.values_from is None:
+                raise RuntimeError("this layer's values were not recorded")
+            self._values = self.values_from()
+        return self._values
+
+
+@dataclass
+class Explainable:
+    """What a family gives the shared methods for one input and one target (models/vit_explain.py for the ViT).
+
+    ``logits(embeddings (B, N, D)) -> (B, C)``: the target's distribution read at ``query``; ``record()`` a context
+    manager yielding a list that the forwards run inside fill with one ``LayerRecord`` per layer."""
+
+    embeddings: torch.Tensor  # (1, N, D) the input as the first block reads it
+    baseline: torch.Tensor  # (1, N, D) the same with every unit removed (replaced as ``replacement`` says)
+    units: tuple[int, ...]  # positions that are scored and removed: patches, tokens after the first
+    query: int  # the position the target is read at: [CLS], the last token
+    target: int
+    target_name: str
+    logits: Callable[[torch.Tensor], torch.Tensor]
+    record: Callable[[], AbstractContextManager]
+    unit_names: tuple[str, ...]
+    replacement: str  # what replaces a removed unit, in words (the page and the JSON say it)
+    batch_size: int = 64  # perturbed inputs per forward in the curves
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Explanations:
+    """Per-unit scores ``(len(units),)`` float32 for each method computed, higher = more relevant."""
+
+    scores: dict[str, np.ndarray]
+    seconds: dict[str, float]
+    score: float  # the target's logit on the input
+    probability: float  # the target's probability on the input
+    ig_delta: float | None = None  # |Σ IG − (y(x) − y(baseline))|: the integral's error
+    ig_difference: float | None = None  # y(x) − y(baseline), what IG's scores should sum to
+    extra: dict = field(default_factory=dict)
+
+
+def check_methods(methods) -> tuple[str, ...]:
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {', '.join(map(repr, unknown))}; choose from {', '.join(METHODS)}")
+    return tuple(methods)
+
+
+# --- the math, on recorded tensors (pure) ---------------------------------------------------------------------------
+
+def value_norm_matrix(attention: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``‖Σ_h α^h_ij f^h(x_j)‖₂`` for every (i, j): attention (H, N, N), values (H, N, D) -> (N, N)."""
+    return torch.einsum("hij,hjd->ijd", attention, values).norm(dim=-1)  # (N, N, D) summed over heads first
+
+
+def value_norm_row(attention: torch.Tensor, values: torch.Tensor, query: int) -> torch.Tensor:
+    """Row ``query`` of ``value_norm_matrix`` without the (N, N, D) tensor: (N,)."""
+    return torch.einsum("hj,hjd->jd", attention[:, query], values).norm(dim=-1)
+
+
+def alti_matrix(attention: torch.Tensor, values: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """One layer's ALTI contributions (N, N), rows summing to 1: attention (H, N, N), values (H, N, D), residual
+    (N, D) the block's input."""
+    transformed = torch.einsum("hij,hjd->ijd", attention, values)  # (N, N, D): T_i(x_j) without the residual
+    n = residual.shape[0]
+    index = torch.arange(n, device=residual.device)
+    transformed[index, index] += residual  # δ_ij x_j
+    output = transformed.sum(1, keepdim=True)  # (N, 1, D): y_i
+    contributions = (output.abs().sum(-1) - (output - transformed).abs().sum(-1)).clamp(min=0)  # (N, N)
+    return contributions / contributions.sum(-1, keepdim=True).clamp(min=1e-12)
+
+
+def gradient_rollout(attentions: list[torch.Tensor], gradients: list[torch.Tensor] | None = None) -> torch.Tensor:
+    """Chefer et al. 2021b: ``R = I``; per layer ``Ā = E_h[(∇A ⊙ A)⁺]``, ``R ← R + Ā·R``. Each attention (H, N, N);
+    ``gradients`` None stands for all ones (then R = 2^L × plain rollout, the test's independent check)."""
+    n = attentions[0].shape[-1]
+    result = torch.eye(n, dtype=torch.float32, device=attentions[0].device)
+    for index, attention in enumerate(attentions):
+        weighted = attention.float() if gradients is None else gradients[index].float() * attention.float()
+        fused = weighted.clamp(min=0).mean(0)  # (N, N)
+        result = result + fused @ result
+    return result
+
+
+def grad_cam(attention: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
+    """attention, gradient (H, N, N) of the last layer -> (N, N) ``ReLU(Σ_h w_h A^h)`` with ``w_h`` the mean gradient
+    of head h (Chefer et al. 2021a's Grad-CAM baseline for ViT; the sum is their mean over heads × H)."""
+    weights = gradient.mean(dim=(1, 2), keepdim=True)  # (H, 1, 1)
+    return (weights * attention).mean(0).clamp(min=0)
+
+
+def _rolled(matrices: list[torch.Tensor]) -> torch.Tensor:
+    result = matrices[0]
+    for matrix in matrices[1:]:
+        result = matrix @ result
+    return result
+
+
+# --- running them ---------------------------------------------------------------------------------------------------
+
+def _integrated_gradients(ex: Explainable, steps: int) -> tuple[np.ndarray, float]:
+    from captum.attr import IntegratedGradients
+
+    def forward(embeddings):
+        return ex.logits(embeddings)
+
+    with torch.enable_grad():
+        found, delta = IntegratedGradients(forward).attribute(
+            ex.embeddings, baselines=ex.baseline, target=ex.target, n_steps=steps,
+            internal_batch_size=min(steps, ex.batch_size), return_convergence_delta=True)
+    per_position = found[0].detach().float().sum(-1)  # (N,)
+    return per_position[list(ex.units)].cpu().numpy(), float(delta.abs().max())
+
+
+def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: int = -1,
+            progress: Callable[[str, float], None] = lambda step, fraction: None) -> Explanations:
+    """Every method in ``methods`` for ``ex``'s target: one forward (+ one backward when a gradient method is asked
+    for), then IG. ``layer``: raw attention's layer (negative: from the end)."""
+    methods = check_methods(methods)
+    if not 2 <= ig_steps <= 256:
+        raise ValueError(f"integrated gradients takes 2 to 256 steps, not {ig_steps}")
+    units = list(ex.units)
+    scores: dict[str, np.ndarray] = {}
+    seconds: dict[str, float] = {}
+    needs_grad = any(m in GRADIENT_METHODS for m in methods)
+    progress("forward and backward pass", 0.0)
+    started = time.perf_counter()
+    with torch.set_grad_enabled(needs_grad):
+        embeddings = ex.embeddings.detach().clone().requires_grad_(needs_grad)
+        with ex.record() as layers:
+            logits = ex.logits(embeddings)
+        score = logits[0, ex.target]
+        probability = float(logits[0].detach().float().softmax(-1)[ex.target])
+        attentions = [record.attention for record in layers]
+        gradients = None
+        if needs_grad:
+            found = torch.autograd.grad(score, [embeddings, *attentions], allow_unused=True)
+            embedding_grad, gradients = found[0], list(found[1:])
+    pass_seconds = time.perf_counter() - started
+    with torch.no_grad():
+        detached = [a[0].detach().float() for a in attentions]  # (H, N, N) each
+        if layer < -len(detached) or layer >= len(detached):
+            raise ValueError(f"layer {layer} does not exist: the model has layers 0..{len(detached) - 1}")
+
+        def timed(name: str, compute: Callable[[], torch.Tensor]) -> None:
+            if name in methods:
+                began = time.perf_counter()
+                scores[name] = compute().float().cpu().numpy().astype(np.float32)
+                seconds[name] = time.perf_counter() - began + pass_seconds
+
+        timed("raw_attention", lambda: detached[layer].mean(0)[ex.query, units])
+        timed("rollout", lambda: rollout.attention_rollout(detached)[ex.query, units])
+        timed("value_norms", lambda: value_norm_row(detached[-1], layers[-1].values[0].detach().float(),
+                                                    ex.query)[units])
+        timed("alti", lambda: _rolled([alti_matrix(a, r.values[0].detach().float(), r.residual[0].detach().float())
+                                       for a, r in zip(detached, layers)])[ex.query, units])
+        if needs_grad:
+            grads = [g[0].float() if g is not None else torch.zeros_like(a) for g, a in zip(gradients, detached)]
+            timed("gradient_rollout", lambda: gradient_rollout(detached, grads)[ex.query, units])
+            timed("grad_cam", lambda: grad_cam(detached[-1], grads[-1])[ex.query, units])
+            timed("input_x_gradient", lambda: (embeddings[0].detach().float() * embedding_grad[0].float()).sum(-1)[
+                units])
+    del layers, attentions, gradients
+    delta = difference = None
+    if "integrated_gradients" in methods:
+        progress(f"integrated gradients ({ig_steps} steps)", 0.5)
+        began = time.perf_counter()
+        scores["integrated_gradients"], delta = _integrated_gradients(ex, ig_steps)
+        seconds["integrated_gradients"] = time.perf_counter() - began
+        with torch.no_grad():
+            difference = float(score.detach()) - float(ex.logits(ex.baseline)[0, ex.target])
+    progress("explanations done", 1.0)
+    ordered = {m: scores[m] for m in methods}
+    return Explanations(ordered, seconds, float(score.detach()), probability, delta, difference)

@@ -1,0 +1,65 @@
+"""The analyses of the explanation views, for any family with an adapter: which module turns a family's loaded model
+and run into an ``Explainable`` (models/analysis/attribution.py), and the ``f(loaded, result, options)`` functions
+the views name (docs/ARCHITECTURE.md, "Add a view").
+
+Adapters: ``vit`` (models/vit_explain.py), ``causal_lm`` (models/text_explain.py). The shared methods never know which library a family uses.
+
+Progress: ``with reporting(callback):`` around a call makes the long analyses report ``callback(step, fraction)``
+(the page draws a progress bar from it; nothing here imports Streamlit).
+"""
+from __future__ import annotations
+
+import contextvars
+import importlib
+from contextlib import contextmanager
+from typing import Callable
+
+from models.analysis import faithfulness as faithfulness_analysis
+from models.analysis.attribution import Explainable
+
+ADAPTERS = {"vit": "models.vit_explain", "causal_lm": "models.text_explain"}
+_progress: contextvars.ContextVar[Callable[[str, float], None] | None] = contextvars.ContextVar("progress",
+                                                                                                default=None)
+
+
+@contextmanager
+def reporting(callback: Callable[[str, float], None]):
+    """Route the analyses' progress (``step`` in words, ``fraction`` 0..1) to ``callback`` inside the block."""
+    token = _progress.set(callback)
+    try:
+        yield
+    finally:
+        _progress.reset(token)
+
+
+def report(step: str, fraction: float) -> None:
+    callback = _progress.get()
+    if callback is not None:
+        callback(step, fraction)
+
+
+def adapter(loaded):
+    family = loaded.spec.family
+    if family not in ADAPTERS:
+        raise ValueError(f"explanations and faithfulness curves are not available for the {family} family yet "
+                         f"(they are for: {', '.join(ADAPTERS)})")
+    return importlib.import_module(ADAPTERS[family])
+
+
+def explainable(loaded, result, target, replacement: str = "mean") -> Explainable:
+    return adapter(loaded).from_result(loaded, result, target, replacement)
+
+
+def faithfulness(loaded, result, options) -> faithfulness_analysis.Faithfulness:
+    """The faithfulness view's analysis: every method's map for ``options.target`` and its deletion and insertion
+    curves against ``options.seeds`` random orders."""
+    ex = explainable(loaded, result, options.token or options.target, options.replacement)
+    return faithfulness_analysis.faithfulness(ex, result.model.key, result.input_name, steps=options.steps,
+                                              seeds=options.seeds, ig_steps=options.ig_steps, progress=report,
+                                              result=result)
+
+
+def localisation(loaded, result, options):
+    """The localisation view's analysis: the pointing game and IoU on held-out generated shapes (the mini ViT)."""
+    return adapter(loaded).localisation(loaded, options.images, options.seed, ig_steps=options.ig_steps,
+                                        progress=report)
