@@ -212,13 +212,21 @@ def recording(model: torch.nn.Module):
     The model must have been loaded with ``attn_implementation="capture"``; anything else would silently record
     nothing, so it is refused.
     """
+    recorder = Recorder(module_names={id(m): name for name, m in model.named_modules()},
+                        encoder_decoder=bool(getattr(model.config, "is_encoder_decoder", False)))
+    with observing(model, recorder):
+        yield recorder
+
+
+@contextlib.contextmanager
+def observing(model: torch.nn.Module, recorder: Recorder):
+    """Hand every attention call of ``model`` in this thread to ``recorder.record`` inside the ``with`` block: a
+    ``Recorder`` subclass may reduce each layer at once instead of keeping its q and k (corpus statistics do)."""
     register()
     implementation = getattr(getattr(model, "config", None), "_attn_implementation", None)
     if implementation != ATTENTION_NAME:
         raise ValueError(f"this model runs attention with {implementation!r}; load it with "
                          f"attn_implementation={ATTENTION_NAME!r} (models.loading does) to capture attention")
-    recorder = Recorder(module_names={id(m): name for name, m in model.named_modules()},
-                        encoder_decoder=bool(getattr(model.config, "is_encoder_decoder", False)))
     token = _ACTIVE.set(recorder)
     try:
         yield recorder
