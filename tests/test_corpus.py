@@ -236,3 +236,26 @@ def test_bundled_corpora_are_offline_and_named_with_their_licence():
     with pytest.raises(ValueError, match="no bundled corpus"):
         readers.bundled("nope")
     assert json.dumps([d.text for d in docs.documents[:3]])
+
+
+def test_cli_writes_the_heads_json_and_resumes(allowed_dirs, tmp_path, capsys):
+    from app import cli
+    from tests.tiny_text_models import save_tiny_causal_lm
+
+    model = save_tiny_causal_lm(allowed_dirs / "lm")
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "a.txt").write_text("\n\n".join([TEXTS[0], TEXTS[1], TEXTS[3], TEXTS[5]]))
+    (inputs / "empty.txt").write_bytes(b"")
+    argv = ["--page", "corpus", "--input", str(inputs), "--engine", "local", "--model", str(model), "--format",
+            "json", "--out", str(tmp_path / "out"), "--max-tokens", "64"]
+    assert cli.main(argv) == 0
+    written = sorted((tmp_path / "out").glob("corpus_*.json"))
+    data = json.loads(written[0].read_text())
+    assert data["documents"] == 4 and data["tokens"] > 0 and len(data["heads"]) == 8
+    assert data["skipped"] == [{"doc_id": "empty.txt", "reason": "empty file"}]
+    assert {"layer", "head", "entropy_bits", "mean_distance", "first_token", "previous_token",
+            "induction"} <= set(data["heads"][0])
+    assert cli.main(argv) == 0  # a re-run finds everything done
+    assert "0/0 documents" in capsys.readouterr().err
+    assert cli.main(argv[:-4] + ["--bogus", "1"]) == 2

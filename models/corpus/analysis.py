@@ -73,11 +73,23 @@ def summarize(store: ResultStore) -> CorpusSummary:
     return CorpusSummary(info, len(ok), int(ok["n_tokens"].sum()) if len(ok) else 0, skipped, mean, spread, moe)
 
 
-def _context(tokens: list[str], position: int, width: int = 6) -> str:
-    """The tokens around ``position`` with it in brackets."""
-    left = "".join(tokens[max(0, position - width):position])
-    right = "".join(tokens[position + 1:position + 1 + width])
-    return f"{left}[{tokens[position]}]{right}"
+def corpus_summary(loaded, result, options) -> CorpusSummary:
+    """The ``corpus_heads`` view's analysis: the summary of the results folder ``options.results`` (written by the
+    corpus page or ``python -m app.cli --page corpus``); ``loaded`` and ``result`` are not used."""
+    if not options.results:
+        raise ValueError("give the results folder of a corpus run (--results DIR); python -m app.cli --page corpus "
+                         "--input FOLDER writes one")
+    return summarize(ResultStore.open(options.results))
+
+
+def _context(tokenizer, ids: list[int], position: int, width: int = 8) -> str:
+    """The text around token ``position`` with that token in brackets (decoded, so spaces are where they were)."""
+    def decode(part) -> str:
+        return tokenizer.decode([int(i) for i in part]).replace("\n", " ⏎ ")
+
+    left = decode(ids[max(0, position - width):position])
+    right = decode(ids[position + 1:position + 1 + width])
+    return f"{left}[{decode(ids[position:position + 1])}]{right}"
 
 
 def top_examples(store: ResultStore, tokenizer, layer: int, head: int, count: int = 10):
@@ -103,8 +115,9 @@ def top_examples(store: ResultStore, tokenizer, layer: int, head: int, count: in
         tokens = text.display_tokens(tokenizer, row.token_ids)
         q, k = int(row.peak_query[index]), int(row.peak_key[index])
         out.append({"doc_id": row.doc_id, "peak_weight": value, "query": q, "key": k,
-                    "query_token": tokens[q], "key_token": tokens[k], "query_context": _context(tokens, q),
-                    "key_context": _context(tokens, k)})
+                    "query_token": tokens[q], "key_token": tokens[k],
+                    "query_context": _context(tokenizer, row.token_ids, q),
+                    "key_context": _context(tokenizer, row.token_ids, k)})
     return pd.DataFrame(out, columns=["doc_id", "peak_weight", "query", "key", "query_token", "key_token",
                                       "query_context", "key_context"])
 
@@ -255,7 +268,7 @@ def query_key_embedding(loaded, documents: list[Document], layer: int, head: int
         keys.append(kept["k"])
         for kind in ("query", "key"):
             for position, token in enumerate(tokens):
-                meta.append((kind, document.doc_id, position, token, _context(tokens, position)))
+                meta.append((kind, document.doc_id, position, token, _context(loaded.tokenizer, ids, position)))
         # meta order must match stacking below: per document, its queries then its keys
     if not queries:
         raise ValueError("none of these documents could be read")

@@ -200,10 +200,13 @@ class StatisticsRunner:
                 tokenized.append((document, self.tokenize(document)))
             except ValueError as error:
                 skipped.append((document.doc_id, str(error)))
-        results = []
-        for group in batches(tokenized):
-            results += self._run_batch(group)
-        return results, skipped
+        # longest first, so that a batch pads to lengths alike (unsorted, 8 documents of ~70 tokens padded to one
+        # of 256 did 3× the work); the results come back in the documents' order
+        by_length = sorted(tokenized, key=lambda item: -len(item[1]))
+        done = {}
+        for group in batches(by_length):
+            done.update((item.doc_id, item) for item in self._run_batch(group))
+        return [done[document.doc_id] for document, _ in tokenized], skipped
 
     def _run_batch(self, group: list[tuple[Document, list[int]]]) -> list[DocumentStatistics]:
         device = self.loaded.device
