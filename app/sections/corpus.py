@@ -16,6 +16,7 @@ from models.corpus.store import ResultStore
 from viz.figures import corpus as figures
 
 UPLOAD = "Upload .txt / .jsonl / .zip"
+SEARCH_DOCUMENTS = 40  # documents holding both A and B that a search runs through the model (the CLI has no cap)
 
 
 def ray_installed() -> bool:
@@ -125,15 +126,12 @@ def heads_tab(summary, store, loaded) -> None:
     statistic = a.selectbox("Statistic", list(STATISTICS), format_func=STATISTICS.get, key="corpus_stat")
     layer = int(b.number_input("Layer", 0, info.layers - 1, 0, key="corpus_layer"))
     head = int(c.number_input("Head", 0, info.heads - 1, 0, key="corpus_head"))
-    left, right = st.columns([1, 1])
-    with left:
-        display.show(figures.statistic_map(summary, statistic, (layer, head)), "corpus_map")
-    with right:
-        st.markdown(f"**Top examples of head {layer}.{head}**: the documents where its largest weight off the first "
-                    "token and the diagonal is highest; [brackets] mark the query and the key it attends to.")
-        examples = analysis.top_examples(store, loaded.tokenizer, layer, head, count=8)
-        st.dataframe(examples[["doc_id", "peak_weight", "query_context", "key_context"]], hide_index=True)
-        display.offer(figures.top_examples_figure(examples, info.model, layer, head), "corpus_top")
+    display.show(figures.statistic_map(summary, statistic, (layer, head)), "corpus_map")
+    st.markdown(f"**Top examples of head {layer}.{head}**: the documents where its largest weight off the first "
+                "token and the diagonal is highest; [brackets] mark the query and the key it attends to.")
+    examples = analysis.top_examples(store, loaded.tokenizer, layer, head, count=8)
+    st.dataframe(examples[["doc_id", "peak_weight", "query_context", "key_context"]], hide_index=True)
+    display.offer(figures.top_examples_figure(examples, info.model, layer, head), "corpus_top")
     st.markdown("**Every head** (sortable: click a column; `_std` = spread over documents)")
     st.dataframe(summary.heads_table(), hide_index=True, height=300)
 
@@ -164,12 +162,13 @@ def search_tab(loaded, corpus, max_tokens: int) -> None:
     regex = c.toggle("Regex", key="corpus_regex")
     if not st.button("Search the corpus", key="corpus_search", icon=":material/search:") and \
             st.session_state.get("corpus_ranked") is None:
-        st.caption("Ranks every head by the mean share of an A token's attention that lands on B tokens.")
+        st.caption("Ranks every head by the mean share of an A token's attention that lands on B tokens, over the "
+                   f"first {SEARCH_DOCUMENTS} documents that hold both (each runs through the model once more).")
         return
     try:
         ranked, searched = _remember("corpus_ranked", (loaded.spec.key, corpus.name, pattern_a, pattern_b, regex),
                                      lambda: analysis.search_heads(loaded, corpus.documents, pattern_a, pattern_b,
-                                                                   regex, max_tokens))
+                                                                   regex, max_tokens, SEARCH_DOCUMENTS))
     except ValueError as error:
         widgets.show_error(error)
         return

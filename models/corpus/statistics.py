@@ -293,10 +293,9 @@ def eager_statistics(model, token_ids: list[int]) -> dict[str, np.ndarray]:
     maps = [layer[0].float().numpy() for layer in output.attentions]  # (H, n, n) per layer
     n = len(token_ids)
     tokens = np.asarray(token_ids)
-    targets = np.zeros((n, n), dtype=bool)
-    for q in range(n):
-        for t in range(1, q):
-            targets[q, t] = tokens[t - 1] == tokens[q]
+    targets = np.zeros((n, n), dtype=bool)  # [q, t]: t ≥ 1, t < q and token t−1 == token q
+    targets[:, 1:] = tokens[None, :-1] == tokens[:, None]
+    targets &= np.tri(n, n, -1, dtype=bool)
     has_target = targets.any(-1)
     out = {name: [] for name in (*STATISTICS, *PEAK_FIELDS)}
     for weights in maps:
