@@ -3,7 +3,8 @@
     python -m app.cli --page corpus --input FOLDER --engine local --format json --out DIR [--model KEY]
         [--documents N] [--max-tokens 256]
 
-``--input`` is a folder of .txt/.md/.jsonl/.zip files or a bundled corpus (python-docs, translation, moe-mix).
+``--input`` is a folder of .txt/.md/.jsonl/.zip files or a bundled corpus (python-docs, translation, moe-mix);
+``--results DIR`` alone reopens a results folder and exports it without running anything.
 Per-document results go to DIR/results-<model>-<corpus>/ (Parquet; a re-run resumes there); the summary to
 DIR/corpus_<model>_<corpus>.json as {"documents", "tokens", "skipped", "heads": [{"layer", "head", <statistic>,
 <statistic>_std, ...}]}; ``--format`` may add csv (the heads table) and png/svg (a layer × head map of --statistic).
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from viz import export
 
-OPTIONS = ("input", "engine", "documents", "statistic", "actors")
+OPTIONS = ("input", "engine", "documents", "statistic", "actors", "results")
 
 
 def _spec(model: str | None):
@@ -50,6 +51,10 @@ def render(args, given: dict[str, str]) -> list[Path]:
     if unknown:
         raise ValueError(f"the corpus page has no option {', '.join('--' + u for u in unknown)}; it has: "
                          f"{', '.join('--' + o for o in OPTIONS)} (and --model, --max-tokens, --format, --out)")
+    if "results" in given and "input" not in given:  # reopen: nothing runs
+        from models.corpus.store import ResultStore
+
+        return _write(args, analysis.summarize(ResultStore.open(given["results"])), given, [])
     if "input" not in given:
         raise ValueError("give --input: a folder of .txt/.jsonl/.zip files, or python-docs, translation, moe-mix")
     try:
@@ -72,10 +77,16 @@ def render(args, given: dict[str, str]) -> list[Path]:
     store = engine.run_corpus(corpus, loaded, folder, given.get("engine", "local"), max_tokens, progress,
                               actors=actors)
     print(file=sys.stderr)
-    summary = analysis.summarize(store)
+    return _write(args, analysis.summarize(store), given, [folder])
+
+
+def _write(args, summary, given: dict[str, str], written: list[Path]) -> list[Path]:
+    from viz.figures import corpus as figures
+
     figure = figures.statistic_map(summary, given.get("statistic", "entropy_bits"))
-    written = [folder]
+    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    name = figures._slug(summary.info.model.rstrip("/").rsplit("/", 1)[-1], summary.info.corpus)
     if "json" in args.formats:
         path = out / f"corpus_{name}.json"
         path.write_text(json.dumps(figures.heads_payload(summary), indent=1, allow_nan=False))

@@ -259,3 +259,9 @@ def test_cli_writes_the_heads_json_and_resumes(allowed_dirs, tmp_path, capsys):
     assert cli.main(argv) == 0  # a re-run finds everything done
     assert "0/0 documents" in capsys.readouterr().err
     assert cli.main(argv[:-4] + ["--bogus", "1"]) == 2
+    results = next((tmp_path / "out").glob("results-*"))
+    reopened = tmp_path / "reopened"
+    assert cli.main(["--page", "corpus", "--results", str(results), "--format", "json,csv", "--out",
+                     str(reopened)]) == 0
+    again = json.loads(next(reopened.glob("corpus_*.json")).read_text())
+    assert again["heads"] == data["heads"] and len(list(reopened.glob("*.csv"))) == 1
