@@ -157,8 +157,8 @@ def embedding_tab(summary, loaded, corpus) -> None:
 
 def search_tab(loaded, corpus, max_tokens: int) -> None:
     a, b, c = st.columns([2, 2, 1])
-    pattern_a = a.text_input("From tokens matching A", "return", key="corpus_a")
-    pattern_b = b.text_input("to tokens matching B", "def", key="corpus_b")
+    pattern_a = a.text_input("From tokens matching A", "is", key="corpus_a")
+    pattern_b = b.text_input("to tokens matching B", "object", key="corpus_b")
     regex = c.toggle("Regex", key="corpus_regex")
     if not st.button("Search the corpus", key="corpus_search", icon=":material/search:") and \
             st.session_state.get("corpus_ranked") is None:
