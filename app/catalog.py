@@ -41,6 +41,7 @@ PAGES = (
     Page("speech", "Speech (Whisper)", ":material/mic:", "speech", "en quick_brown_fox"),
     Page("positional", "Positional encodings", ":material/straighten:"),
     Page("mechanics", "How attention works", ":material/calculate:"),
+    Page("corpus", "Corpus statistics", ":material/library_books:"),
 )
 
 

@@ -182,7 +182,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     memory.use_fixed_mmap_threshold()  # as the app does: long inputs do not pin freed activations
     try:
-        for path in render(args, given):
+        if args.page == "corpus":  # a corpus run, not one input's figure (app/corpus_cli.py)
+            from app import corpus_cli
+
+            render_page = corpus_cli.render
+        else:
+            render_page = render
+        for path in render_page(args, given):
             print(path)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)

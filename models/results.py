@@ -143,7 +143,8 @@ class RecomputedAttention(AttentionMaps):
     """Queries and keys kept per layer; weights = softmax(q kᵀ · scaling + mask) recomputed on demand.
 
     ``queries[i]``: ``(heads, q, d)``; ``keys[i]``: ``(kv_heads, k, d)`` with ``heads % kv_heads == 0`` (grouped-query
-    attention repeats each key head ``heads // kv_heads`` times, as the model does). ``allowed_masks[mask_index[i]]`` is
+    attention repeats each key head ``heads // kv_heads`` times, as the model does); float32, or float16 beyond
+    ``capture.HALF_PRECISION_TOKENS`` keys (the weights are recomputed in float32 either way). ``allowed_masks[mask_index[i]]`` is
     the boolean ``(q, k)`` mask the layer applied (layers usually share one). ``biases``, when present, hold an additive
     score bias per layer ``(heads, q, k)`` (e.g. ALiBi, T5 relative position) that the model added before softmax.
     """

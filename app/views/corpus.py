@@ -1,0 +1,34 @@
+"""Corpus statistics: which heads do what across many documents, not one prompt (AttentionViz, Yeh et al. 2023;
+induction and previous-token heads, Olsson et al. 2022). Results persist per document in Parquet and resume."""
+import streamlit as st
+
+from app import url_state, widgets
+from app.sections import corpus as section
+from models.corpus.store import ResultStore
+
+FAMILIES = {"causal_lm": "Language model (GPT)", "encoder": "Encoder (BERT)", "moe": "Mixture of experts"}
+SHARED = ["corpus_family", "corpus_source", "corpus_n", "corpus_tokens", "corpus_stat", "corpus_layer", "corpus_head",
+          "corpus_view"]
+url_state.restore(SHARED, {"corpus_n": url_state.within(1, 100_000), "corpus_tokens": int,
+                           "corpus_layer": url_state.within(0, 1000), "corpus_head": url_state.within(0, 1000)})
+
+st.title("Corpus statistics: which heads do what, over many documents")
+st.caption("Each document runs once through the model; every head's attention is reduced to statistics in the "
+           "forward pass (entropy, distance, first-token share, previous-token, diagonal, induction, max weight) "
+           "and written per document to a results folder, so a run can be cancelled and resumed.")
+with st.sidebar:
+    family = st.selectbox("Model family", list(FAMILIES), format_func=FAMILIES.get, key="corpus_family")
+spec = widgets.model_picker(family)
+widgets.model_card(spec)
+loaded = widgets.load_or_stop(spec)
+corpus = section.corpus_picker()
+max_tokens = st.select_slider("Tokens per document (longer ones are cut)", [64, 128, 256, 512, 1024], 256,
+                              key="corpus_tokens")
+folder = section.results_folder(loaded, corpus, int(max_tokens))
+section.run_controls(loaded, corpus, folder, int(max_tokens))
+if (folder / "run.json").is_file():
+    try:
+        section.show_results(ResultStore.open(folder), loaded, corpus)
+    except ValueError as error:
+        widgets.show_error(error)
+url_state.publish(SHARED)

@@ -1,0 +1,217 @@
+"""Corpus mode and long inputs on SmolLM2-135M (CPU): ``python -m bench.case_corpus [--parts ...]``.
+
+- ``throughput``: the first ``--documents`` paragraphs of the bundled Python documentation (≤ 256 tokens each).
+  Ours = ``engine.run_corpus(engine="local")`` (batched base-model forward, statistics reduced in the capture
+  function, Parquet writes included). Baseline = a loop that runs the model with ``attn_implementation="eager"`` and
+  ``output_attentions=True`` one document at a time and computes the same statistics from the returned maps with
+  numpy (``statistics.eager_statistics``). Alternated twice, best of each. Target: ours ≥ 3× baseline tokens/s.
+  Memory: RSS after every persisted batch of a longer local run (flat = the last within a few MB of the second).
+- ``ray``: the same documents on Ray Data with 2 actors × 1 thread, vs in process with 2 threads (the same 2
+  cores). ``ray.init`` and the actors' start (each loads the model) are reported apart from the steady state.
+  Target: Ray ≤ 1.3× the in-process time.
+- ``long``: the GPT page's run (``causal_lm.run``) at n = 8,192 vs the SDPA forward of the same model
+  (``logits_to_keep=1``), each in a fresh process; time, peak RSS above the loaded model, and the bytes of q/k as
+  stored. Targets: time ≤ 1.3× SDPA, extra memory ≤ 1.1 × q/k bytes.
+Prints one JSON line per part.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+MB = 2**20
+
+
+def _documents(count: int):
+    from models.corpus import readers
+
+    return readers.bundled("python-docs").head(count)
+
+
+def part_throughput(count: int, memory_documents: int) -> dict:
+    import torch
+    import transformers
+
+    from bench.measure import rss_bytes
+    from models import families, registry
+    from models.causal_lm import smollm2_folder
+    from models.corpus import engine, statistics
+
+    torch.set_num_threads(1)
+    loaded = families.load(registry.default("causal_lm"))
+    eager = transformers.AutoModelForCausalLM.from_pretrained(smollm2_folder(), attn_implementation="eager").eval()
+    corpus = _documents(count)
+    runner = statistics.StatisticsRunner(loaded, 256)
+    ids = [runner.tokenize(d) for d in corpus.documents]
+    tokens = sum(len(i) for i in ids)
+    runner.run(corpus.documents[:2])
+    statistics.eager_statistics(eager, ids[0])
+    ours, baseline = [], []
+    for round_ in range(2):
+        with tempfile.TemporaryDirectory() as folder:
+            start = time.perf_counter()
+            engine.run_corpus(corpus, loaded, folder, max_tokens=256)
+            ours.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        for token_ids in ids:
+            statistics.eager_statistics(eager, token_ids)
+        baseline.append(time.perf_counter() - start)
+    del eager
+    rss = []
+    with tempfile.TemporaryDirectory() as folder:
+        engine.run_corpus(_documents(memory_documents), loaded, folder, max_tokens=256,
+                          progress=lambda p: rss.append(rss_bytes() / MB))
+    ours_s, baseline_s = min(ours), min(baseline)
+    return {"case": "corpus_throughput", "documents": count, "tokens": tokens, "ours_s": ours_s,
+            "baseline_s": baseline_s, "ours_tokens_per_s": tokens / ours_s, "baseline_tokens_per_s": tokens / baseline_s,
+            "speedup": baseline_s / ours_s, "target": "speedup >= 3", "ok": baseline_s / ours_s >= 3,
+            "memory_documents": memory_documents, "rss_mb_per_batch": [round(r) for r in rss],
+            "rss_growth_mb": rss[-1] - rss[1] if len(rss) > 2 else None, "threads": 1}
+
+
+def part_ray(count: int) -> dict:
+    import ray
+    import torch
+
+    from models import families, registry
+    from models.corpus import engine
+
+    torch.set_num_threads(2)
+    loaded = families.load(registry.default("causal_lm"))
+    corpus = _documents(count)
+    engine.run_corpus(_documents(2), loaded, tempfile.mkdtemp(), max_tokens=256)  # warm
+    with tempfile.TemporaryDirectory() as folder:
+        start = time.perf_counter()
+        engine.run_corpus(corpus, loaded, folder, max_tokens=256)
+        local_s = time.perf_counter() - start
+    start = time.perf_counter()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}})
+    init_s = time.perf_counter() - start
+    arrivals, actor_rss, stop = [], {}, threading.Event()
+
+    def sample_actors() -> None:  # peak RSS of each actor process (Ray titles them after the actor class)
+        import psutil
+
+        while not stop.is_set():
+            for process in psutil.process_iter(["cmdline", "memory_info"]):
+                try:
+                    if "CorpusActor" in " ".join(process.info["cmdline"] or []):
+                        rss = process.info["memory_info"].rss / MB
+                        actor_rss[process.pid] = max(actor_rss.get(process.pid, 0), rss)
+                except (TypeError, AttributeError):
+                    continue
+            stop.wait(0.5)
+
+    sampler = threading.Thread(target=sample_actors, daemon=True)
+    sampler.start()
+    with tempfile.TemporaryDirectory() as folder:
+        start = time.perf_counter()
+        engine.run_corpus(corpus, loaded, folder, engine="ray", max_tokens=256, actors=2,
+                          progress=lambda p: arrivals.append((time.perf_counter() - start, p.done, p.tokens)))
+        ray_s = time.perf_counter() - start
+    stop.set()
+    ray.shutdown()
+    first_t, first_done, first_tokens = arrivals[1]
+    last_t, last_done, last_tokens = arrivals[-1]
+    steady = (last_tokens - first_tokens) / max(last_t - first_t, 1e-9)
+    return {"case": "corpus_ray", "documents": count, "local_2_threads_s": local_s, "ray_init_s": init_s,
+            "ray_s": ray_s, "ray_first_batch_s": first_t, "ray_steady_tokens_per_s": steady,
+            "local_tokens_per_s": arrivals[-1][2] / local_s, "ratio": ray_s / local_s,
+            "overhead_s": ray_s - local_s, "actor_peak_rss_mb": sorted(round(v) for v in actor_rss.values()),
+            "target": "ratio <= 1.3", "ok": ray_s / local_s <= 1.3}
+
+
+def part_long_side(side: str, n: int) -> dict:
+    import torch
+
+    from bench.case_page import long_text
+    from bench.measure import measure_memory
+    from models import causal_lm, families, memory, registry, text
+    from models.inputs import TextInput
+
+    memory.use_fixed_mmap_threshold()
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
+    loaded = families.load(registry.default("causal_lm"))
+    inputs = TextInput(long_text(n, seed=0), n)
+    if side == "ours":
+        causal_lm.run(loaded, TextInput("warm up", 16))
+        start = time.perf_counter()
+        stats, result = measure_memory(lambda: causal_lm.run(loaded, inputs), "cpu")
+        elapsed = time.perf_counter() - start
+        maps = result.maps("self")
+        qk = sum(a.nbytes for a in maps.queries + maps.keys)
+        return {"s": elapsed, **stats, "qk_mb": qk / MB, "mask_mb": sum(a.nbytes for a in maps.allowed_masks) / MB,
+                "tokens": len(result.tokens), "qk_dtype": str(maps.queries[0].dtype)}
+    import transformers
+
+    from models.causal_lm import smollm2_folder
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(smollm2_folder(), attn_implementation="sdpa").eval()
+    ids = torch.tensor([text.tokenize(loaded.tokenizer, inputs.text, n).ids])
+    del loaded
+    with torch.inference_mode():
+        model(input_ids=ids[:, :16], use_cache=False, logits_to_keep=1)
+
+        def forward():
+            with torch.inference_mode():
+                return model(input_ids=ids, use_cache=False, logits_to_keep=1).logits
+
+        start = time.perf_counter()
+        stats, _ = measure_memory(forward, "cpu")
+        elapsed = time.perf_counter() - start
+    return {"s": elapsed, **stats, "tokens": ids.shape[1]}
+
+
+def part_long(n: int) -> dict:
+    sides = {}
+    for side in ("sdpa", "ours"):
+        done = subprocess.run([sys.executable, "-m", "bench.case_corpus", "--side", side, "--n", str(n)], cwd=ROOT,
+                              capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(done.stderr[-3000:])
+        sides[side] = json.loads(done.stdout.strip().splitlines()[-1])
+    ours, sdpa = sides["ours"], sides["sdpa"]
+    extra = ours["peak_host_mb"] - sdpa["peak_host_mb"]
+    return {"case": "long_gpt_page", "n": ours["tokens"], "ours_s": ours["s"], "baseline_s": sdpa["s"],
+            "ratio": ours["s"] / sdpa["s"], "extra_mb": extra, "qk_mb": ours["qk_mb"], "mask_mb": ours["mask_mb"],
+            "extra_over_qk": extra / ours["qk_mb"], "qk_dtype": ours["qk_dtype"], "ours": ours, "sdpa": sdpa,
+            "target": "ratio <= 1.3, extra <= 1.1 x q/k bytes",
+            "ok": ours["s"] / sdpa["s"] <= 1.3 and extra <= 1.1 * ours["qk_mb"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parts", nargs="+", default=["throughput", "ray", "long"])
+    parser.add_argument("--documents", type=int, default=48)
+    parser.add_argument("--memory-documents", type=int, default=160)
+    parser.add_argument("--n", type=int, default=8192)
+    parser.add_argument("--side", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.side:
+        print(json.dumps(part_long_side(args.side, args.n)))
+        return
+    for part in args.parts:
+        if part == "throughput":
+            out = part_throughput(args.documents, args.memory_documents)
+        elif part == "ray":
+            out = part_ray(args.documents)
+        else:
+            out = part_long(args.n)
+        print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""AppTest of the corpus page with the loader patched to a tiny model: run, resume, heads, embedding, search."""
+from __future__ import annotations
+
+from streamlit.testing.v1 import AppTest
+
+from tests.conftest import ROOT
+
+
+def _page() -> AppTest:
+    return AppTest.from_file(str(ROOT / "app" / "views" / "corpus.py"), default_timeout=180)
+
+
+def test_corpus_page_runs_resumes_and_shows_heads_embedding_and_search(patched_loader, fresh_caches, offered,
+                                                                      tmp_path, monkeypatch):
+    from tests.conftest import check_files
+
+    monkeypatch.setenv("ATTN_EXPLORER_CACHE", str(tmp_path))
+    at = _page()
+    at.session_state["corpus_source"] = "translation"
+    at.session_state["corpus_n"] = 12
+    at.run()
+    assert not at.exception, at.exception
+    assert at.button(key="corpus_run").label == "Run"
+    at.button(key="corpus_run").click().run()
+    assert not at.exception, at.exception
+    assert at.button(key="corpus_run").label == "Re-run (all done)"
+    assert at.metric[0].value == "12" and int(at.metric[1].value.replace(",", "")) > 12  # documents, tokens
+    assert len(at.dataframe) == 2  # top examples and every head
+    assert check_files(offered["corpus_map"])["json"]
+    assert "[" in at.dataframe[0].value["query_context"][0]  # the token in its context
+    at.session_state["corpus_n"] = 20  # another N is another results folder: nothing done there yet
+    at.run()
+    assert any("0 of 20 documents done" in c.value for c in at.caption)
+    at.session_state["corpus_n"] = 12
+    at.session_state["corpus_view"] = "Query–key embedding"
+    at.run()
+    assert not at.exception, at.exception
+    assert "corpus_qk" in offered
+    at.session_state["corpus_view"] = "Search A → B"
+    at.session_state["corpus_a"] = "the"
+    at.session_state["corpus_b"] = "the"
+    at.run()
+    at.button(key="corpus_search").click().run()
+    assert not at.exception, at.exception
+    assert "corpus_search_fig" in offered

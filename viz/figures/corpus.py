@@ -1,0 +1,139 @@
+"""Figures of corpus mode: a statistic over layer × head, a head's top examples, the A→B search ranking, the joint
+query–key embedding (AttentionViz) and MoE expert load. Pure: arrays and tables from ``models.corpus.analysis`` in,
+a ``Figure`` out; the page, the CLI and the downloads all use these."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from models.corpus.analysis import CorpusSummary, Embedding, corpus_summary
+from models.corpus.statistics import STATISTICS
+from viz.figure import Figure, view
+from viz.heatmap import PAD, head_statistic_chart
+
+
+def _slug(*parts) -> str:
+    return re.sub(r"[^a-z0-9_-]+", "-", "_".join(str(p) for p in parts).lower()).strip("-_")[:120] or "corpus"
+
+
+def heads_payload(summary: CorpusSummary) -> dict:
+    """The CLI's JSON: documents, tokens and one entry per head with every statistic and its spread."""
+    table = summary.heads_table()
+    heads = [{key: (int(value) if key in ("layer", "head") else (None if not np.isfinite(value) else float(value)))
+              for key, value in row.items()} for row in table.to_dict("records")]
+    return {"model": summary.info.model, "corpus": summary.info.corpus, "max_tokens": summary.info.max_tokens,
+            "documents": summary.documents, "tokens": summary.tokens,
+            "skipped": [{"doc_id": d, "reason": r} for d, r in summary.skipped], "heads": heads}
+
+
+def statistic_map(summary: CorpusSummary, statistic: str = "entropy_bits",
+                  selected: tuple[int, int] | None = None) -> Figure:
+    """One statistic's corpus mean for every (layer, head); the table holds every statistic with its spread."""
+    if statistic not in STATISTICS:
+        raise ValueError(f"unknown statistic {statistic!r}; choose one of {', '.join(STATISTICS)}")
+    values = np.nan_to_num(summary.mean[statistic], nan=0.0)
+    chart = head_statistic_chart(values, STATISTICS[statistic], selected)
+    info = summary.info
+    return Figure(_slug("corpus", info.model, info.corpus, statistic), chart=chart, table=summary.heads_table,
+                  payload=lambda: heads_payload(summary),
+                  arrays=lambda: {f"{name}_mean": summary.mean[name] for name in STATISTICS}
+                  | {f"{name}_std": summary.spread[name] for name in STATISTICS},
+                  metadata={"model": info.model, "corpus": info.corpus, "documents": str(summary.documents),
+                            "statistic": statistic},
+                  caption=f"{STATISTICS[statistic]}: mean over {summary.documents:,} documents ({summary.tokens:,} "
+                          "tokens), each document counted once; the table adds each statistic's spread (std over "
+                          "documents).")
+
+
+def top_examples_figure(examples: pd.DataFrame, model: str, layer: int, head: int) -> Figure:
+    """Where a head fires most: its peak weight in each of the top documents, the tokens in context beside."""
+    frame = examples.reset_index(drop=True).assign(rank=lambda f: np.arange(len(f)))
+    chart = alt.Chart(frame).mark_bar().encode(
+        y=alt.Y("doc_id:N", sort=alt.EncodingSortField("rank"), title=None),
+        x=alt.X("peak_weight:Q", title="peak weight (off first token and diagonal)", scale=alt.Scale(domain=[0, 1])),
+        tooltip=["doc_id", alt.Tooltip("peak_weight:Q", format=".3f"), "query_context", "key_context"],
+    ).properties(width=360, height=22 * max(len(frame), 1), autosize=PAD)
+    return Figure(_slug("corpus", model, "top", f"l{layer}", f"h{head}"), chart=chart, table=frame,
+                  payload=lambda: {"layer": layer, "head": head, "examples": frame.to_dict("records")},
+                  metadata={"model": model, "layer": str(layer), "head": str(head)})
+
+
+def search_figure(ranked: pd.DataFrame, model: str, pattern_a: str, pattern_b: str, count: int = 15) -> Figure:
+    """The heads ranked by how much of an A token's attention goes to B tokens."""
+    top = ranked.head(count).assign(label=lambda f: [f"L{int(r.layer)} H{int(r.head)}" for r in f.itertuples()],
+                                    rank=lambda f: np.arange(len(f)))
+    chart = alt.Chart(top).mark_bar().encode(
+        x=alt.X("share:Q", title="share of attention from A onto B", scale=alt.Scale(domain=[0, 1])),
+        y=alt.Y("label:N", sort=alt.EncodingSortField("rank"), title="head"),
+        tooltip=["layer", "head", alt.Tooltip("share:Q", format=".3f"), "queries"],
+    ).properties(width=420, height=20 * len(top), autosize=PAD)
+    return Figure(_slug("corpus", model, "search", pattern_a, pattern_b), chart=chart, table=ranked,
+                  payload=lambda: {"a": pattern_a, "b": pattern_b, "heads": ranked.to_dict("records")},
+                  metadata={"model": model, "a": pattern_a, "b": pattern_b})
+
+
+COLOURS = ("position", "token", "document", "kind")
+
+
+def embedding_figure(embedding: Embedding, model: str, colour: str = "position") -> Figure:
+    """Queries (circles) and keys (crosses) of one head in one plane; hover shows the token in its context."""
+    if colour not in COLOURS:
+        raise ValueError(f"colour by one of {', '.join(COLOURS)}")
+    frame = pd.DataFrame({"x": embedding.points[:, 0], "y": embedding.points[:, 1], "kind": embedding.kind,
+                          "document": embedding.doc_id, "position": embedding.position, "token": embedding.token,
+                          "context": embedding.context})
+    encodings = {"position": alt.Color("position:Q", scale=alt.Scale(scheme="viridis")),
+                 "token": alt.Color("token:N", legend=None), "document": alt.Color("document:N", legend=None),
+                 "kind": alt.Color("kind:N", scale=alt.Scale(domain=["query", "key"], range=["#4c78a8", "#f58518"]))}
+    chart = alt.Chart(frame).mark_point(filled=True, size=28, opacity=0.7).encode(
+        x=alt.X("x:Q", title=f"{embedding.method.upper()} 1"), y=alt.Y("y:Q", title=f"{embedding.method.upper()} 2"),
+        color=encodings[colour], shape=alt.Shape("kind:N", scale=alt.Scale(domain=["query", "key"],
+                                                                          range=["circle", "cross"])),
+        tooltip=["kind", "token", "context", "document", "position"],
+    ).properties(width=620, height=460, autosize=PAD).interactive()
+    return Figure(_slug("corpus", model, "qk", f"l{embedding.layer}", f"h{embedding.head}", colour), chart=chart,
+                  table=frame, arrays=lambda: {"points": embedding.points},
+                  metadata={"model": model, "layer": str(embedding.layer), "head": str(embedding.head),
+                            "method": embedding.method},
+                  caption=f"{len(frame) // 2:,} queries and as many keys of head {embedding.layer}.{embedding.head} "
+                          f"from {len(set(embedding.doc_id))} documents, embedded together ({embedding.method.upper()}"
+                          "; keys shifted onto the queries' centroid and both scaled to one mean norm, which leaves "
+                          "every attention weight unchanged: AttentionViz, Yeh et al. 2023).")
+
+
+def expert_load_figure(summary: CorpusSummary) -> Figure:
+    """MoE: mean expert load per layer over the corpus (share of top-k assignments; 1/E is balanced)."""
+    load = summary.moe["expert_load"]
+    layers, experts = load.shape
+    layer_index, expert_index = np.meshgrid(np.arange(layers), np.arange(experts), indexing="ij")
+    frame = pd.DataFrame({"layer": layer_index.ravel(), "expert": expert_index.ravel(), "load": load.ravel(),
+                          "spread": summary.moe["expert_load_std"].ravel()})
+    entropy = summary.moe["router_entropy"]
+    chart = alt.Chart(frame).mark_rect().encode(
+        x="expert:O", y="layer:O", color=alt.Color("load:Q", scale=alt.Scale(scheme="viridis"), title="load"),
+        tooltip=["layer", "expert", alt.Tooltip("load:Q", format=".3f"), alt.Tooltip("spread:Q", format=".3f")],
+    ).properties(width=34 * experts + 40, height=24 * layers + 20, autosize=PAD)
+    info = summary.info
+    return Figure(_slug("corpus", info.model, info.corpus, "expert_load"), chart=chart, table=frame,
+                  arrays=lambda: {name: value for name, value in summary.moe.items()},
+                  payload=lambda: {"expert_load": load.tolist(), "router_entropy_nats": entropy.tolist(),
+                                   "coactivation": summary.moe["coactivation"].tolist()},
+                  metadata={"model": info.model, "corpus": info.corpus},
+                  caption="Mean router entropy per layer (nats): " + ", ".join(f"{e:.2f}" for e in entropy)
+                          + f" (log E = {np.log(experts):.2f} is an undecided router).")
+
+
+@dataclass(frozen=True)
+class CorpusOptions:
+    results: str = ""  # a results folder written by the corpus page or `python -m app.cli --page corpus`
+    statistic: str = "entropy_bits"  # one of models.corpus.statistics.STATISTICS
+
+
+@view("corpus_heads", "Per-head statistics over a corpus (layer × head map; the table adds each spread)",
+      CorpusOptions, analysis=corpus_summary, analysis_options=("results",), page="corpus")
+def corpus_heads(summary: CorpusSummary, options: CorpusOptions) -> Figure:
+    return statistic_map(summary, options.statistic)
