@@ -429,7 +429,8 @@ def test_every_view_of_the_page_draws_its_defaults_and_makes_its_files():
     figures, _ = _figures()
     names = [view.name for view in figures.page_views("mechanics")]
     assert names == ["layer_steps", "entropy_by_d_k", "multi_vs_single_head", "masked_softmax", "swin_mask_regions",
-                     "mask_zoo", "attention_memory", "worked_examples", "kv_cache"]
+                     "mask_zoo", "attention_memory", "worked_examples", "kv_cache", "linear_attention",
+                     "linear_recurrent", "linear_attention_cost"]
     published = cost.published_kv_specs()
     for view in figures.page_views("mechanics"):
         data = cost.KVPresets(tuple(published), ()) if view.data == "analysis" else None

@@ -35,3 +35,16 @@ def test_mechanics_page_shows_a_too_long_sentence_as_an_error(page, app_url):
     assert_healthy(page)
     assert "Shorten it" in page.inner_text("body")
     assert page.locator("b:has-text('word')").count() == 0  # typed text is never rendered as HTML
+
+
+def test_mechanics_page_linear_attention_tab(page, app_url):
+    open_page(page, app_url, "mechanics")
+    page.get_by_role("tab", name="④ Linear attention").click()
+    wait_until_idle(page)
+    assert_healthy(page)
+    assert charts_visible(page) >= 9  # three matrices, the distances, the RNN's four, the two cost curves
+    body = page.inner_text("body")
+    for text in ("flow attention (Flowformer)", "Causal linear attention is an RNN", "agree on every token",
+                 "bench.case_linear_attention"):
+        assert text in body, text
+    screenshot(page, "mechanics-linear-attention")
