@@ -48,3 +48,15 @@ def test_mechanics_page_linear_attention_tab(page, app_url):
                  "bench.case_linear_attention"):
         assert text in body, text
     screenshot(page, "mechanics-linear-attention")
+
+
+def test_mechanics_page_pre_ln_vs_post_ln_tab(page, app_url):
+    open_page(page, app_url, "mechanics")
+    page.get_by_role("tab", name="⑤ Pre-LN vs Post-LN").click()
+    wait_until_idle(page)
+    assert_healthy(page)
+    assert charts_visible(page) >= 2
+    body = page.inner_text("body")
+    for text in ("identity highway", "every layer of a 12-layer stack", "needs learning-rate warm-up"):
+        assert text in body, text
+    screenshot(page, "mechanics-pre-post-ln")
