@@ -178,6 +178,7 @@ def cost_tab() -> None:
         return
     for column, metric in zip(st.columns(3), cost.calculator_metrics(calc)):
         column.metric(metric.label, metric.value, metric.detail, delta_color="off", delta_arrow="off")
+    st.caption(cost.lecture_vit_note())
     memory = MemoryOptions(calc.heads, calc.layers, calc.dtype, calc.batch)
     if (figure := widgets.figure_or_none("attention_memory", None, memory)) is not None:
         display.show(figure, "cost_memory")

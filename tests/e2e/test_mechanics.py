@@ -21,7 +21,8 @@ def test_mechanics_page_steps_masks_and_cost(page, app_url):
     wait_until_idle(page)
     assert_healthy(page)
     body = page.inner_text("body")
-    for number in ("38,809", "119,221,248", "1,073,741,824", "153,664", "20 GB", "18.63 GiB", "SmolLM2"):
+    for number in ("38,809", "38,416", "65,536", "150.06 KiB", "119,221,248", "1,073,741,824", "153,664", "20 GB",
+                   "18.63 GiB", "SmolLM2"):
         assert number in body, number
     screenshot(page, "mechanics-cost")
 
