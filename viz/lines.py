@@ -16,9 +16,11 @@ LEGEND = alt.Legend(orient="bottom", labelFontSize=14, titleFontSize=14, columns
 def series_chart(x: np.ndarray | list, series: dict[str, np.ndarray | list], x_title: str, y_title: str,
                  log_x: bool = False, log_y: bool = False, points: bool = True, width: int = 560, height: int = 320,
                  title: str = "", rules: dict[str, float] | None = None, y_format: str = "",
-                 colours: dict[str, str] | None = None, dashed: tuple[str, ...] = ()) -> alt.Chart:
+                 colours: dict[str, str] | None = None, dashed: tuple[str, ...] = (),
+                 hrules: dict[str, float] | None = None) -> alt.Chart:
     """Several named series against one x, one line each (NaN points are left out); ``rules``: labelled vertical
-    lines (a trained context length, a chosen layer); ``dashed``: series drawn dashed (references)."""
+    lines (a trained context length, a chosen layer), ``hrules`` horizontal ones; ``dashed``: series drawn dashed
+    (references)."""
     frames = []
     for name, values in series.items():
         values = np.asarray(values, dtype=np.float64)
@@ -44,6 +46,11 @@ def series_chart(x: np.ndarray | list, series: dict[str, np.ndarray | list], x_t
         layers.append(alt.Chart(rule_frame).mark_rule(color="gray", strokeDash=[4, 4]).encode(x="x:Q"))
         layers.append(alt.Chart(rule_frame).mark_text(align="left", baseline="top", dx=4, dy=4, fontSize=13,
                                                        color="gray").encode(x="x:Q", y=alt.value(0), text="text:N"))
+    if hrules:
+        hframe = pd.DataFrame({"y": list(hrules.values()), "text": list(hrules)})
+        layers.append(alt.Chart(hframe).mark_rule(color="gray", strokeDash=[4, 4]).encode(y="y:Q"))
+        layers.append(alt.Chart(hframe).mark_text(align="left", baseline="bottom", dx=4, dy=-2, fontSize=13,
+                                                  color="gray").encode(y="y:Q", x=alt.value(0), text="text:N"))
     chart = alt.layer(*layers).properties(width=width, height=height, autosize=PAD)
     return chart.properties(title=title) if title else chart
 

@@ -10,7 +10,7 @@ from typing import Any
 from viz.figure import VIEWS, Figure, View
 from viz.figures import (ablation, attention, lens, mechanics, moe, patching, positional, swin,  # noqa: F401
                          translation, vit)  # (register views)
-from viz.figures import decoding, linear_attention, norm_placement  # noqa: F401,E402  (register views)
+from viz.figures import decoding, linear_attention, norm_placement, rope_scaling  # noqa: F401,E402  (register views)
 
 
 def get(name: str) -> View:
