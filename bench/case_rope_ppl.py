@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> dict:
         result["kinds"][kind] = {"rope_parameters": config.rope_parameters, "bucket_end": ends,
                                  "bucket_perplexity": [math.exp(b) for b in buckets], "prefix_perplexity": prefix,
                                  "seconds": seconds}
-        print(json.dumps({"kind": kind, "seconds": round(seconds, 1), "prefix_perplexity": [round(p, 2) for p in prefix]}),
+        print(json.dumps({"kind": kind, "seconds": round(seconds, 1),
+                          "prefix_perplexity": [round(p, 2) for p in prefix]}),
               flush=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")  # after every kind: a long run keeps what it has

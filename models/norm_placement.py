@@ -167,10 +167,12 @@ def last_layer_gradient_by_depth(config: StackConfig, depths: tuple[int, ...] = 
 # What the page's table says about each placement (Xiong et al. 2020 §3; the models as their code places the norm)
 PLACEMENT_TABLE = {
     "placement": ["Post-LN", "Pre-LN"],
-    "one block": ["x ← LN(x + Attn(x));  x ← LN(x + FFN(x))", "x ← x + Attn(LN(x));  x ← x + FFN(LN(x));  LN at the end"],
+    "one block": ["x ← LN(x + Attn(x));  x ← LN(x + FFN(x))",
+                  "x ← x + Attn(LN(x));  x ← x + FFN(LN(x));  LN at the end"],
     "the residual path": ["goes through every LN: each rescales the gradient",
                           "untouched from output to input: an identity highway"],
-    "used by": ["the original Transformer, BERT, RoBERTa, Marian", "GPT-2/3, ViT, DINOv2, T5 and Llama/SmolLM2 (RMSNorm)"],
+    "used by": ["the original Transformer, BERT, RoBERTa, Marian",
+                "GPT-2/3, ViT, DINOv2, T5 and Llama/SmolLM2 (RMSNorm)"],
     "gradient at init": ["largest in the top layers, does not shrink with depth",
                          "no larger at the top; every layer's shrinks like 1/√L"],
     "learning rate": ["needs warm-up (a large step on the top layers diverges)", "full rate from step 0 works"],

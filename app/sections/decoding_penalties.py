@@ -56,6 +56,7 @@ def show(generated, loaded) -> None:
         figure = widgets.figure_or_none("length_penalty", generated, LengthOptions(float(alpha)), loaded)
     if figure is not None:
         display.show(figure, "gpt_length_penalty")
-        st.dataframe(resolved(figure.table)[["hypothesis", "text", "sum_logprob", "score", "rank_before", "rank_after"]],
+        columns = ["hypothesis", "text", "sum_logprob", "score", "rank_before", "rank_after"]
+        st.dataframe(resolved(figure.table)[columns],
                      hide_index=True)
     url_state.publish(KEYS)

@@ -79,7 +79,8 @@ def penalty_effect(loaded, result: TextResult, options) -> PenaltyEffect:
     return PenaltyEffect(options.step, len(context), candidates, labels, before[candidates].numpy(),
                          {name: p[candidates].numpy() for name, p in after.items()}, values,
                          counts[candidates].numpy().astype(int), np.isin(candidates, context), int(ids[position]),
-                         text.display_token(loaded.tokenizer.decode([int(ids[position])])), result.model.short_name, result.input_name)
+                         text.display_token(loaded.tokenizer.decode([int(ids[position])])), result.model.short_name,
+                         result.input_name)
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,8 @@ def yarn_frequencies(rotary_dim: int, base: float, factor: float, trained: int, 
     return (1 - ramp) * theta + ramp * theta / factor, attention_factor
 
 
-def scaled_frequencies(kind: str, rotary_dim: int, base: float, factor: float, trained: int) -> tuple[np.ndarray, float]:
+def scaled_frequencies(kind: str, rotary_dim: int, base: float, factor: float,
+                       trained: int) -> tuple[np.ndarray, float]:
     """(θ' ``(d/2,)``, logit scale) of one scaling (``SCALINGS``); the logit scale is 1 except YaRN's."""
     if kind == "none":
         return rope_frequencies(rotary_dim, base), 1.0

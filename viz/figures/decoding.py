@@ -44,7 +44,8 @@ def decoding_penalties(effect: penalties.PenaltyEffect, options: PenaltyOptions)
                                      horizontal=True) for name in decoding.PENALTIES)
     caption = (f"Step {effect.step}: the model's raw next-token distribution after {effect.context_tokens} tokens "
                f"(it generated {effect.chosen_label!r} here, with the settings used). ×n: generated n times so far, "
-               "what presence and frequency penalties count (the prompt is not penalised, as in OpenAI's definition); ·: only in "
+               "what presence and frequency penalties count (the prompt is not penalised, as in OpenAI's "
+               "definition); ·: only in "
                "the prompt, which the repetition penalty also sees. Presence subtracts a flat amount once a token "
                "has appeared; frequency subtracts per repeat; repetition divides a positive logit (multiplies a "
                "negative one) for anything in the context.")

@@ -81,7 +81,8 @@ def linear_attention_view(_, options: LinearOptions) -> Figure:
               "difference_linear": result.difference_linear, "difference_flow": result.difference_flow}
     return Figure(
         export.file_stem("linear vs softmax vs flow attention", *_parts(options), options.sentence[:40]),
-        chart=combined(combined(*parts[:2]), combined(parts[2], difference), vertical=True), charts=parts + (difference,),
+        chart=combined(combined(*parts[:2]), combined(parts[2], difference), vertical=True),
+        charts=parts + (difference,),
         caption=caption,
         table=lambda: pd.DataFrame({"token": trace.query_tokens, "difference_linear": result.difference_linear,
                                     "difference_flow": result.difference_flow,
