@@ -150,7 +150,7 @@ def averaged_gradient_norms(config: StackConfig, placement: str, seeds: int = 3)
     return {name: np.mean([run[name] for run in runs], axis=0) for name in runs[0]}
 
 
-def last_layer_gradient_by_depth(config: StackConfig, depths: tuple[int, ...] = (2, 4, 8, 16, 24),
+def last_layer_gradient_by_depth(config: StackConfig, depths: tuple[int, ...] = (2, 4, 8, 16),
                                  group: str = "ffn_w2", seeds: int = 1) -> dict[str, np.ndarray]:
     """The gradient norm of the last layer's ``group`` weights against the stack's depth, per placement:
     ``{"depth": (len,), "post": (len,), "pre": (len,)}``. Theorem 1: Post-LN's stays put, Pre-LN's falls like 1/√L."""

@@ -54,7 +54,7 @@ def test_mechanics_page_linear_attention_tab(page, app_url):
 def test_mechanics_page_pre_ln_vs_post_ln_tab(page, app_url):
     open_page(page, app_url, "mechanics")
     page.get_by_role("tab", name="⑤ Pre-LN vs Post-LN").click()
-    wait_until_idle(page)
+    wait_until_idle(page, 400)  # builds and differentiates a dozen small stacks on first open
     assert_healthy(page)
     assert charts_visible(page) >= 2
     body = page.inner_text("body")

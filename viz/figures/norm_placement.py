@@ -39,7 +39,8 @@ def norm_placement(_, options: NormOptions) -> Figure:
     config = npl.StackConfig(layers=options.layers, d_model=options.d_model, d_ff=4 * options.d_model,
                              seed=options.seed)
     norms = {p: npl.averaged_gradient_norms(config, p, options.seeds) for p in npl.PLACEMENTS}
-    depth = npl.last_layer_gradient_by_depth(config, group=options.group)
+    # the depth sweep on a smaller batch: deep stacks are the slow part, and one seed shows the trend
+    depth = npl.last_layer_gradient_by_depth(dataclasses.replace(config, batch=4, length=16), group=options.group)
     layer_index = np.arange(1, options.layers + 1)
     what = npl.PARAMETERS[options.group]
     per_layer = lines.series_chart(layer_index, {SHORT[p]: norms[p][options.group] for p in npl.PLACEMENTS},
