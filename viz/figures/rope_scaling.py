@@ -99,7 +99,7 @@ def _perplexity_chart(measured: dict):
     series = {NAMES.get(k, k): v["prefix_perplexity"] for k, v in kinds.items()}
     trained = measured["trained_context"]
     rules = {"trained L₀": trained} if trained <= ends[-1] else None
-    chart = lines.series_chart(ends, series, "tokens of context (prefix length)", "perplexity", width=420,
+    chart = lines.series_chart(ends, series, "tokens of context (prefix length)", "perplexity", width=340,
                                title=f"{measured['length']:,} tokens, s = {measured['factor']:g}", colours=colours,
                                rules=rules)
     where = ("inside the trained context: what each scaling costs where none is needed (PI and YaRN squeeze "
