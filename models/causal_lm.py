@@ -31,6 +31,9 @@ class GenerationSettings:
     top_p: float = 0.95  # sampling only; 1.0 = off
     repetition_penalty: float = 1.0  # 1.0 = off
     seed: int = 0  # sampling is reproducible: the same settings give the same text
+    presence_penalty: float = 0.0  # 0 = off; subtracted once from every token generated so far (models/decoding.py)
+    frequency_penalty: float = 0.0  # 0 = off; subtracted per repeat of a generated token
+    length_penalty: float = 1.0  # beam search only: hypotheses ranked by Σ log p / length^α (transformers' default 1)
 
     def validate(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -44,6 +47,8 @@ class GenerationSettings:
             raise ValueError("top-p must be in (0, 1].")
         if self.repetition_penalty <= 0:
             raise ValueError("The repetition penalty must be above 0 (1.0 = off).")
+        if not (-2.0 <= self.presence_penalty <= 2.0 and -2.0 <= self.frequency_penalty <= 2.0):
+            raise ValueError("Presence and frequency penalties must be between −2 and 2 (0 = off), as OpenAI's are.")
 
 
 # --- loading -------------------------------------------------------------------------------------------------------
@@ -148,12 +153,15 @@ def generate(loaded: LoadedModel, inputs: TextInput, settings: GenerationSetting
     kwargs = dict(max_new_tokens=settings.max_new_tokens, repetition_penalty=settings.repetition_penalty,
                   pad_token_id=loaded.tokenizer.pad_token_id or loaded.tokenizer.eos_token_id,
                   attention_mask=torch.ones_like(input_ids))
+    penalties = _penalty_processors(settings, len(tokenized.ids))  # after transformers' repetition penalty
     if settings.strategy == "greedy":
-        kwargs.update(do_sample=False, num_beams=1)
+        kwargs.update(do_sample=False, num_beams=1, logits_processor=penalties)
     elif settings.strategy == "beam search":
-        kwargs.update(do_sample=False, num_beams=settings.num_beams, early_stopping=True)
+        kwargs.update(do_sample=False, num_beams=settings.num_beams, early_stopping=True,
+                      length_penalty=settings.length_penalty, logits_processor=penalties)
     else:  # sampled by our own processor with a per-call generator: greedy then takes the one token it leaves
-        kwargs.update(do_sample=False, num_beams=1, logits_processor=_sampling_processors(settings))
+        sampling = _sampling_processors(settings)
+        kwargs.update(do_sample=False, num_beams=1, logits_processor=type(sampling)(penalties + sampling))
     with text_out_of_memory(loaded.device, limit), torch.inference_mode():
         output = loaded.model.generate(input_ids, **kwargs)[0].tolist()
     prompt_length = len(tokenized.ids)
@@ -171,7 +179,7 @@ def generate(loaded: LoadedModel, inputs: TextInput, settings: GenerationSetting
     return TextResult(model=loaded.info(), tokens=tokens, attention={"self": maps}, input_name=inputs.name,
                       next_token=_top(probabilities[-1], loaded.tokenizer, 10), generation=tuple(steps),
                       notices=tuple(notices), prompt_length=prompt_length,
-                      generated_text=loaded.tokenizer.decode(output[prompt_length:]))
+                      generated_text=loaded.tokenizer.decode(output[prompt_length:]), token_ids=tuple(output))
 
 
 def _accepts_logits_to_keep(model) -> bool:
@@ -197,6 +205,18 @@ class SeededSampler:
         return torch.full_like(scores, float("-inf")).scatter(-1, chosen, 0.0)
 
 
+def _penalty_processors(settings: GenerationSettings, prompt_length: int):
+    """The presence and frequency penalties that are on, as logits processors (``models/decoding.py``)."""
+    from transformers import LogitsProcessorList
+
+    from models import decoding
+
+    return LogitsProcessorList(
+        [decoding.processor(name, value, prompt_length)
+         for name, value in (("presence", settings.presence_penalty), ("frequency", settings.frequency_penalty))
+         if value])
+
+
 def _sampling_processors(settings: GenerationSettings):
     """Temperature, top-k, top-p (as ``do_sample=True`` would apply them, after the repetition penalty), then the
     seeded draw."""
@@ -219,5 +239,5 @@ def _limit(loaded: LoadedModel, max_tokens: int) -> int:
 FAMILY = Family("causal_lm", "GPT-style causal language model", TextInput, load, run, TextResult,
                 views=("head", "head_zoom", "grid", "head_statistics", "focus", "next_token",
                        "generation_step", "lens", "ablation", "patching", "knockout", "knockout_sweep",
-                       "compare", "faithfulness", "explanations"),
+                       "compare", "faithfulness", "explanations", "decoding_penalties", "length_penalty"),
                 options=GenerationSettings)

@@ -180,6 +180,15 @@ def vit_tokens(image_size: int, patch_size: int, prefix_tokens: int = 1) -> int:
     return (image_size // patch_size) ** 2 + prefix_tokens
 
 
+def lecture_vit_note() -> str:
+    """The calculator's default N = 197 beside the lecture's count, so the slide and the page agree."""
+    patches, with_cls = (attention_cost(vit_tokens(224, 16, prefix), dtype="float32") for prefix in (0, 1))
+    return (f"ViT-B/16 at 224 px: the lecture counts the {patches.tokens} patches only — 14⁴ = "
+            f"{patches.entries_per_map:,} entries per map, {binary_bytes(patches.bytes_per_map)} in float32; the model "
+            f"also attends to and from [CLS], so N = {with_cls.tokens} and a map has {with_cls.entries_per_map:,} "
+            f"entries ({binary_bytes(with_cls.bytes_per_map)}), the calculator's default.")
+
+
 def windowed_entries(rows: int, cols: int, window: int) -> int:
     """Entries of one head's window attention on a rows×cols token grid with M×M windows: (rows·cols / M²) · M⁴
     = N · M², linear in N (Swin, Liu et al. 2021)."""
@@ -210,11 +219,20 @@ def worked_examples() -> list[WorkedExample]:
     examples = []
 
     vit = attention_cost(vit_tokens(224, 16), heads=16, layers=48, dtype="float32")
+    patches = attention_cost(vit_tokens(224, 16, prefix_tokens=0), dtype="float32")  # the lecture's count: 14⁴
+    grid_16 = attention_cost(vit_tokens(256, 16, prefix_tokens=0), dtype="float32")  # 16 × 16 = 256 patches
     examples.append(WorkedExample(
         "ViT-B/16 on a 224×224 image",
-        f"(224 / 16)² = 196 patches + [CLS] = {vit.tokens} tokens; float32; all maps of a 48-layer, 16-head model",
-        rf"N = {vit.tokens},\quad N^2 = {tex_thousands(vit.entries_per_map)}",
-        (ExampleRow("one map (one head, one layer)", vit.entries_per_map, vit.bytes_per_map),
+        f"(224 / 16)² = 14² = {patches.tokens} patches (the lecture counts these: 14⁴) + [CLS] = {vit.tokens} tokens "
+        "(what the model computes); float32; all maps of a 48-layer, 16-head model",
+        rf"N = {patches.tokens}:\ N^2 = 14^4 = {tex_thousands(patches.entries_per_map)}\qquad "
+        rf"N = {vit.tokens}\ (\text{{with [CLS]}}):\ N^2 = {tex_thousands(vit.entries_per_map)}",
+        (ExampleRow(f"one map over the {patches.tokens} patches only (the lecture's 14⁴)", patches.entries_per_map,
+                    patches.bytes_per_map),
+         ExampleRow(f"one map over {grid_16.tokens} patches (a 16 × 16 grid)", grid_16.entries_per_map,
+                    grid_16.bytes_per_map),
+         ExampleRow(f"one map with [CLS] ({vit.tokens} tokens, one head, one layer)", vit.entries_per_map,
+                    vit.bytes_per_map),
          ExampleRow("all maps, 48 layers × 16 heads", vit.entries_all, vit.bytes_all),
          ExampleRow("FlashAttention instead (logsumexp per row)", None, vit.flash_bytes_all)),
         "Small enough to keep every map — which is why ViT attention is easy to visualise."))

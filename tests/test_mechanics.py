@@ -268,8 +268,8 @@ def test_units_decimal_and_binary_with_separators():
 def test_worked_examples_are_computed():
     examples = {e.title: e for e in cost.worked_examples()}
     vit = examples["ViT-B/16 on a 224×224 image"]
-    assert vit.rows[0].entries == 38_809 and vit.rows[1].bytes == 119_221_248
-    assert cost.example_table(vit)[1] == {"what": "all maps, 48 layers × 16 heads", "entries": "29,805,312",
+    assert vit.rows[2].entries == 38_809 and vit.rows[3].bytes == 119_221_248
+    assert cost.example_table(vit)[3] == {"what": "all maps, 48 layers × 16 heads", "entries": "29,805,312",
                                           "bytes": "119,221,248", "decimal": "119.22 MB", "binary": "113.7 MiB"}
     swin = examples["Swin, first stage: full vs windowed"]
     assert swin.rows[0].entries == 3136**2 == 9_834_496 and swin.rows[1].entries == 153_664
@@ -429,7 +429,8 @@ def test_every_view_of_the_page_draws_its_defaults_and_makes_its_files():
     figures, _ = _figures()
     names = [view.name for view in figures.page_views("mechanics")]
     assert names == ["layer_steps", "entropy_by_d_k", "multi_vs_single_head", "masked_softmax", "swin_mask_regions",
-                     "mask_zoo", "attention_memory", "worked_examples", "kv_cache"]
+                     "mask_zoo", "attention_memory", "worked_examples", "kv_cache", "linear_attention",
+                     "linear_recurrent", "linear_attention_cost", "norm_placement"]
     published = cost.published_kv_specs()
     for view in figures.page_views("mechanics"):
         data = cost.KVPresets(tuple(published), ()) if view.data == "analysis" else None

@@ -6,6 +6,7 @@ from app.sections import compare as compare_section
 from app.sections import knockout as knockout_section
 from app.sections import patching as patching_section
 from app.sections import faithfulness as faithfulness_section
+from app.sections import decoding_penalties
 from models import limits
 from models.causal_lm import STRATEGIES, GenerationSettings
 from models.inputs import TextInput
@@ -122,11 +123,12 @@ with generate_tab:
         top_k = cols[1].number_input("Top-k (sampling, 0 = off)", 0, 1000, 50)
         top_p = cols[2].number_input("Top-p (sampling)", 0.05, 1.0, 0.95, 0.05)
         seed = cols[3].number_input("Seed", 0, 2**31 - 1, 0)
+        presence, frequency, length = decoding_penalties.form_inputs()
         submitted = st.form_submit_button("Generate", type="primary")
     if submitted:
         st.session_state["gpt_generation"] = GenerationSettings(
             int(max_new), strategy, int(beams), float(temperature), int(top_k), float(top_p), float(penalty),
-            int(seed))
+            int(seed), presence, frequency, length)
     if st.session_state.get("gpt_generation") is None:
         st.info("Choose the decoding settings and press Generate.")
         st.stop()
@@ -144,3 +146,4 @@ with generate_tab:
             with column:
                 display.part(chart, figure.width)
         st.caption(figure.caption)
+    decoding_penalties.show(generated, loaded)

@@ -7,6 +7,7 @@ figures ``python -m app.cli --page mechanics`` writes.
 import streamlit as st
 
 from app import display, presentation, resources, url_state, widgets
+from app.sections import linear_attention, norm_placement
 from models import cost, mechanics
 from viz.figures.mechanics import (EntropyOptions, HeadsOptions, KVOptions, MaskOptions, MemoryOptions, StepsOptions,
                                    SwinOptions, ZooOptions)
@@ -48,7 +49,9 @@ except ValueError as error:
 st.caption(mechanics.describe_embeddings(len(tokens), source))
 n, labels = len(tokens), unique_labels(tokens)
 url_state.restore(BY_LENGTH, {key: url_state.within(0 if key == "mech_prefix" else 1, n) for key in BY_LENGTH})
-tab_steps, tab_masks, tab_cost = st.tabs(["① Step by step", "② Masks", "③ Cost"], key="mech_view", on_change="rerun")
+tab_steps, tab_masks, tab_cost, tab_linear, tab_norm = st.tabs(
+    ["① Step by step", "② Masks", "③ Cost", "④ Linear attention", "⑤ Pre-LN vs Post-LN"], key="mech_view",
+    on_change="rerun")
 
 
 def mask_settings(kind: str) -> dict:
@@ -175,6 +178,7 @@ def cost_tab() -> None:
         return
     for column, metric in zip(st.columns(3), cost.calculator_metrics(calc)):
         column.metric(metric.label, metric.value, metric.detail, delta_color="off", delta_arrow="off")
+    st.caption(cost.lecture_vit_note())
     memory = MemoryOptions(calc.heads, calc.layers, calc.dtype, calc.batch)
     if (figure := widgets.figure_or_none("attention_memory", None, memory)) is not None:
         display.show(figure, "cost_memory")
@@ -205,4 +209,10 @@ def cost_tab() -> None:
 
 with tab_cost:
     cost_tab()
+if tab_linear.open is not False:  # only the tab on screen computes
+    with tab_linear:
+        linear_attention.show(layer, head, n, scheme)
+if tab_norm.open is not False:
+    with tab_norm:
+        norm_placement.show()
 url_state.publish(SHARED + BY_LENGTH + ["mech_shift"])

@@ -9,6 +9,7 @@ import streamlit as st
 from streamlit.errors import StreamlitPageNotFoundError
 
 from app import display, presentation, resources, sidebar, url_state, widgets
+from app.sections import rope_scaling
 from models import positional as pe
 from models import registry
 from viz.figure import Figure, resolved
@@ -186,8 +187,9 @@ st.title("Positional encodings")
 st.caption("Self-attention treats its input as a set: shuffle the tokens and its outputs shuffle the same way. "
            "Everything a transformer knows about order comes from how positions enter — added to the input "
            "(sinusoidal, learned), rotated into queries and keys (RoPE), or added to the scores (ALiBi, T5, Swin).")
-why, sinusoidal, learned, rope, biases = st.tabs(["Why positions?", "Sinusoidal", "Learned tables", "RoPE",
-                                                  "ALiBi · T5 · Swin"], key="pos_view", on_change="rerun")
+why, sinusoidal, learned, rope, biases, beyond = st.tabs(["Why positions?", "Sinusoidal", "Learned tables", "RoPE",
+                                                          "ALiBi · T5 · Swin", "Beyond the training length"],
+                                                         key="pos_view", on_change="rerun")
 url_state.publish(TABS)
 with sinusoidal:
     sinusoidal_tab()
@@ -195,6 +197,9 @@ with rope:
     rope_tab()
 with biases:
     bias_tab()
+if beyond.open is not False:
+    with beyond:
+        rope_scaling.show()
 # the views below read tensors out of loaded models; they come last so the formulas show while the models load
 encoder = load(registry.default("encoder"))
 with why:

@@ -52,3 +52,18 @@ def test_positional_page_slider_and_user_mistake(page, app_url):
     page.get_by_role("tab", name="RoPE").click()
     assert "rope_theta" in _visible_text(page)  # the rest of the page still works
     screenshot(page, "positional-user-input")
+
+
+def test_positional_page_beyond_the_training_length(page, app_url):
+    open_page(page, app_url, "positional", timeout_s=300)
+    page.get_by_role("tab", name="Beyond the training length").click()
+    wait_until_idle(page)
+    assert_healthy(page)
+    panel = page.locator('[role="tabpanel"]:visible')
+    text = panel.inner_text()
+    for expected in ("wavelength of each pair", "score against distance", "ALiBi (formula)",
+                     "Measured: SmolLM2's perplexity against length", "bench.case_rope_ppl"):
+        assert expected in text, expected
+    drawn = panel.locator('[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg')
+    assert drawn.count() >= 4
+    screenshot(page, "positional-beyond")
