@@ -99,6 +99,14 @@ _SPECS: list[ModelSpec] = [
               "LVD-142M, self-supervised (DINOv2, Oquab et al. 2023)",
               "self-supervised DINOv2 backbone, no ImageNet classifier; created at 224 px (16 × 16 patches) so all "
               "attention maps fit in memory.", library="timm"),
+    ModelSpec("vit", "deit_small_distilled_patch16_224", "hub", "deit_small_distilled_patch16_224", "Apache-2.0",
+              "ImageNet-1k, distilled from a RegNetY-16GF teacher (DeiT, Touvron et al. 2021)",
+              "DeiT-S/16 distilled: 12 layers × 6 heads, 14 × 14 patches + [CLS] + [DIST], the distillation "
+              "token (its own head learns the teacher's labels).", library="timm"),
+    ModelSpec("vit", "vit_small_patch14_reg4_dinov2", "hub", "vit_small_patch14_reg4_dinov2", "Apache-2.0",
+              "LVD-142M, self-supervised (DINOv2 with registers, Darcet et al. 2024)",
+              "self-supervised DINOv2 backbone with 4 registers: [CLS] + [REG0..3] + patches; created at 224 px "
+              "(16 × 16 patches) so all attention maps fit in memory.", library="timm"),
     # --- Swin Transformer (timm) ----------------------------------------------------------------------------------
     ModelSpec("swin", "mini Swin shapes", "mini", "swin_shapes", "this project's licence",
               "this project's generated coloured shapes on textured backgrounds (models/minis/swin_shapes)",
