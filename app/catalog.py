@@ -40,6 +40,7 @@ PAGES = (
          "the storm, and he counted 12 of them."),
     Page("positional", "Positional encodings", ":material/straighten:"),
     Page("mechanics", "How attention works", ":material/calculate:"),
+    Page("mixer", "MLP-Mixer", ":material/blender:", "mixer", "cat"),
 )
 
 

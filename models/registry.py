@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FAMILIES = ("causal_lm", "encoder", "translation", "vit", "swin", "moe")
+FAMILIES += ("mixer",)  # MLP-Mixer (issue 21)
 SOURCES = ("hub", "package", "mini", "local")
 
 
@@ -122,6 +123,14 @@ _SPECS: list[ModelSpec] = [
               "Mistral AI's web data (not disclosed)",
               "32 layers × 8 experts, top-2 (13B of 47B parameters active); ~94 GB in bfloat16: GPUs only, and the "
               "hub asks you to accept its terms first."),
+    # --- MLP-Mixer (timm) ----------------------------------------------------------------------------------------
+    ModelSpec("mixer", "mini Mixer shapes", "mini", "mixer_shapes", "this project's licence",
+              "this project's generated shapes on crops of the CC0 sample photos (the mini ViT's data)",
+              "6 classes, the mini ViT's 8 × 8 grid of 8 px patches at 64 px; 6 blocks, token MLP 64 → 32 → 64; "
+              "measured accuracy in sample_data/mixer_shapes/card.md.", library="timm"),
+    ModelSpec("mixer", "mixer_b16_224", "hub", "mixer_b16_224", "Apache-2.0",
+              "ImageNet-21k, fine-tuned on ImageNet-1k (Tolstikhin et al. 2021)",
+              "Mixer-B/16: 12 blocks, 14 × 14 = 196 patches, token MLP 196 → 384 → 196.", library="timm"),
 ]
 
 

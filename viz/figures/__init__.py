@@ -10,6 +10,7 @@ from typing import Any
 from viz.figure import VIEWS, Figure, View
 from viz.figures import (ablation, attention, lens, mechanics, moe, patching, positional, swin,  # noqa: F401
                          translation, vit)  # (register views)
+from viz.figures import mixer  # noqa: F401,E402  (register views)
 
 
 def get(name: str) -> View:
