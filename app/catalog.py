@@ -42,6 +42,7 @@ PAGES = (
     Page("positional", "Positional encodings", ":material/straighten:"),
     Page("mechanics", "How attention works", ":material/calculate:"),
     Page("corpus", "Corpus statistics", ":material/library_books:"),
+    Page("mixer", "MLP-Mixer", ":material/blender:", "mixer", "cat"),
 )
 
 

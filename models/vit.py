@@ -165,6 +165,20 @@ def prefix_token_names(model: torch.nn.Module) -> tuple[str, ...]:
     return tuple(names)
 
 
+PREFIX_ROLES = {
+    "[CLS]": "the class token: the classifier reads its last state (ViT, Dosovitskiy et al. 2021)",
+    "[DIST]": "DeiT's distillation token: a second head reads it, trained to match a CNN teacher's labels "
+              "(Touvron et al. 2021); at test time the two heads' outputs are averaged",
+    "[REG]": "a register: a token with no pixels and no output, a scratch pad the model uses for global information "
+             "that would otherwise sit in a few background patches (Darcet et al. 2024)",
+}
+
+
+def prefix_role(name: str) -> str:
+    """What a prefix token is for, in words: one of PREFIX_ROLES ([REG0], [REG1], … share the register's)."""
+    return PREFIX_ROLES.get("[REG]" if name.startswith("[REG") else name, "a prefix token without pixels")
+
+
 def position_similarity(model: torch.nn.Module) -> np.ndarray | None:
     """Cosine similarity between the learned position embeddings of every pair of patch positions (ViT Fig. 7,
     centre): ``(rows, cols, rows, cols)``; None when the model has no learned absolute position embedding."""
@@ -254,6 +268,14 @@ def prefix_attention(maps: StoredAttention, image: ImageInfo, layer: int, query:
     return np.asarray(maps.layer(layer)[:, query, : image.num_prefix_tokens], dtype=np.float32)
 
 
+def prefix_token_index(image: ImageInfo, name: str) -> int:
+    """Token index of the prefix token called ``name`` ([CLS], [DIST], [REG0], …)."""
+    if name not in image.prefix_names:
+        listed = ", ".join(image.prefix_names) or "none"
+        raise ValueError(f"this model has no {name} token; its prefix tokens are: {listed}")
+    return image.prefix_names.index(name)
+
+
 def patch_token_index(image: ImageInfo, row: int, col: int) -> int:
     """Token index of patch (row, col)."""
     rows, cols = image.patch_grid
@@ -287,6 +309,6 @@ def custom_spec(text: str) -> ModelSpec:
 
 
 FAMILY = Family("vit", "Vision Transformer (timm)", ImageInput, load, run, ViTResult,
-                views=("cls", "cls_prefix", "cls_heads", "patch_query", "rollout", "attribution", "saliency",
-                       "distance", "positions", "input", "predictions", "faithfulness", "explanations",
+                views=("cls", "cls_prefix", "prefix_query", "cls_heads", "patch_query", "rollout", "attribution",
+                       "saliency", "distance", "positions", "input", "predictions", "faithfulness", "explanations",
                        "localisation"))

@@ -4,6 +4,7 @@ import streamlit as st
 
 from app import display, image_input, presentation, url_state, widgets
 from app.sections import faithfulness as faithfulness_section
+from app.sections import vit_prefix
 from models import vit_attribution
 from models.analysis.rollout import HEAD_FUSIONS
 from viz import image_overlay
@@ -13,7 +14,7 @@ from viz.figures.vit import (HEAD_AVERAGE, AttributionOptions, ClsHeadsOptions, 
 # what a link carries: model, sample (never an upload), layer, head, tab and the view options
 SHARED = ["model_vit", *image_input.shared_keys("vit"), "vit_layer", "vit_head", "vit_view", "vit_opacity", "vit_cmap",
           "vit_upsampling", "vit_clip", "vit_row", "vit_col", "vit_fusion", "vit_discard", "vit_class", "vit_method",
-          "vit_steps"]
+          "vit_steps", *vit_prefix.SHARED]
 url_state.restore(SHARED, {"vit_layer": url_state.within(0, 10_000), "vit_row": url_state.within(0, 10_000),
                            "vit_col": url_state.within(0, 10_000), "vit_opacity": url_state.within(0.0, 1.0, float),
                            "vit_clip": url_state.within(90.0, 100.0, float),
@@ -93,6 +94,7 @@ with cls_tab:
     picture(widgets.figure_or_none("cls_heads", result, ClsHeadsOptions(layer=layer, **drawn)))
     if cls is not None:
         display.offer(cls, "vit_cls")
+    vit_prefix.show(result, layer, head, drawn)
 
 with query_tab:
     c1, c2 = st.columns(2)

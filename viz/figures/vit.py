@@ -85,6 +85,8 @@ class InputOptions:
 def input_crop(result: ViTResult, options: InputOptions) -> Figure:
     info = result.image
     caption = "What the model saw"
+    if info.prefix_names:  # they have no pixels, so they are not in the grid: say they are there
+        caption += f" + {', '.join(info.prefix_names)} (no pixels, not in the grid)"
     if options.patch is not None:
         caption = f"query: patch ({options.patch[0]}, {options.patch[1]}) = token " \
                   f"{vit.patch_token_index(info, *options.patch)}"
@@ -154,6 +156,35 @@ def cls_prefix(result: ViTResult, options: PrefixOptions) -> Figure:
                  "prefix_tokens": list(info.prefix_names), "prefix_share": shares},  # (heads, prefix)
         arrays=lambda: {"prefix_share": shares},
         metadata={"model": result.model.key, "image": result.input_name, "layer": str(layer)})
+
+
+@dataclass(frozen=True)
+class PrefixQueryOptions(OverlayOptions):
+    layer: int = -1
+    head: int | None = None
+    token: str | None = None  # [DIST], [REG0], …; None: the first prefix token after [CLS] (or [CLS])
+
+
+@view("prefix_query", "A prefix token ([DIST], a register) as the query over the patches", PrefixQueryOptions)
+def prefix_query(result: ViTResult, options: PrefixQueryOptions) -> Figure:
+    """Row ``token`` of softmax(QKᵀ/√d) with the prefix columns dropped: where DeiT's distillation token or a register
+    looks. The JSON's ``prefix_share`` is the part of its attention that stays on the prefix tokens (not drawn)."""
+    info, maps, layer = result.image, result.maps("self"), _layer(result, options.layer)
+    token = options.token
+    if token is None:  # the first that is not [CLS]; [CLS] itself (the cls view's map) when it is the only one
+        if not info.prefix_names:
+            raise ValueError("this model has no prefix tokens (no [CLS], no [DIST], no registers); its patches "
+                             "are all there is: use 'Any patch as query'")
+        token = ([name for name in info.prefix_names if name != "[CLS]"] or ["[CLS]"])[0]
+    query = vit.prefix_token_index(info, token)  # validates the name
+    values = vit.query_attention_grid(maps, info, layer, options.head, query)
+    to_prefix = float(vit.prefix_attention(maps, info, layer, query).sum(-1).mean())
+    head = "mean" if options.head is None else options.head
+    name = token.strip("[]").lower()
+    return _grid_figure(result, values, f"{name} query", (f"layer {layer}", f"head {head}"),
+                        {"token": token, "layer": layer, "head": head}, options,
+                        f"{token} → patches, layer {layer}, {_head_label(options.head)}", f"{name}_attention",
+                        query_token=query, prefix_share=to_prefix, role=vit.prefix_role(token))
 
 
 @dataclass(frozen=True)
