@@ -136,9 +136,13 @@ async def check(page, kind: str, session: int, round_: int, tokenizers: Tokenize
             return "", f"session {session} asked for the sample {own!r}, the page shows {shown and shown.group(1)!r}"
         return "", ""
     label = "Prompt" if kind == "gpt" else "Sentence"
-    typed = await page.get_by_role("textbox", name=label, exact=True).input_value()
-    if typed != prompt(session, round_):
-        return "", f"session {session}'s text box holds {typed[:80]!r}"
+    box = page.get_by_role("textbox", name=label, exact=True)
+    for _ in range(20):  # the box is filled by the frontend after the run: up to 10 s on a busy machine
+        if (typed := await box.input_value()) == prompt(session, round_):
+            break
+        await asyncio.sleep(0.5)
+    else:
+        return "", f"session {session} ({kind})'s text box holds {typed[:80]!r}"
     words = set(re.findall(r"[a-z]+", main.lower()))
     for _ in range(20):  # a chart still drawing on a busy machine: up to 10 s more
         if WORDS[session] in words:
