@@ -9,8 +9,10 @@ if str(ROOT) not in sys.path:  # Streamlit puts only app/ on the path
 
 import streamlit as st  # noqa: E402
 
-from app import warmup  # noqa: E402
+from app import run_log, warmup  # noqa: E402
 from models import memory  # noqa: E402
+
+started = run_log.begin()  # None unless ATTN_EXPLORER_RUN_LOG names a file (the load benchmark)
 
 memory.use_fixed_mmap_threshold()  # also under a plain `streamlit run app/main.py`, where no warm-up ran
 
@@ -27,5 +29,6 @@ from app import catalog  # noqa: E402
 pages = [st.Page(str(page.file), title=page.title, icon=page.icon, url_path=page.name,
                  default=(page is catalog.PAGES[0])) for page in catalog.PAGES]
 navigation = st.navigation(pages)
-sidebar.render()
-navigation.run()
+with run_log.finished(started, navigation.url_path):
+    sidebar.render()
+    navigation.run()

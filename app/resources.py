@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from app import warmup
+from app import run_log, warmup
 from models import families
 from models.loading import LoadedModel
 from models.registry import ModelSpec
@@ -58,12 +59,15 @@ def load(spec: ModelSpec, device: str, dtype: str) -> LoadedModel:
     slot = _slot(spec, device, dtype)
     with slot["lock"]:
         if slot["model"] is None:
+            started = time.perf_counter()
             preloaded = warmup.claim((spec, device, dtype))
             if preloaded is not None:
                 with st.spinner(f"Loading {spec.key}…"):
                     slot["model"] = preloaded.result()
             else:
                 slot["model"] = _with_progress(spec, lambda progress: families.load(spec, device, dtype, progress))
+            run_log.model_loaded(f"{spec.key} {device} {dtype}", preloaded is not None,
+                                 time.perf_counter() - started)
         return slot["model"]
 
 

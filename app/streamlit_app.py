@@ -2,7 +2,8 @@
 
 An ASGI ``st.App`` serving app/main.py (the script each browser session runs), with a lifespan hook that starts the
 warm-up (app/warmup.py): PyTorch, transformers and the default model load while the first browser is still
-fetching the page, instead of after it connects.
+fetching the page, instead of after it connects; and a guard (app/http_guard.py) that answers paths the page could
+never decode with a message.
 """
 import sys
 from contextlib import asynccontextmanager
@@ -13,8 +14,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import streamlit as st  # noqa: E402
+from starlette.middleware import Middleware  # noqa: E402
 
-from app import warmup  # noqa: E402
+from app import http_guard, warmup  # noqa: E402
 
 
 @asynccontextmanager
@@ -23,4 +25,4 @@ async def lifespan(_app):
     yield
 
 
-streamlit_app = st.App("main.py", lifespan=lifespan)
+streamlit_app = st.App("main.py", lifespan=lifespan, middleware=[Middleware(http_guard.RefuseUndecodablePaths)])

@@ -10,9 +10,11 @@ machine. What each case measures, and against what, is in its module:
 - ``startup``: ``bench/case_startup.py``, ``streamlit run`` to the first chart in headless Chromium;
 - ``lens`` (n = 512), ``ablation`` (~20 tokens): ``bench/case_lens.py``, the logit lens on SmolLM2 against the
   forward it reads, all 270 heads ablated one at a time; ``patching`` (12 tokens): a clean/corrupted pair patched
-  at every layer and position and for every head.
+  at every layer and position and for every head;
 - ``speech``: ``bench/case_speech.py``, a 10 s clip transcribed by Whisper tiny.en with every map captured against
-  the plain SDPA transcription.
+  the plain SDPA transcription;
+- ``load``: ``bench/case_load.py``, 8 headless Chromium sessions × 4 rounds on the real server's GPT page (the
+  lecture hall: ``python -m bench.case_load --sessions 16 --minutes 5``).
 
 Memory probes and the paired, alternating timing are in ``bench/measure.py``. Each measurement runs in a fresh
 process (``bench/worker.py`` → ``python -m bench.run --worker JOB`` → ``run_worker``), set up as the app sets its
@@ -41,6 +43,7 @@ from bench.case_speech import case_speech, task_speech  # noqa: E402
 
 CASES = ("causal_lm", "view_bytes", "rerender", "vit_rollout", "startup", "lens", "ablation", "patching")
 CASES += ("speech",)
+CASES = CASES + ("load",)  # bench/case_load.py: 8 Chromium sessions on the real server (more: python -m bench.case_load)
 TASKS = {"causal_lm_time": task_causal_lm_time, "causal_lm_memory": task_causal_lm_memory,
          "vit_time": task_vit_time, "vit_memory": task_vit_memory, "page": task_page,
          "lens": task_lens, "ablation": task_ablation, "patching": task_patching}
@@ -133,6 +136,10 @@ def run_case(case: str, args, devices: list[str]) -> None:
             print(json.dumps(case_speech(device, args.repeats, args.threads)), flush=True)
     elif case == "startup":
         print(json.dumps(case_startup(max(1, min(args.repeats, 2)))), flush=True)
+    elif case == "load":
+        from bench.case_load import run_load
+
+        print(json.dumps(run_load(sessions=8, rounds=4, pages=("gpt",))), flush=True)
 
 
 if __name__ == "__main__":

