@@ -93,3 +93,19 @@ def tokenize(tokenizer, text: str, max_tokens: int, add_special_tokens: bool = T
     if not ids:
         raise ValueError("The text produced no tokens. Try different text.")
     return Tokenized(list(ids), display_tokens(tokenizer, ids), tuple(notices))
+
+
+def display_ids(tokenizer, ids) -> list[str]:
+    """Token labels for ``ids``: special tokens by their own name (<|en|>, </s>), others as ``display_token``."""
+    special = set(tokenizer.all_special_ids)
+    return [tokenizer.convert_ids_to_tokens(i) if i in special else display_token(tokenizer.decode([i]))
+            for i in ids]
+
+
+def top_tokens(probabilities, tokenizer, k: int) -> tuple:
+    """The ``k`` most probable tokens of a ``(vocab,)`` torch tensor, as ``TokenProbability``, best first."""
+    from models.results import TokenProbability
+
+    values, indices = probabilities.topk(min(k, probabilities.shape[-1]))
+    return tuple(TokenProbability(display_ids(tokenizer, [int(i)])[0], int(i), float(v))
+                 for v, i in zip(values, indices))

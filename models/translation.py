@@ -274,16 +274,8 @@ def _transformer_search(loaded: LoadedModel, input_ids: torch.Tensor, settings: 
 
 # --- the run ---------------------------------------------------------------------------------------------------
 
-def _display(tokenizer, ids: list[int]) -> list[str]:
-    special = set(tokenizer.all_special_ids)
-    return [tokenizer.convert_ids_to_tokens(i) if i in special else text.display_token(tokenizer.decode([i]))
-            for i in ids]
-
-
-def _top(probabilities: torch.Tensor, tokenizer, k: int) -> tuple[TokenProbability, ...]:
-    values, indices = probabilities.topk(min(k, probabilities.shape[-1]))
-    return tuple(TokenProbability(_display(tokenizer, [int(i)])[0], int(i), float(v))
-                 for v, i in zip(values, indices))
+_display = text.display_ids  # special tokens by name, others as display_token
+_top = text.top_tokens
 
 
 def _words(tokenizer, ids: list[int]):
