@@ -2,13 +2,13 @@
 (app/http_guard.py)."""
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 
 import pytest
 
 from app import http_guard, run_log
+from tests.aio import run_coroutine
 
 
 def test_the_run_log_is_off_unless_a_file_is_named(monkeypatch, tmp_path):
@@ -60,6 +60,6 @@ def test_the_guard_answers_400_with_a_message_and_passes_the_rest():
 
     guard = http_guard.RefuseUndecodablePaths(app)
     for raw in (b"/%FF", b"/encoder"):
-        asyncio.run(guard({"type": "http", "path": raw.decode("latin-1"), "raw_path": raw}, None, send))
+        run_coroutine(guard({"type": "http", "path": raw.decode("latin-1"), "raw_path": raw}, None, send))
     assert reached == [b"/encoder"]
     assert sent[0]["status"] == 400 and b"not valid UTF-8" in sent[1]["body"]

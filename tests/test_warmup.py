@@ -2,16 +2,16 @@
 page as messages, an unclaimed model is dropped, and the server entry point really starts it."""
 from __future__ import annotations
 
-import asyncio
 import importlib
 import sys
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 
 from app import warmup
+from tests.aio import run_coroutine
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = ("spec", "cpu", "float32")
@@ -151,8 +151,7 @@ def test_the_server_entry_point_starts_the_warm_up_and_serves_the_session_script
         async with server._user_lifespan(server):  # what st.App's own lifespan enters when the server starts
             assert started == ["started"]
 
-    with ThreadPoolExecutor(1) as runner:  # its own thread: the browser tests' Playwright runs a loop in this one
-        runner.submit(asyncio.run, serve_once()).result(timeout=30)
+    run_coroutine(serve_once(), timeout=30)
     assert started == ["started"]  # exactly once, and not again on shutdown
 
 
