@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from models.minis.vit_shapes import data
-from models.minis.vit_shapes.train import evaluate, measure_shortcuts, to_tensor
+from models.minis.vit_shapes.train import evaluate, fit, measure_shortcuts
 
 OUT_DIR = Path(__file__).resolve().parents[3] / "sample_data" / "mixer_shapes"
 
@@ -69,42 +66,8 @@ def train(config: Config, out_dir: Path = OUT_DIR, log_every: int = 50) -> dict:
 
     torch.set_num_threads(1)  # the machine is shared
     torch.manual_seed(config.seed)
-    rng = np.random.default_rng(config.seed)
     model = build_model(config.model_args())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    started, cpu_started = time.time(), time.process_time()
-
-    def progress() -> float:
-        return max(step / config.max_steps, (time.process_time() - cpu_started) / (config.max_minutes * 60))
-
-    def lr_at(step: int) -> float:
-        """Linear warm-up, then cosine decay over whichever budget (steps or minutes) runs out first."""
-        if step < config.warmup_steps:
-            return config.lr * (step + 1) / config.warmup_steps
-        return config.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress())))
-
-    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
-    step, running = 0, 0.0
-    while progress() < 1.0:
-        model.train()
-        clutter = min(1.0, 0.1 + 0.9 * progress() / config.curriculum)
-        pixels, labels = data.make_batch(rng, config.batch_size, clutter)
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step)
-        loss = loss_fn(model(to_tensor(pixels, config)), torch.from_numpy(labels))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        running = 0.98 * running + 0.02 * loss.item() if step else loss.item()
-        step += 1
-        if step % log_every == 0:
-            print(f"step {step:5d}  loss {running:.3f}  lr {lr_at(step):.2e}  "
-                  f"{time.process_time() - cpu_started:6.0f} CPU s  {time.time() - started:6.0f} s", flush=True)
-    metrics = {"steps": step, "train_seconds": round(time.process_time() - cpu_started, 1),
-               "wall_seconds": round(time.time() - started, 1), "images_seen": step * config.batch_size,
-               "parameters": sum(p.numel() for p in model.parameters())}
-    model.eval()
+    metrics = fit(model, config, log_every)  # the mini ViT's loop, so the two train alike
     metrics.update(evaluate(model, config))
     metrics.update(measure_shortcuts(model, config))
     print(json.dumps(metrics, indent=2))

@@ -92,18 +92,16 @@ def measure_shortcuts(model, config: Config) -> dict:
             "accuracy_random_hue": evaluate(model, config, class_hue=False)["accuracy"]}
 
 
-def train(config: Config, out_dir: Path = OUT_DIR, log_every: int = 50) -> dict:
-    from timm.models import save_for_hf
-
-    torch.set_num_threads(1)  # the machine is shared: one core, as the budget says
-    torch.manual_seed(config.seed)
+def fit(model: torch.nn.Module, config, log_every: int = 50) -> dict:
+    """Train a shapes classifier in place on fresh batches from ``data.make_batch``: AdamW, linear warm-up then cosine
+    decay over whichever budget (``max_steps`` or ``max_minutes`` of this process's CPU) runs out first, photo
+    backgrounds ramped in over ``curriculum``. Shared by the mini ViT and the mini Mixer, so the two train alike.
+    Returns the run's size and cost."""
     rng = np.random.default_rng(config.seed)
-    model = build_model(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     started, cpu_started = time.time(), time.process_time()
 
     def lr_at(step: int) -> float:
-        """Linear warm-up, then cosine decay over whichever budget (steps or minutes) runs out first."""
         if step < config.warmup_steps:
             return config.lr * (step + 1) / config.warmup_steps
         by_steps = (step - config.warmup_steps) / max(1, config.max_steps - config.warmup_steps)
@@ -130,13 +128,22 @@ def train(config: Config, out_dir: Path = OUT_DIR, log_every: int = 50) -> dict:
         if step % log_every == 0:
             print(f"step {step:5d}  loss {running:.3f}  lr {lr_at(step):.2e}  "
                   f"{time.process_time() - cpu_started:6.0f} CPU s  {time.time() - started:6.0f} s", flush=True)
-    train_seconds = time.process_time() - cpu_started
-    wall_seconds = time.time() - started
+    model.eval()
+    return {"steps": step, "train_seconds": round(time.process_time() - cpu_started, 1),
+            "wall_seconds": round(time.time() - started, 1), "images_seen": step * config.batch_size,
+            "parameters": sum(p.numel() for p in model.parameters())}
+
+
+def train(config: Config, out_dir: Path = OUT_DIR, log_every: int = 50) -> dict:
+    from timm.models import save_for_hf
+
+    torch.set_num_threads(1)  # the machine is shared: one core, as the budget says
+    torch.manual_seed(config.seed)
+    model = build_model(config)
+    run = fit(model, config, log_every)
     metrics = evaluate(model, config)
     metrics.update(measure_shortcuts(model, config))
-    metrics.update(steps=step, train_seconds=round(train_seconds, 1), wall_seconds=round(wall_seconds, 1),
-                   images_seen=step * config.batch_size,
-                   parameters=sum(p.numel() for p in model.parameters()))
+    metrics.update(run)
     print(json.dumps(metrics, indent=2))
 
     data_config = {"input_size": (3, config.img_size, config.img_size), "interpolation": "bilinear",
