@@ -123,6 +123,17 @@ def model_card(result_or_spec: RunResult | ModelSpec) -> None:
                    f"trained on: {plain(spec.trained_on)}")
 
 
+def mini_classifier_card(spec: ModelSpec) -> None:
+    """For a classifier this project trained (a mini), its measured held-out accuracy and its card; nothing else."""
+    card, metrics = resources.mini_card(spec)
+    if metrics is None:
+        return
+    st.caption(f"Measured on {metrics['test_images']:,} held-out generated images: accuracy "
+               f"**{metrics['accuracy']:.1%}** (chance {1 / len(metrics['per_class']):.1%}).")
+    with st.expander("Model card"):
+        st.markdown(card)
+
+
 def show_notices(result: RunResult) -> None:
     for notice in result.notices:
         st.warning(plain(notice), icon="✂️")

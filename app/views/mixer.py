@@ -2,7 +2,7 @@
 map — fixed by the weights, the same on every image — beside a ViT's attention, which the image decides."""
 import streamlit as st
 
-from app import display, image_input, resources, url_state, widgets
+from app import display, image_input, url_state, widgets
 from models import registry
 from viz.figures.mixer import MAPS, MatrixOptions, MixingOptions
 from viz.figures.vit import QueryOptions
@@ -16,12 +16,7 @@ st.title("MLP-Mixer: mixing without attention")
 spec = widgets.model_picker("mixer")
 widgets.model_card(spec)
 loaded = widgets.load_or_stop(spec)
-card, metrics = resources.mini_card(spec)
-if metrics is not None:
-    st.caption(f"Measured on {metrics['test_images']:,} held-out generated images: accuracy "
-               f"**{metrics['accuracy']:.1%}** (chance {1 / len(metrics['per_class']):.1%}).")
-    with st.expander("Model card"):
-        st.markdown(card)
+widgets.mini_classifier_card(spec)
 st.markdown("Each Mixer block mixes the patches with one MLP shared by every channel, "
             "y = W₂·GELU(W₁u + b₁) + b₂, where a ViT has softmax(QKᵀ/√d). Drawn as a map here is its **Jacobian at "
             "u = 0, M = W₂·diag(GELU′(b₁))·W₁**: the linear map the MLP applies to small inputs, fixed by the weights "

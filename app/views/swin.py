@@ -2,7 +2,7 @@
 (Liu et al. 2021). Every structure shown is read from the loaded model's own buffers; attention is captured."""
 import streamlit as st
 
-from app import display, image_input, presentation, resources, url_state, widgets
+from app import display, image_input, presentation, url_state, widgets
 from viz import swin as swin_viz
 from viz.figures.swin import (AVERAGE, BiasOptions, HierarchyOptions, MaskOptions, MergingOptions, PatchOptions,
                               ShiftOptions, StageOptions, WindowOptions)
@@ -15,12 +15,7 @@ st.title("Swin Transformer: shifted windows")
 spec = widgets.model_picker("swin")
 widgets.model_card(spec)
 loaded = widgets.load_or_stop(spec)
-card, metrics = resources.mini_card(spec)
-if metrics is not None:
-    st.caption(f"Measured on {metrics['test_images']:,} held-out generated images: accuracy "
-               f"**{metrics['accuracy']:.1%}** (chance {1 / len(metrics['per_class']):.1%}).")
-    with st.expander("Model card"):
-        st.markdown(card)
+widgets.mini_classifier_card(spec)
 
 inputs = image_input.image_picker("swin")  # an ImageInput named "sample cat", "upload" or "camera"
 if inputs is None:
