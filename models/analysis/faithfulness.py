@@ -179,10 +179,12 @@ def measure(ex: Explainable, explanations: attribution.Explanations, steps: int 
 
 def faithfulness(ex: Explainable, model: str, input_name: str, methods=tuple(attribution.METHODS), steps: int = 20,
                  seeds: int = 5, ig_steps: int = 32, progress: Callable[[str, float], None] = lambda s, f: None,
-                 result=None) -> Faithfulness:
-    """Every method's explanation of ``ex`` and its curves: the page's table, the CLI's JSON."""
+                 result=None, layer: int = -1, head: int | None = None) -> Faithfulness:
+    """Every method's explanation of ``ex`` and its curves: the page's table, the CLI's JSON. ``layer``, ``head``:
+    raw attention's (the default: the last layer's head mean)."""
     started = time.perf_counter()
-    explanations = attribution.explain(ex, methods, ig_steps, progress=lambda step, f: progress(step, 0.4 * f))
+    explanations = attribution.explain(ex, methods, ig_steps, layer, head,
+                                       progress=lambda step, f: progress(step, 0.4 * f))
     curves, random = measure(ex, explanations, steps, seeds, lambda step, f: progress(step, 0.4 + 0.6 * f))
     return Faithfulness(model, input_name, ex.target, ex.target_name, explanations.probability, ex.replacement,
                         len(ex.units), steps, explanations, curves, random, ex.unit_names,

@@ -31,9 +31,11 @@ class FaithfulnessOptions:
     replacement: str = "mean"  # what replaces a removed patch: "mean" (grey) or "blur"
     ig_steps: int = 32  # integrated gradients' Riemann steps
     colormap: str = "inferno"  # the maps' colours (display only)
+    layer: int = -1  # raw attention's layer (negative: from the end)
+    head: int | None = None  # raw attention's head; None: the mean over heads
 
 
-ANALYSIS_OPTIONS = ("target", "token", "steps", "seeds", "replacement", "ig_steps")
+ANALYSIS_OPTIONS = ("target", "token", "steps", "seeds", "replacement", "ig_steps", "layer", "head")
 
 
 def _settings(found: Faithfulness) -> dict:
