@@ -133,7 +133,8 @@ def target_outcomes(ex: Explainable, removed: torch.Tensor,
     count top-1 accuracy)."""
     unique, inverse = torch.unique(removed, dim=0, return_inverse=True)  # every curve's first and last step, …
     if len(unique) < len(removed):  # … are the same input for every order: run each distinct input once
-        probabilities, correct = target_outcomes(ex, unique, progress)
+        scale = len(removed) / len(unique)  # progress counts the caller's inputs, so it ends at 100 %
+        probabilities, correct = target_outcomes(ex, unique, lambda done: progress(round(done * scale)))
         return probabilities[inverse.numpy()], correct[inverse.numpy()]
     units = torch.as_tensor(ex.units, device=ex.embeddings.device)
     probabilities, correct = [], []
