@@ -127,9 +127,10 @@ class Layout:
         return int(self.window_ids[layer].shape[0])
 
     def to_grid(self, layer: int, windows: torch.Tensor) -> torch.Tensor:
-        """Per-window matrices ``(…, nW, Nw, Nw)`` of ``layer`` -> ``(…, N, N)`` over its token grid in original
-        order: entry (i, j) is the window entry of tokens i and j when they share a window, else 0 (padding
-        dropped)."""
+        """Per-window matrices ``(nW, …, Nw, Nw)`` of ``layer`` (as recorded: windows first) -> ``(…, N, N)`` over
+        its token grid in original order: entry (i, j) is the window entry of tokens i and j when they share a
+        window, else 0 (padding dropped)."""
+        windows = windows.movedim(0, -3)  # (…, nW, Nw, Nw)
         ids = self.window_ids[layer].to(windows.device)
         n = self.tokens[layer]
         rows = ids.unsqueeze(-1).expand(*ids.shape, ids.shape[-1])
@@ -271,7 +272,7 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
         probability = float(logits[0].detach().float().softmax(-1)[ex.target])
         attentions = [record.attention for record in layers]
         features = [layers[-1].output] if ex.layout is not None else []
-        gradients = feature_grad = None
+        gradients = feature_grad = embedding_grad = None
         if needs_grad:
             found = torch.autograd.grad(score, [embeddings, *attentions, *features], allow_unused=True)
             embedding_grad, gradients = found[0], list(found[1:1 + len(attentions)])
@@ -280,6 +281,7 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
     with torch.no_grad():
         if layer < -len(attentions) or layer >= len(attentions):
             raise ValueError(f"layer {layer} does not exist: the model has layers 0..{len(attentions) - 1}")
+        layer_index = layer % len(attentions)
         heads = int(attentions[layer].shape[1])
         if head is not None and not 0 <= head < heads:
             raise ValueError(f"head {head} does not exist: layer {layer % len(attentions)} has heads 0..{heads - 1}")
@@ -306,7 +308,9 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
             difference = float(score.detach()) - float(ex.logits(ex.baseline)[0, ex.target])
     progress("explanations done", 1.0)
     ordered = {m: scores[m] for m in methods}
-    return Explanations(ordered, seconds, float(score.detach()), probability, delta, difference)
+    chosen = {"layer": layer_index, "head": head}  # raw attention's, counted from 0
+    return Explanations(ordered, seconds, float(score.detach()), probability, delta, difference,
+                        {"raw_attention": chosen})
 
 
 def _explain_flat(ex, timed, layers, attentions, gradients, embeddings, embedding_grad, layer, head) -> None:

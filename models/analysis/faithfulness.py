@@ -96,7 +96,8 @@ class Faithfulness:
                 "fractions": self.fractions.tolist(), "replacement": self.replacement, "auc": AUC_NOTE,
                 "no_better_than_random": [m for m in self.curves if self.no_better_than_random(m)],
                 "integrated_gradients_delta": self.explanations.ig_delta,
-                "integrated_gradients_difference": self.explanations.ig_difference}
+                "integrated_gradients_difference": self.explanations.ig_difference,
+                "raw_attention": self.explanations.extra.get("raw_attention")}
 
 
 def auc(curve: np.ndarray) -> float:

@@ -62,13 +62,22 @@ def curve_frame(found: Faithfulness) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def describe(found: Faithfulness, method: str) -> str:
+    """A method in words; raw attention with the layer and head it was read from."""
+    chosen = found.explanations.extra.get("raw_attention") if method == "raw_attention" else None
+    if not chosen:
+        return METHODS[method]
+    head = "head mean" if chosen["head"] is None else f"head {chosen['head']}"
+    return f"raw attention (layer {chosen['layer']}, {head})"
+
+
 def table_frame(found: Faithfulness) -> pd.DataFrame:
     rows = []
     for name, curves in found.curves.items():
         rows.append({"method": name, "deletion AUC (lower better)": curves.deletion_auc,
                      "insertion AUC (higher better)": curves.insertion_auc,
                      "no better than random": found.no_better_than_random(name),
-                     "seconds": found.explanations.seconds.get(name, float("nan")), "what": METHODS[name]})
+                     "seconds": found.explanations.seconds.get(name, float("nan")), "what": describe(found, name)})
     deletion_mean, deletion_std = found.random_auc("deletion")
     insertion_mean, insertion_std = found.random_auc("insertion")
     rows.append({"method": RANDOM, "deletion AUC (lower better)": deletion_mean,
