@@ -98,8 +98,14 @@ def raw_attention_picker(result, key: str) -> tuple[int, int | None]:
     maps = attention_maps(result)
     layers = maps.num_layers
     c1, c2 = st.columns(2)
+    structure = getattr(result, "structure", None)  # a Swin's blocks say their stage and window kind
+
+    def label(layer: int) -> str:
+        return f"layer {layer}" + (f" ({structure.blocks[layer].label})" if structure is not None else "")
+
     layer = int(c1.selectbox("Raw attention: layer", list(range(layers)), index=layers - 1, key=f"{key}_raw_layer",
-                             help="the layer raw attention is read from in the maps and the table"))
+                             format_func=label, help="the layer raw attention is read from in the maps and the "
+                                                     "table (its row: [CLS], the last token, or a Swin's mean)"))
     heads = maps.heads_in(layer) if hasattr(maps, "heads_in") else maps.num_heads
     options = [MEAN, *map(str, range(heads))]
     if st.session_state.get(f"{key}_raw_head", MEAN) not in options:

@@ -112,7 +112,8 @@ def faithfulness(found: Faithfulness, options: FaithfulnessOptions) -> Figure:
         _stem(found, "faithfulness", options),
         charts=(curves_chart(frame, "deletion", "Deletion: most relevant removed first (lower is better)", unit),
                 curves_chart(frame, "insertion", "Insertion: most relevant revealed first (higher is better)", unit)),
-        caption=f"Target: {found.target_name} (p = {found.probability:.3f}). A removed {unit[:-1]} is replaced by "
+        caption=f"Target: {found.target_name} (p = {found.probability:.3f}). A removed "
+                f"{'patch' if unit == 'patches' else 'token'} is replaced by "
                 f"{found.replacement}. AUC: {AUC_NOTE}. {found.seconds:.1f} s.",
         table=lambda: table_frame(found), payload=payload,
         arrays=lambda: {"fractions": found.fractions,
