@@ -248,3 +248,21 @@ def test_swin_page_faithfulness_tab():
     assert list(table["method"]) == [*attribution.METHODS, "random"]
     assert "raw attention (layer 1, head 1)" in list(table["what"])
     assert any("A removed patch becomes" in m.value for m in at.markdown)
+
+
+def test_vit_raw_attention_reads_the_chosen_layer_and_head():
+    """The flat path too: the mini ViT's raw attention at layer 0, head 1 is the run's captured [CLS] row."""
+    from models import families, registry, vit_explain
+    from models.inputs import ImageInput
+    from models.minis.vit_shapes import data
+    from PIL import Image
+
+    loaded = families.load(next(s for s in registry.specs("vit") if s.source == "mini" and s.id == "vit_shapes"))
+    sample = data.make_sample(np.random.default_rng(5))
+    result = families.run(loaded, ImageInput(Image.fromarray(sample.image), "shape"))
+    ex = vit_explain.from_result(loaded, result, sample.label)
+    found = attribution.explain(ex, ("raw_attention",), layer=0, head=1)
+    captured = result.attention["self"].layer(0)[1, 0, list(ex.units)]
+    np.testing.assert_allclose(found.scores["raw_attention"], captured, atol=1e-5)
+    mean = attribution.explain(ex, ("raw_attention",), layer=0).scores["raw_attention"]
+    np.testing.assert_allclose(mean, result.attention["self"].layer(0)[:, 0, list(ex.units)].mean(0), atol=1e-5)

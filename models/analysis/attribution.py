@@ -308,9 +308,11 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
             difference = float(score.detach()) - float(ex.logits(ex.baseline)[0, ex.target])
     progress("explanations done", 1.0)
     ordered = {m: scores[m] for m in methods}
-    chosen = {"layer": layer_index, "head": head}  # raw attention's, counted from 0
-    return Explanations(ordered, seconds, float(score.detach()), probability, delta, difference,
-                        {"raw_attention": chosen})
+    extra = {"raw_attention": {"layer": layer_index, "head": head}}  # raw attention's, counted from 0
+    if ex.layout is not None:  # what differs in words (the table's "what")
+        extra["what"] = {"grad_cam": "Grad-CAM (the last stage's tokens on their grid, channels as maps)",
+                         "rollout": "attention rollout (windows carried to the grid, through the merges)"}
+    return Explanations(ordered, seconds, float(score.detach()), probability, delta, difference, extra)
 
 
 def _explain_flat(ex, timed, layers, attentions, gradients, embeddings, embedding_grad, layer, head) -> None:

@@ -66,7 +66,7 @@ def describe(found: Faithfulness, method: str) -> str:
     """A method in words; raw attention with the layer and head it was read from."""
     chosen = found.explanations.extra.get("raw_attention") if method == "raw_attention" else None
     if not chosen:
-        return METHODS[method]
+        return found.explanations.extra.get("what", {}).get(method, METHODS[method])
     head = "head mean" if chosen["head"] is None else f"head {chosen['head']}"
     return f"raw attention (layer {chosen['layer']}, {head})"
 
