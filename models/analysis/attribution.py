@@ -141,17 +141,42 @@ class Layout:
         out[..., rows[keep] * n + cols[keep]] = windows[..., keep]
         return out.view(*lead, n, n)
 
-    def carry(self, matrices: dict[int, torch.Tensor], start: torch.Tensor | None = None) -> torch.Tensor:
-        """The readout row (or ``start`` over the last layer's tokens) through ``matrices[l]`` (N_l, N_l) from the
-        last layer down, merges included: ``r · M_L · G_L · … · M_1`` -> (N_0,) over the first layer's tokens; a
-        layer without a matrix passes the row on unchanged."""
+    def times(self, layer: int, row: torch.Tensor, windows: torch.Tensor, identity: float = 0.0) -> torch.Tensor:
+        """``row · (identity · I + to_grid(layer, windows))`` without the (N, N) matrix: row (N,), windows
+        (nW, Nw, Nw). Each window's query entries are gathered, multiplied with its map, and added back at its
+        keys (what the dense product does, since a token meets only its own window)."""
+        ids = self.window_ids[layer].to(row.device)
+        keep = ids >= 0
+        gathered = row.new_zeros(ids.shape)
+        gathered[keep] = row[ids[keep]]
+        mixed = torch.einsum("wa,wab->wb", gathered, windows.float())  # (nW, Nw)
+        return (row * identity).index_add(0, ids[keep], mixed[keep])
+
+    def carry(self, matrices: dict[int, "torch.Tensor | Windowed"], start: torch.Tensor | None = None
+              ) -> torch.Tensor:
+        """The readout row (or ``start`` over the last layer's tokens) through ``matrices[l]`` from the last layer
+        down, merges included: ``r · M_L · G_L · … · M_1`` -> (N_0,) over the first layer's tokens. ``M_l`` is a
+        dense (N_l, N_l) tensor or ``Windowed`` (per-window maps plus a multiple of I); a layer without one passes
+        the row on unchanged."""
         row = (self.readout if start is None else start).float()
         for layer in reversed(range(len(self.tokens))):
-            if layer in matrices:
-                row = row @ matrices[layer].float()
+            matrix = matrices.get(layer)
+            if isinstance(matrix, Windowed):
+                row = self.times(layer, row, matrix.windows, matrix.identity)
+            elif matrix is not None:
+                row = row @ matrix.float()
             if layer in self.merges:
                 row = row @ self.merges[layer].to(row.device)
         return row
+
+
+@dataclass
+class Windowed:
+    """One layer's matrix ``identity · I + to_grid(windows)`` kept per window (nW, Nw, Nw): Swin-B at 384 px has
+    9,216 first-stage tokens, and its dense matrix would take 340 MB."""
+
+    windows: torch.Tensor
+    identity: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -344,36 +369,31 @@ def _explain_layout(ex, timed, layers, attentions, gradients, feature_grad, embe
     layer = layer % count
     windows = [a[:lay.windows(i)].detach().float() for i, a in enumerate(attentions)]  # (nW, H, Nw, Nw) each
 
-    def grid(i: int, matrices: torch.Tensor) -> torch.Tensor:
-        return lay.to_grid(i, matrices)
-
-    def row(matrices: dict[int, torch.Tensor], start=None) -> torch.Tensor:
+    def row(matrices: dict[int, Windowed], start=None) -> torch.Tensor:
         return lay.carry(matrices, start)[units]
 
-    def identity(i: int) -> torch.Tensor:
-        return torch.eye(lay.tokens[i], device=windows[i].device)
+    def rolled(fused: torch.Tensor) -> Windowed:  # (nW, Nw, Nw) -> rollout's (A + I), rows normalised, per window
+        return Windowed(torch.stack([rollout.attention_rollout([window.unsqueeze(0)]) for window in fused]))
 
     chosen = windows[layer].mean(1) if head is None else windows[layer][:, head]
-    timed("raw_attention", lambda: row({layer: grid(layer, chosen)}))
-    timed("rollout", lambda: row({i: rollout.attention_rollout([grid(i, w.mean(1)).unsqueeze(0)])
-                                  for i, w in enumerate(windows)}))
+    timed("raw_attention", lambda: row({layer: Windowed(chosen)}))
+    timed("rollout", lambda: row({i: rolled(w.mean(1)) for i, w in enumerate(windows)}))
 
     def values(i: int) -> torch.Tensor:
         return layers[i].values[:lay.windows(i)].detach().float()  # (nW, H, Nw, D)
 
     last = count - 1
-    timed("value_norms", lambda: row({last: grid(last, value_norm_matrix(windows[last], values(last)))}))
+    timed("value_norms", lambda: row({last: Windowed(value_norm_matrix(windows[last], values(last)))}))
 
-    def alti_layer(i: int) -> torch.Tensor:
+    def alti_layer(i: int) -> Windowed:
         residual = layers[i].residual[:lay.windows(i)].detach().float()  # (nW, Nw, D)
-        per_window = torch.stack([alti_matrix(a, v, r) for a, v, r in zip(windows[i], values(i), residual)])
-        return grid(i, per_window)
+        return Windowed(torch.stack([alti_matrix(a, v, r) for a, v, r in zip(windows[i], values(i), residual)]))
 
     timed("alti", lambda: row({i: alti_layer(i) for i in range(count)}))
     if gradients is not None:
         grads = [g[:lay.windows(i)].float() if g is not None else torch.zeros_like(w)
                  for i, (g, w) in enumerate(zip(gradients, windows))]
-        timed("gradient_rollout", lambda: row({i: identity(i) + grid(i, gradient_fusion(w, g))
+        timed("gradient_rollout", lambda: row({i: Windowed(gradient_fusion(w, g), identity=1.0)
                                                for i, (w, g) in enumerate(zip(windows, grads))}))
         output, channels = layers[-1].output, layers[-1].output.shape[-1]
         timed("grad_cam", lambda: row({}, grad_cam_tokens(output[0].detach().reshape(-1, channels),
