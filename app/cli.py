@@ -182,19 +182,54 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     memory.use_fixed_mmap_threshold()  # as the app does: long inputs do not pin freed activations
     try:
-        if args.page == "corpus":  # a corpus run, not one input's figure (app/corpus_cli.py)
-            from app import corpus_cli
-
-            render_page = corpus_cli.render
-        else:
-            render_page = render
-        for path in render_page(args, given):
-            print(path)
+        with progress_to_stderr(args.page):
+            return _write(args, given)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         for word, options in (getattr(error, "suggestions", None) or {}).items():  # translation's unknown words
             print(f"  {word}: did you mean {', '.join(options) or '(no close word)'}?", file=sys.stderr)
         return 2
+
+
+class StderrProgress:
+    """What a long analysis reports (``models.explainable.reporting``: faithfulness curves, explanations, the
+    pointing game), as lines on stderr so the files and paths on stdout stay clean: one line when the step's kind
+    changes or the fraction moves by ``every``, and a last line at 100 %."""
+
+    def __init__(self, stream=None, every: float = 0.1):
+        self.stream, self.every = stream or sys.stderr, every
+        self.last_fraction, self.last_kind = -1.0, None
+
+    def __call__(self, step: str, fraction: float) -> None:
+        kind = step.rstrip("0123456789/ ")  # "perturbed inputs 64/480" -> "perturbed inputs"
+        if kind == self.last_kind and fraction - self.last_fraction < self.every and fraction < 1.0:
+            return
+        if kind == self.last_kind and fraction == self.last_fraction:
+            return
+        self.last_fraction, self.last_kind = fraction, kind
+        print(f"[{fraction:4.0%}] {step}", file=self.stream, flush=True)
+
+
+def progress_to_stderr(page: str):
+    """Progress on stderr for a page with a model (its analyses report); a formula page loads no torch for it."""
+    import contextlib
+
+    if page not in {p.name for p in catalog.PAGES} or catalog.get(page).family is None:
+        return contextlib.nullcontext()
+    from models import explainable
+
+    return explainable.reporting(StderrProgress())
+
+
+def _write(args: argparse.Namespace, given: dict[str, str]) -> int:
+    if args.page == "corpus":  # a corpus run, not one input's figure (app/corpus_cli.py)
+        from app import corpus_cli
+
+        render_page = corpus_cli.render
+    else:
+        render_page = render
+    for path in render_page(args, given):
+        print(path)
     return 0
 
 

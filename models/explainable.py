@@ -2,7 +2,7 @@
 and run into an ``Explainable`` (models/analysis/attribution.py), and the ``f(loaded, result, options)`` functions
 the views name (docs/ARCHITECTURE.md, "Add a view").
 
-Adapters: ``vit`` (models/vit_explain.py), ``causal_lm`` (models/text_explain.py). The shared methods never know which library a family uses.
+Adapters: ``vit`` (models/vit_explain.py), ``causal_lm`` (models/text_explain.py), ``swin`` (models/swin_explain.py). The shared methods never know which library a family uses.
 
 Progress: ``with reporting(callback):`` around a call makes the long analyses report ``callback(step, fraction)``
 (the page draws a progress bar from it; nothing here imports Streamlit).
@@ -17,7 +17,7 @@ from typing import Callable
 from models.analysis import faithfulness as faithfulness_analysis
 from models.analysis.attribution import Explainable
 
-ADAPTERS = {"vit": "models.vit_explain", "causal_lm": "models.text_explain"}
+ADAPTERS = {"vit": "models.vit_explain", "causal_lm": "models.text_explain", "swin": "models.swin_explain"}
 _progress: contextvars.ContextVar[Callable[[str, float], None] | None] = contextvars.ContextVar("progress",
                                                                                                 default=None)
 
@@ -56,7 +56,8 @@ def faithfulness(loaded, result, options) -> faithfulness_analysis.Faithfulness:
     ex = explainable(loaded, result, options.token or options.target, options.replacement)
     return faithfulness_analysis.faithfulness(ex, result.model.key, result.input_name, steps=options.steps,
                                               seeds=options.seeds, ig_steps=options.ig_steps, progress=report,
-                                              result=result)
+                                              result=result, layer=getattr(options, "layer", -1),
+                                              head=getattr(options, "head", None))
 
 
 def localisation(loaded, result, options):

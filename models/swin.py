@@ -293,4 +293,4 @@ def run(loaded: LoadedModel, inputs: ImageInput, options: None = None, top_k: in
 FAMILY = Family("swin", "Swin Transformer (timm)", ImageInput, load, run, SwinResult,
                 views=("hierarchy", "stage_windows", "patch_merging", "cyclic_shift", "shifted_window_masks",
                        "relative_position_bias", "window_attention", "block_windows", "patch_attention", "window_cost",
-                       "swin_predictions"))
+                       "swin_predictions", "faithfulness", "explanations", "attribution"))

@@ -65,6 +65,7 @@ class ExplainedClass:
 
     result: ViTResult
     attribution: Attribution
+    rollout: np.ndarray | None = None  # (rows, cols) the rollout to compare with, when the run has no ViT rollout (Swin)
 
 
 def explain(loaded: LoadedVision, result: ViTResult, options) -> ExplainedClass:
@@ -73,6 +74,8 @@ def explain(loaded: LoadedVision, result: ViTResult, options) -> ExplainedClass:
     if not result.predictions:
         raise ValueError(result.explanation or "this model has no classifier, so there is no class to attribute")
     target = result.predictions[0].token_id if options.target is None else options.target
+    if loaded.spec.family == "swin":
+        return explain_swin(loaded, result, target, options.method, options.steps)
     if options.method not in METHODS and options.method in all_methods():
         return ExplainedClass(result, attribute_shared(loaded, result, target, options.method, options.steps))
     return ExplainedClass(result, attribute_crop(loaded, result.image.image, target, options.method, options.steps))
@@ -95,6 +98,23 @@ def attribute_shared(loaded: LoadedVision, result: ViTResult, target: int, metho
     scores = found.scores[method].reshape(grid).astype(np.float32)
     pixels = np.kron(scores, np.ones(patch, dtype=np.float32))
     return Attribution(method, target, loaded.label_names[target], pixels, scores, found.seconds[method])
+
+
+def explain_swin(loaded, result, target: int, method: str, steps: int) -> ExplainedClass:
+    """A Swin's attribution: every shared method through the Swin adapter (models/swin_explain.py: windows and
+    shifts carried back to the grid, merges, the pooled readout), beside the Swin rollout computed the same way."""
+    from models import swin_explain
+    from models.analysis import attribution
+
+    if method not in attribution.METHODS:
+        raise ValueError(f"{method!r} is not available for a Swin; use one of {', '.join(attribution.METHODS)}")
+    ex = swin_explain.from_result(loaded, result, target)
+    found = attribution.explain(ex, tuple(dict.fromkeys((method, "rollout"))), ig_steps=max(2, steps))
+    grid, patch = result.image.patch_grid, result.image.patch_size
+    scores = found.scores[method].reshape(grid).astype(np.float32)
+    pixels = np.kron(scores, np.ones(patch, dtype=np.float32))
+    return ExplainedClass(result, Attribution(method, target, ex.target_name, pixels, scores, found.seconds[method],
+                                              found.ig_delta), found.scores["rollout"].reshape(grid))
 
 
 def attribute(loaded: LoadedVision, image, target: int, method: str = "integrated_gradients",

@@ -192,8 +192,8 @@ def test_bad_input_gets_a_message(loaded, sample, ex):
         attribution.explain(ex, ("attention_flow",))
     with pytest.raises(ValueError, match="mini ViT shapes"):
         vit_explain.localisation(replace(loaded, spec=replace(loaded.spec, id="other")), images=1)
-    with pytest.raises(ValueError, match="not available for the swin family"):
-        explainable.adapter(replace(loaded, spec=registry.default("swin")))
+    with pytest.raises(ValueError, match="not available for the moe family"):
+        explainable.adapter(replace(loaded, spec=registry.default("moe")))
 
 
 def test_views_draw_from_a_run(loaded, sample):

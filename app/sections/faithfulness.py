@@ -81,7 +81,38 @@ def generated_input(seed: int):
 def shared_keys(key: str) -> list[str]:
     """What a link carries of this section (not the pointing game's switch: it costs half a minute)."""
     return [f"{key}_{name}" for name in ("source", "seed", "target", "token", "replacement", "steps", "ig_steps",
-                                         "loc_images")]
+                                         "loc_images", "raw_layer", "raw_head")]
+
+
+MEAN = "mean"
+
+
+def attention_maps(result):
+    """The run's self-attention maps (the first kind when it has no "self")."""
+    return result.attention.get("self") or next(iter(result.attention.values()))
+
+
+def raw_attention_picker(result, key: str) -> tuple[int, int | None]:
+    """Raw attention's layer and head (or the head mean) for the table; default: the last layer's mean. A link's
+    head that the chosen layer lacks (Swin's stages differ in heads) falls back to the mean."""
+    maps = attention_maps(result)
+    layers = maps.num_layers
+    c1, c2 = st.columns(2)
+    structure = getattr(result, "structure", None)  # a Swin's blocks say their stage and window kind
+
+    def label(layer: int) -> str:
+        return f"layer {layer}" + (f" ({structure.blocks[layer].label})" if structure is not None else "")
+
+    layer = int(c1.selectbox("Raw attention: layer", list(range(layers)), index=layers - 1, key=f"{key}_raw_layer",
+                             format_func=label, help="the layer raw attention is read from in the maps and the "
+                                                     "table (its row: [CLS], the last token, or a Swin's mean)"))
+    heads = maps.heads_in(layer) if hasattr(maps, "heads_in") else maps.num_heads
+    options = [MEAN, *map(str, range(heads))]
+    if st.session_state.get(f"{key}_raw_head", MEAN) not in options:
+        del st.session_state[f"{key}_raw_head"]
+    head = c2.selectbox("Raw attention: head", options, key=f"{key}_raw_head",
+                        format_func=lambda h: "mean over heads" if h == MEAN else f"head {h}")
+    return layer, None if head == MEAN else int(head)
 
 
 def show(result, loaded, key: str) -> None:
@@ -89,7 +120,8 @@ def show(result, loaded, key: str) -> None:
     url_state.restore(shared_keys(key), {f"{key}_seed": url_state.within(0, 10**6),
                                          f"{key}_steps": url_state.within(5, 50),
                                          f"{key}_ig_steps": url_state.within(8, 128),
-                                         f"{key}_loc_images": _one_of(LOCALISATION_IMAGES)})
+                                         f"{key}_loc_images": _one_of(LOCALISATION_IMAGES),
+                                         f"{key}_raw_layer": url_state.within(0, 10**3)})
     try:
         _show(result, loaded, key)
     finally:
@@ -109,7 +141,8 @@ def _show_text(result, loaded, key: str) -> None:
                           help="any one vocabulary token as typed; a word after a space starts with one: ' Paris'")
     steps = int(c2.slider("Curve steps", 5, 50, 20, 5, key=f"{key}_steps"))
     ig_steps = int(c3.slider("IG steps", 8, 128, 32, 8, key=f"{key}_ig_steps"))
-    options = FaithfulnessOptions(token=token, steps=steps, ig_steps=ig_steps)
+    layer, head = raw_attention_picker(result, key)
+    options = FaithfulnessOptions(token=token, steps=steps, ig_steps=ig_steps, layer=layer, head=head)
     maps = figure("explanations", result, options, loaded, "Explaining")
     if maps is None:
         return
@@ -118,7 +151,7 @@ def _show_text(result, loaded, key: str) -> None:
 
 
 def _show_image(result, loaded, key: str) -> None:
-    if not result.is_classifier:
+    if not getattr(result, "is_classifier", bool(result.predictions)):
         st.info("This model has no classifier (DINOv2 is a self-supervised backbone), so there is no class to explain "
                 "and no probability to watch fall. Pick **mini ViT shapes** in the sidebar: it classifies offline, "
                 "and its generator knows where each shape is.")
@@ -135,7 +168,7 @@ def _show_image(result, loaded, key: str) -> None:
             sample, inputs = generated_input(seed)
             result = widgets.run_or_stop(loaded, inputs)
     c1, c2, c3, c4 = st.columns(4)
-    names = list(loaded.label_names)
+    names = class_names(loaded, result)
     top = result.predictions[0].token_id if result.predictions else 0
     options_list = ["top prediction"] + names if len(names) <= 1000 else ["top prediction"]
     chosen = c1.selectbox("Class to explain", options_list, key=f"{key}_target",
@@ -145,7 +178,9 @@ def _show_image(result, loaded, key: str) -> None:
                                format_func=lambda r: {"mean": "grey (the mean)", "blur": "blurred"}[r])
     steps = int(c3.slider("Curve steps", 5, 50, 20, 5, key=f"{key}_steps"))
     ig_steps = int(c4.slider("IG steps", 8, 128, 32, 8, key=f"{key}_ig_steps"))
-    options = FaithfulnessOptions(target=target, steps=steps, replacement=replacement, ig_steps=ig_steps)
+    layer, head = raw_attention_picker(result, key)
+    options = FaithfulnessOptions(target=target, steps=steps, replacement=replacement, ig_steps=ig_steps, layer=layer,
+                                  head=head)
     maps = figure("explanations", result, options, loaded, "Explaining")
     if maps is None:
         return
@@ -154,6 +189,12 @@ def _show_image(result, loaded, key: str) -> None:
     with right:
         found = resources.figure("faithfulness", result, options, loaded)  # the same analysis: cached by now
         _summary(found.payload, "patch")
+    if loaded.spec.family == "swin":
+        right.caption("Swin: each block's window maps are carried back to its stage's grid (the cyclic shift "
+                      "undone), a stage's grid reaches the previous one through the 2 × 2 patch merge, and the "
+                      "rolled-out methods start from the head's mean over the last stage's tokens. Grad-CAM is on "
+                      "the last stage's tokens reshaped to their grid. A unit is one "
+                      f"{result.image.patch_size[0]} px patch of the first stage.")
     if is_mini:
         right.caption("The mini ViT recognises its shapes by colour: one coloured patch left is often enough, so a "
                       "deletion curve stays high until almost every patch of the shape is gone, and on a photo "
@@ -163,6 +204,16 @@ def _show_image(result, loaded, key: str) -> None:
     if sample is not None:
         _this_shape(maps.arrays(), sample, result)
         _localisation(loaded, key)
+
+
+def class_names(loaded, result) -> list[str]:
+    """The classifier's class names (a ViT's from its load, a Swin's from its head)."""
+    if hasattr(loaded, "label_names"):
+        return list(loaded.label_names)
+    from models import swin
+
+    names = swin.class_names(loaded.model)[0]
+    return list(names) if names else [f"class {i}" for i in range(int(loaded.model.num_classes))]
 
 
 def _summary(payload: dict, unit: str) -> None:

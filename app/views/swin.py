@@ -3,6 +3,7 @@
 import streamlit as st
 
 from app import display, image_input, presentation, url_state, widgets
+from app.sections import faithfulness as faithfulness_section
 from viz import swin as swin_viz
 from viz.figures.swin import (AVERAGE, BiasOptions, HierarchyOptions, MaskOptions, MergingOptions, PatchOptions,
                               ShiftOptions, StageOptions, WindowOptions)
@@ -69,7 +70,8 @@ def block_picker(name: str) -> int:
                     format_func=lambda i: structure.blocks[i].label)
 
 
-tabs = st.tabs(["Hierarchy", "Cyclic shift", "Masks", "Relative position bias", "Window attention", "Cost"],
+tabs = st.tabs(["Hierarchy", "Cyclic shift", "Masks", "Relative position bias", "Window attention", "Cost",
+                "Faithfulness"],
                key="swin_view", on_change="rerun")
 
 with tabs[0]:
@@ -149,5 +151,8 @@ with tabs[5]:
         st.dataframe(cost.table, hide_index=True)
         display.offer(cost, "swin_cost")
 
+if tabs[6].open:  # explanations through windows and merges, and their deletion/insertion curves (issue 17)
+    with tabs[6]:
+        faithfulness_section.show(result, loaded, "swin_faith")
 url_state.publish(SHARED)
 url_state.publish(list(PER_STAGE), PER_STAGE)

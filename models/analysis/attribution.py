@@ -4,8 +4,8 @@ Each method scores every *unit* (a patch, a token) for one target: how much of t
 with; higher = more relevant. One forward with the attention kept differentiable, and one backward, give all the
 attention-based and gradient methods at once; Integrated Gradients costs ``steps`` more forwards and backwards.
 
-- ``raw_attention``: one layer's attention row of the query the target reads ([CLS], the last token), heads averaged
-  (default: the last layer).
+- ``raw_attention``: one layer's attention row of the query the target reads ([CLS], the last token), one head or
+  the heads averaged (default: the last layer's head mean).
 - ``rollout`` (Abnar & Zuidema 2020, eq. 1; ``models/analysis/rollout.py``): ``(½A + ½I)`` multiplied through layers.
 - ``value_norms`` (Kobayashi et al. 2020, "Attention is Not Only a Weight", eq. 5): ``‖Σ_h α^h_qj f^h(x_j)‖`` with
   ``f^h(x) = (LN(x) W_V^h + b_V^h) W_O^h`` (times the layer scale, if any): the size of what token ``j`` actually
@@ -27,6 +27,12 @@ attention-based and gradient methods at once; Integrated Gradients costs ``steps
 
 ``y`` is the target's logit (Chefer et al. back-propagate the one-hot logit); the faithfulness curves read its
 probability (models/analysis/faithfulness.py).
+
+Hierarchical, windowed models (Swin) add a ``Layout``: each layer's per-window matrices are carried back to that
+layer's full token grid (the cyclic shift undone), a stage's grid reaches the previous one through its 2 × 2 patch
+merge, and the target reads the mean of the last layer's tokens. Every rolled-out method is then the readout row
+propagated down through the same per-layer matrices (``Layout.carry``), and Grad-CAM is the classic one on the last
+stage's tokens reshaped to their grid (mean pooling gives every token a gradient).
 """
 from __future__ import annotations
 
@@ -41,7 +47,7 @@ import torch
 from models.analysis import rollout
 
 METHODS = {
-    "raw_attention": "raw attention (last layer, head mean)",
+    "raw_attention": "raw attention (chosen layer and head; default the last layer's head mean)",
     "rollout": "attention rollout",
     "value_norms": "value-weighted norms ‖α·f(x)‖",
     "alti": "ALTI (residual-aware, rolled out)",
@@ -65,6 +71,8 @@ class LayerRecord:
 
     attention: torch.Tensor | None = None
     residual: torch.Tensor | None = None
+    output: torch.Tensor | None = None  # (B, …, D) the block's output, any token layout (a Layout's Grad-CAM reads
+    # the last one, flattened to (B, N, D))
     values_from: Callable[[], torch.Tensor] | None = None
     _values: torch.Tensor | None = None
 
@@ -96,6 +104,79 @@ class Explainable:
     replacement: str  # what replaces a removed unit, in words (the page and the JSON say it)
     batch_size: int = 64  # perturbed inputs per forward in the curves
     notes: tuple[str, ...] = ()
+    layout: "Layout | None" = None  # windows, merges and a pooled readout (Swin); None: one flat token sequence
+
+
+@dataclass
+class Layout:
+    """Where a windowed, hierarchical model's per-layer matrices live (Swin; built by models/swin_explain.py).
+
+    Layer ``l`` has ``tokens[l]`` tokens (its stage's grid, row-major) and computes attention in ``len(window_ids[l])``
+    windows: ``window_ids[l]`` (nW, Nw) long holds, for each window position as the model saw it (rolled by the
+    cyclic shift, padded), the original token id (-1: padding). Recorded tensors hold the windows of the whole batch,
+    ``(B·nW, …)``; item 0 is the first nW. ``merges[l]`` (N_l, N_{l-1}) maps the previous layer's grid onto layer
+    l's where a patch merge sits between them (1/k for each of the k ≤ 4 tokens merged). The target reads
+    ``readout`` (N_last,) of the last layer's tokens (global average pooling: 1/N each)."""
+
+    tokens: list[int]
+    window_ids: list[torch.Tensor]
+    merges: dict[int, torch.Tensor]
+    readout: torch.Tensor
+
+    def windows(self, layer: int) -> int:
+        return int(self.window_ids[layer].shape[0])
+
+    def to_grid(self, layer: int, windows: torch.Tensor) -> torch.Tensor:
+        """Per-window matrices ``(nW, …, Nw, Nw)`` of ``layer`` (as recorded: windows first) -> ``(…, N, N)`` over
+        its token grid in original order: entry (i, j) is the window entry of tokens i and j when they share a
+        window, else 0 (padding dropped)."""
+        windows = windows.movedim(0, -3)  # (…, nW, Nw, Nw)
+        ids = self.window_ids[layer].to(windows.device)
+        n = self.tokens[layer]
+        rows = ids.unsqueeze(-1).expand(*ids.shape, ids.shape[-1])
+        cols = ids.unsqueeze(-2).expand(*ids.shape, ids.shape[-1])
+        keep = (rows >= 0) & (cols >= 0)
+        lead = windows.shape[:-3]
+        out = windows.new_zeros(*lead, n * n)
+        out[..., rows[keep] * n + cols[keep]] = windows[..., keep]
+        return out.view(*lead, n, n)
+
+    def times(self, layer: int, row: torch.Tensor, windows: torch.Tensor, identity: float = 0.0) -> torch.Tensor:
+        """``row · (identity · I + to_grid(layer, windows))`` without the (N, N) matrix: row (N,), windows
+        (nW, Nw, Nw). Each window's query entries are gathered, multiplied with its map, and added back at its
+        keys (what the dense product does, since a token meets only its own window)."""
+        ids = self.window_ids[layer].to(row.device)
+        keep = ids >= 0
+        gathered = row.new_zeros(ids.shape)
+        gathered[keep] = row[ids[keep]]
+        mixed = torch.einsum("wa,wab->wb", gathered, windows.float())  # (nW, Nw)
+        return (row * identity).index_add(0, ids[keep], mixed[keep])
+
+    def carry(self, matrices: dict[int, "torch.Tensor | Windowed"], start: torch.Tensor | None = None
+              ) -> torch.Tensor:
+        """The readout row (or ``start`` over the last layer's tokens) through ``matrices[l]`` from the last layer
+        down, merges included: ``r · M_L · G_L · … · M_1`` -> (N_0,) over the first layer's tokens. ``M_l`` is a
+        dense (N_l, N_l) tensor or ``Windowed`` (per-window maps plus a multiple of I); a layer without one passes
+        the row on unchanged."""
+        row = (self.readout if start is None else start).float()
+        for layer in reversed(range(len(self.tokens))):
+            matrix = matrices.get(layer)
+            if isinstance(matrix, Windowed):
+                row = self.times(layer, row, matrix.windows, matrix.identity)
+            elif matrix is not None:
+                row = row @ matrix.float()
+            if layer in self.merges:
+                row = row @ self.merges[layer].to(row.device)
+        return row
+
+
+@dataclass
+class Windowed:
+    """One layer's matrix ``identity · I + to_grid(windows)`` kept per window (nW, Nw, Nw): Swin-B at 384 px has
+    9,216 first-stage tokens, and its dense matrix would take 340 MB."""
+
+    windows: torch.Tensor
+    identity: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -121,8 +202,9 @@ def check_methods(methods) -> tuple[str, ...]:
 # --- the math, on recorded tensors (pure) ---------------------------------------------------------------------------
 
 def value_norm_matrix(attention: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """``‖Σ_h α^h_ij f^h(x_j)‖₂`` for every (i, j): attention (H, N, N), values (H, N, D) -> (N, N)."""
-    return torch.einsum("hij,hjd->ijd", attention, values).norm(dim=-1)  # (N, N, D) summed over heads first
+    """``‖Σ_h α^h_ij f^h(x_j)‖₂`` for every (i, j): attention (…, H, N, N), values (…, H, N, D) -> (…, N, N)
+    (leading dimensions: windows)."""
+    return torch.einsum("...hij,...hjd->...ijd", attention, values).norm(dim=-1)  # (N, N, D) summed over heads first
 
 
 def value_norm_row(attention: torch.Tensor, values: torch.Tensor, query: int) -> torch.Tensor:
@@ -148,10 +230,15 @@ def gradient_rollout(attentions: list[torch.Tensor], gradients: list[torch.Tenso
     n = attentions[0].shape[-1]
     result = torch.eye(n, dtype=torch.float32, device=attentions[0].device)
     for index, attention in enumerate(attentions):
-        weighted = attention.float() if gradients is None else gradients[index].float() * attention.float()
-        fused = weighted.clamp(min=0).mean(0)  # (N, N)
+        fused = gradient_fusion(attention, None if gradients is None else gradients[index])  # (N, N)
         result = result + fused @ result
     return result
+
+
+def gradient_fusion(attention: torch.Tensor, gradient: torch.Tensor | None) -> torch.Tensor:
+    """``Ā = E_h[(∇A ⊙ A)⁺]``: attention, gradient (…, H, N, N) -> (…, N, N); ``gradient`` None stands for ones."""
+    weighted = attention.float() if gradient is None else gradient.float() * attention.float()
+    return weighted.clamp(min=0).mean(-3)
 
 
 def grad_cam(attention: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
@@ -159,6 +246,12 @@ def grad_cam(attention: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
     of head h (Chefer et al. 2021a's Grad-CAM baseline for ViT; the sum is their mean over heads × H)."""
     weights = gradient.mean(dim=(1, 2), keepdim=True)  # (H, 1, 1)
     return (weights * attention).mean(0).clamp(min=0)
+
+
+def grad_cam_tokens(features: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
+    """Classic Grad-CAM (Selvaraju et al. 2017) on tokens reshaped to their grid: features, gradient (N, C) of one
+    layer's output -> (N,) ``ReLU(Σ_c w_c F_c)`` with ``w_c`` the gradient of channel c averaged over the grid."""
+    return (features.float() @ gradient.float().mean(0)).clamp(min=0)
 
 
 def _rolled(matrices: list[torch.Tensor]) -> torch.Tensor:
@@ -184,14 +277,13 @@ def _integrated_gradients(ex: Explainable, steps: int) -> tuple[np.ndarray, floa
     return per_position[list(ex.units)].cpu().numpy(), float(delta.abs().max())
 
 
-def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: int = -1,
+def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: int = -1, head: int | None = None,
             progress: Callable[[str, float], None] = lambda step, fraction: None) -> Explanations:
     """Every method in ``methods`` for ``ex``'s target: one forward (+ one backward when a gradient method is asked
-    for), then IG. ``layer``: raw attention's layer (negative: from the end)."""
+    for), then IG. ``layer``, ``head``: raw attention's layer (negative: from the end) and head (None: the mean)."""
     methods = check_methods(methods)
     if not 2 <= ig_steps <= 256:
         raise ValueError(f"integrated gradients takes 2 to 256 steps, not {ig_steps}")
-    units = list(ex.units)
     scores: dict[str, np.ndarray] = {}
     seconds: dict[str, float] = {}
     needs_grad = any(m in GRADIENT_METHODS for m in methods)
@@ -204,15 +296,20 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
         score = logits[0, ex.target]
         probability = float(logits[0].detach().float().softmax(-1)[ex.target])
         attentions = [record.attention for record in layers]
-        gradients = None
+        features = [layers[-1].output] if ex.layout is not None else []
+        gradients = feature_grad = embedding_grad = None
         if needs_grad:
-            found = torch.autograd.grad(score, [embeddings, *attentions], allow_unused=True)
-            embedding_grad, gradients = found[0], list(found[1:])
+            found = torch.autograd.grad(score, [embeddings, *attentions, *features], allow_unused=True)
+            embedding_grad, gradients = found[0], list(found[1:1 + len(attentions)])
+            feature_grad = found[-1] if features else None
     pass_seconds = time.perf_counter() - started
     with torch.no_grad():
-        detached = [a[0].detach().float() for a in attentions]  # (H, N, N) each
-        if layer < -len(detached) or layer >= len(detached):
-            raise ValueError(f"layer {layer} does not exist: the model has layers 0..{len(detached) - 1}")
+        if layer < -len(attentions) or layer >= len(attentions):
+            raise ValueError(f"layer {layer} does not exist: the model has layers 0..{len(attentions) - 1}")
+        layer_index = layer % len(attentions)
+        heads = int(attentions[layer].shape[1])
+        if head is not None and not 0 <= head < heads:
+            raise ValueError(f"head {head} does not exist: layer {layer % len(attentions)} has heads 0..{heads - 1}")
 
         def timed(name: str, compute: Callable[[], torch.Tensor]) -> None:
             if name in methods:
@@ -220,18 +317,11 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
                 scores[name] = compute().float().cpu().numpy().astype(np.float32)
                 seconds[name] = time.perf_counter() - began + pass_seconds
 
-        timed("raw_attention", lambda: detached[layer].mean(0)[ex.query, units])
-        timed("rollout", lambda: rollout.attention_rollout(detached)[ex.query, units])
-        timed("value_norms", lambda: value_norm_row(detached[-1], layers[-1].values[0].detach().float(),
-                                                    ex.query)[units])
-        timed("alti", lambda: _rolled([alti_matrix(a, r.values[0].detach().float(), r.residual[0].detach().float())
-                                       for a, r in zip(detached, layers)])[ex.query, units])
-        if needs_grad:
-            grads = [g[0].float() if g is not None else torch.zeros_like(a) for g, a in zip(gradients, detached)]
-            timed("gradient_rollout", lambda: gradient_rollout(detached, grads)[ex.query, units])
-            timed("grad_cam", lambda: grad_cam(detached[-1], grads[-1])[ex.query, units])
-            timed("input_x_gradient", lambda: (embeddings[0].detach().float() * embedding_grad[0].float()).sum(-1)[
-                units])
+        if ex.layout is not None:
+            _explain_layout(ex, timed, layers, attentions, gradients, feature_grad, embeddings, embedding_grad,
+                            layer, head)
+        else:
+            _explain_flat(ex, timed, layers, attentions, gradients, embeddings, embedding_grad, layer, head)
     del layers, attentions, gradients
     delta = difference = None
     if "integrated_gradients" in methods:
@@ -243,4 +333,70 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
             difference = float(score.detach()) - float(ex.logits(ex.baseline)[0, ex.target])
     progress("explanations done", 1.0)
     ordered = {m: scores[m] for m in methods}
-    return Explanations(ordered, seconds, float(score.detach()), probability, delta, difference)
+    extra = {"raw_attention": {"layer": layer_index, "head": head}}  # raw attention's, counted from 0
+    if ex.layout is not None:  # what differs in words (the table's "what")
+        extra["what"] = {"grad_cam": "Grad-CAM (the last stage's tokens on their grid, channels as maps)",
+                         "rollout": "attention rollout (windows carried to the grid, through the merges)"}
+    return Explanations(ordered, seconds, float(score.detach()), probability, delta, difference, extra)
+
+
+def _explain_flat(ex, timed, layers, attentions, gradients, embeddings, embedding_grad, layer, head) -> None:
+    """One token sequence throughout (ViT, GPT): every method is the query's row."""
+    units = list(ex.units)
+    detached = [a[0].detach().float() for a in attentions]  # (H, N, N) each
+    timed("raw_attention", lambda: (detached[layer].mean(0) if head is None else detached[layer][head])[
+        ex.query, units])
+    timed("rollout", lambda: rollout.attention_rollout(detached)[ex.query, units])
+    timed("value_norms", lambda: value_norm_row(detached[-1], layers[-1].values[0].detach().float(),
+                                                ex.query)[units])
+    timed("alti", lambda: _rolled([alti_matrix(a, r.values[0].detach().float(), r.residual[0].detach().float())
+                                   for a, r in zip(detached, layers)])[ex.query, units])
+    if gradients is not None:
+        grads = [g[0].float() if g is not None else torch.zeros_like(a) for g, a in zip(gradients, detached)]
+        timed("gradient_rollout", lambda: gradient_rollout(detached, grads)[ex.query, units])
+        timed("grad_cam", lambda: grad_cam(detached[-1], grads[-1])[ex.query, units])
+        timed("input_x_gradient", lambda: (embeddings[0].detach().float() * embedding_grad[0].float()).sum(-1)[
+            units])
+
+
+def _explain_layout(ex, timed, layers, attentions, gradients, feature_grad, embeddings, embedding_grad, layer,
+                    head) -> None:
+    """Windows and stages (``ex.layout``): each layer's per-window matrices carried to its grid, rolled out from the
+    pooled readout down through the patch merges to the first grid (the units)."""
+    lay = ex.layout
+    units = list(ex.units)
+    count = len(attentions)
+    layer = layer % count
+    windows = [a[:lay.windows(i)].detach().float() for i, a in enumerate(attentions)]  # (nW, H, Nw, Nw) each
+
+    def row(matrices: dict[int, Windowed], start=None) -> torch.Tensor:
+        return lay.carry(matrices, start)[units]
+
+    def rolled(fused: torch.Tensor) -> Windowed:  # (nW, Nw, Nw) -> rollout's (A + I), rows normalised, per window
+        return Windowed(torch.stack([rollout.attention_rollout([window.unsqueeze(0)]) for window in fused]))
+
+    chosen = windows[layer].mean(1) if head is None else windows[layer][:, head]
+    timed("raw_attention", lambda: row({layer: Windowed(chosen)}))
+    timed("rollout", lambda: row({i: rolled(w.mean(1)) for i, w in enumerate(windows)}))
+
+    def values(i: int) -> torch.Tensor:
+        return layers[i].values[:lay.windows(i)].detach().float()  # (nW, H, Nw, D)
+
+    last = count - 1
+    timed("value_norms", lambda: row({last: Windowed(value_norm_matrix(windows[last], values(last)))}))
+
+    def alti_layer(i: int) -> Windowed:
+        residual = layers[i].residual[:lay.windows(i)].detach().float()  # (nW, Nw, D)
+        return Windowed(torch.stack([alti_matrix(a, v, r) for a, v, r in zip(windows[i], values(i), residual)]))
+
+    timed("alti", lambda: row({i: alti_layer(i) for i in range(count)}))
+    if gradients is not None:
+        grads = [g[:lay.windows(i)].float() if g is not None else torch.zeros_like(w)
+                 for i, (g, w) in enumerate(zip(gradients, windows))]
+        timed("gradient_rollout", lambda: row({i: Windowed(gradient_fusion(w, g), identity=1.0)
+                                               for i, (w, g) in enumerate(zip(windows, grads))}))
+        output, channels = layers[-1].output, layers[-1].output.shape[-1]
+        timed("grad_cam", lambda: row({}, grad_cam_tokens(output[0].detach().reshape(-1, channels),
+                                                          feature_grad[0].reshape(-1, channels))))
+        timed("input_x_gradient", lambda: (embeddings[0].detach().float() * embedding_grad[0].float()).sum(-1)[
+            units])

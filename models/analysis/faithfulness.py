@@ -96,7 +96,8 @@ class Faithfulness:
                 "fractions": self.fractions.tolist(), "replacement": self.replacement, "auc": AUC_NOTE,
                 "no_better_than_random": [m for m in self.curves if self.no_better_than_random(m)],
                 "integrated_gradients_delta": self.explanations.ig_delta,
-                "integrated_gradients_difference": self.explanations.ig_difference}
+                "integrated_gradients_difference": self.explanations.ig_difference,
+                "raw_attention": self.explanations.extra.get("raw_attention")}
 
 
 def auc(curve: np.ndarray) -> float:
@@ -133,7 +134,8 @@ def target_outcomes(ex: Explainable, removed: torch.Tensor,
     count top-1 accuracy)."""
     unique, inverse = torch.unique(removed, dim=0, return_inverse=True)  # every curve's first and last step, …
     if len(unique) < len(removed):  # … are the same input for every order: run each distinct input once
-        probabilities, correct = target_outcomes(ex, unique, progress)
+        scale = len(removed) / len(unique)  # progress counts the caller's inputs, so it ends at 100 %
+        probabilities, correct = target_outcomes(ex, unique, lambda done: progress(round(done * scale)))
         return probabilities[inverse.numpy()], correct[inverse.numpy()]
     units = torch.as_tensor(ex.units, device=ex.embeddings.device)
     probabilities, correct = [], []
@@ -179,10 +181,12 @@ def measure(ex: Explainable, explanations: attribution.Explanations, steps: int 
 
 def faithfulness(ex: Explainable, model: str, input_name: str, methods=tuple(attribution.METHODS), steps: int = 20,
                  seeds: int = 5, ig_steps: int = 32, progress: Callable[[str, float], None] = lambda s, f: None,
-                 result=None) -> Faithfulness:
-    """Every method's explanation of ``ex`` and its curves: the page's table, the CLI's JSON."""
+                 result=None, layer: int = -1, head: int | None = None) -> Faithfulness:
+    """Every method's explanation of ``ex`` and its curves: the page's table, the CLI's JSON. ``layer``, ``head``:
+    raw attention's (the default: the last layer's head mean)."""
     started = time.perf_counter()
-    explanations = attribution.explain(ex, methods, ig_steps, progress=lambda step, f: progress(step, 0.4 * f))
+    explanations = attribution.explain(ex, methods, ig_steps, layer, head,
+                                       progress=lambda step, f: progress(step, 0.4 * f))
     curves, random = measure(ex, explanations, steps, seeds, lambda step, f: progress(step, 0.4 + 0.6 * f))
     return Faithfulness(model, input_name, ex.target, ex.target_name, explanations.probability, ex.replacement,
                         len(ex.units), steps, explanations, curves, random, ex.unit_names,

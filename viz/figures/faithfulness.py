@@ -31,9 +31,11 @@ class FaithfulnessOptions:
     replacement: str = "mean"  # what replaces a removed patch: "mean" (grey) or "blur"
     ig_steps: int = 32  # integrated gradients' Riemann steps
     colormap: str = "inferno"  # the maps' colours (display only)
+    layer: int = -1  # raw attention's layer (negative: from the end)
+    head: int | None = None  # raw attention's head; None: the mean over heads
 
 
-ANALYSIS_OPTIONS = ("target", "token", "steps", "seeds", "replacement", "ig_steps")
+ANALYSIS_OPTIONS = ("target", "token", "steps", "seeds", "replacement", "ig_steps", "layer", "head")
 
 
 def _settings(found: Faithfulness) -> dict:
@@ -60,13 +62,22 @@ def curve_frame(found: Faithfulness) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def describe(found: Faithfulness, method: str) -> str:
+    """A method in words; raw attention with the layer and head it was read from."""
+    chosen = found.explanations.extra.get("raw_attention") if method == "raw_attention" else None
+    if not chosen:
+        return found.explanations.extra.get("what", {}).get(method, METHODS[method])
+    head = "head mean" if chosen["head"] is None else f"head {chosen['head']}"
+    return f"raw attention (layer {chosen['layer']}, {head})"
+
+
 def table_frame(found: Faithfulness) -> pd.DataFrame:
     rows = []
     for name, curves in found.curves.items():
         rows.append({"method": name, "deletion AUC (lower better)": curves.deletion_auc,
                      "insertion AUC (higher better)": curves.insertion_auc,
                      "no better than random": found.no_better_than_random(name),
-                     "seconds": found.explanations.seconds.get(name, float("nan")), "what": METHODS[name]})
+                     "seconds": found.explanations.seconds.get(name, float("nan")), "what": describe(found, name)})
     deletion_mean, deletion_std = found.random_auc("deletion")
     insertion_mean, insertion_std = found.random_auc("insertion")
     rows.append({"method": RANDOM, "deletion AUC (lower better)": deletion_mean,
@@ -101,7 +112,8 @@ def faithfulness(found: Faithfulness, options: FaithfulnessOptions) -> Figure:
         _stem(found, "faithfulness", options),
         charts=(curves_chart(frame, "deletion", "Deletion: most relevant removed first (lower is better)", unit),
                 curves_chart(frame, "insertion", "Insertion: most relevant revealed first (higher is better)", unit)),
-        caption=f"Target: {found.target_name} (p = {found.probability:.3f}). A removed {unit[:-1]} is replaced by "
+        caption=f"Target: {found.target_name} (p = {found.probability:.3f}). A removed "
+                f"{'patch' if unit == 'patches' else 'token'} is replaced by "
                 f"{found.replacement}. AUC: {AUC_NOTE}. {found.seconds:.1f} s.",
         table=lambda: table_frame(found), payload=payload,
         arrays=lambda: {"fractions": found.fractions,

@@ -299,7 +299,9 @@ def attribution(explained: ExplainedClass, options: AttributionOptions) -> Figur
     """|attribution| per patch of one class, and Spearman's ρ with the rollout (the JSON's
     ``rank_correlation_with_rollout``)."""
     result, found = explained.result, explained.attribution
-    rho = rank_correlation(vit.rollout_grid(result, options.fusion, options.discard), found.patch_scores)
+    rolled = explained.rollout if explained.rollout is not None else vit.rollout_grid(result, options.fusion,
+                                                                                      options.discard)
+    rho = rank_correlation(rolled, found.patch_scores)
     settings = {"class": found.target_name, "class_id": found.target}
     if found.method in ("integrated_gradients", "gradient_shap"):  # the others take no steps
         settings["steps"] = options.steps
