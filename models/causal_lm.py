@@ -154,17 +154,15 @@ def _forward(loaded: LoadedModel, ids: list[int], keep_last: int = 1, residual: 
 def _stream_modules(model):
     """(decoder layers, final norm) whose inputs/outputs make the residual stream ``output_hidden_states`` returns,
     or None for a model whose layers are not one ``ModuleList`` of ``num_hidden_layers`` blocks."""
-    from models.analysis.lens import final_norm_and_unembedding
-
     base = getattr(model, "base_model", model)
     count = getattr(getattr(model, "config", None), "num_hidden_layers", None)
     layers = next((child for child in base.children()
                    if isinstance(child, torch.nn.ModuleList) and len(child) == count), None)
-    try:
-        norm, _ = final_norm_and_unembedding(model)
-    except ValueError:
-        return None
-    return None if layers is None else (layers, norm)
+    # the final norm under the names the logit lens looks for (lens.final_norm_and_unembedding; the lens imports
+    # this module, so not the other way round)
+    norm = next((getattr(base, name) for name in ("norm", "ln_f", "final_layer_norm", "final_layernorm")
+                 if getattr(base, name, None) is not None), None)
+    return None if layers is None or norm is None else (layers, norm)
 
 
 @contextlib.contextmanager
