@@ -46,7 +46,8 @@ def corpus_picker() -> readers.Corpus:
 
 
 def results_folder(loaded, corpus: readers.Corpus, max_tokens: int):
-    name = figures._slug(loaded.spec.short_name, corpus.name, len(corpus.documents), max_tokens)
+    name = figures._slug(loaded.spec.short_name, corpus.name, len(corpus.documents), max_tokens,
+                         *([] if loaded.dtype == "float32" else [loaded.dtype]))
     return loading.cache_dir() / "corpus" / name
 
 

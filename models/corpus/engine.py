@@ -54,7 +54,8 @@ def run_info(loaded, corpus: Corpus, max_tokens: int) -> RunInfo:
         moe_layers = len(sites)
         config = loaded.model.config
         experts = int(getattr(config, "num_local_experts", 0) or getattr(config, "num_experts", 0) or 0)
-    return RunInfo(loaded.spec.key, corpus.name, max_tokens, layers, heads, corpus.licence, experts, moe_layers)
+    return RunInfo(loaded.spec.key, corpus.name, max_tokens, layers, heads, corpus.licence, experts, moe_layers,
+                   str(getattr(loaded, "dtype", "float32")))
 
 
 def rows_for(runner: StatisticsRunner, documents: list[Document]) -> list[dict]:
