@@ -68,7 +68,7 @@ def render(args, given: dict[str, str]) -> list[Path]:
     max_tokens = args.max_tokens or 256
     out = Path(args.out)
     name = figures._slug(spec.short_name, corpus.name)
-    folder = out / f"results-{name}"
+    folder = out / f"results-{name}" if args.dtype == "float32" else out / f"results-{name}-{args.dtype}"
 
     def progress(p) -> None:
         eta = f", ETA {p.eta_s:.0f} s" if p.eta_s is not None else ""

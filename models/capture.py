@@ -169,7 +169,7 @@ class Recorder:
         q_len, k_len = query.shape[2], key.shape[2]
         scaling = kwargs.get("scaling")
         scaling = float(scaling) if scaling is not None else 1.0 / float(query.shape[-1]) ** 0.5
-        allowed, bias = self._mask(module, attention_mask, kwargs, q_len, k_len)
+        allowed, bias = self._mask(module, attention_mask, kwargs, q_len, k_len, lazy=k_len > HALF_PRECISION_TOKENS)
         position_bias = kwargs.get("position_bias")
         if position_bias is not None:  # T5-style relative bias, added to the scores by SDPA
             position_bias = position_bias[..., -k_len:].detach().to("cpu", torch.float32)
@@ -178,13 +178,19 @@ class Recorder:
         self.records.setdefault(kind, []).append(LayerRecord(
             name, _compact_copy(query, half), _compact_copy(key, half), scaling, allowed, bias))
 
-    def _mask(self, module, attention_mask, kwargs, q_len: int, k_len: int):
-        """The mask exactly as ``sdpa_attention_forward`` applies it, as (allowed bool, additive bias or None)."""
+    def _mask(self, module, attention_mask, kwargs, q_len: int, k_len: int, lazy: bool = False):
+        """The mask exactly as ``sdpa_attention_forward`` applies it, as (allowed bool, additive bias or None).
+        ``lazy``: SDPA's implicit causal mask as a ``results.CausalMask`` (its shape), not a ``(q, k)`` array."""
         if attention_mask is None:
             is_causal = kwargs.get("is_causal")
             is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-            shape_key = ("implicit", q_len, k_len, bool(q_len > 1 and is_causal))
+            shape_key = ("implicit", q_len, k_len, bool(q_len > 1 and is_causal), lazy)
             if shape_key in self._mask_cache:  # one (q, k) mask shared by every layer, not one per layer
+                return self._mask_cache[shape_key]
+            if lazy and q_len > 1 and is_causal:
+                from models.results import CausalMask
+
+                self._mask_cache[shape_key] = (CausalMask(q_len, k_len), None)
                 return self._mask_cache[shape_key]
             if q_len > 1 and is_causal:
                 # SDPA's is_causal aligns top-left: query i sees keys 0..i (keys past q_len are cropped by SDPA)
@@ -236,7 +242,7 @@ class Recorder:
             scalings.append(rec.scaling)
             if id(rec.allowed) not in mask_ids:
                 mask_ids[id(rec.allowed)] = len(masks)
-                masks.append(_item(rec.allowed, batch_index)[q_pos][:, k_pos].contiguous().numpy())
+                masks.append(_mask_item(rec.allowed, batch_index, q_pos, k_pos))
             mask_index.append(mask_ids[id(rec.allowed)])
             if rec.bias is None:
                 biases.append(None)
@@ -288,6 +294,17 @@ def _compact_copy(tensor: torch.Tensor, half: bool = False) -> torch.Tensor:
     # the tensor holds a reference to the mapping, so it lives exactly as long as the copy (torch.frombuffer)
     out = torch.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype).view(tensor.shape)
     return out.copy_(tensor)
+
+
+def _mask_item(allowed, index: int, q_pos, k_pos):
+    """One batch item's mask at the given positions: a ``CausalMask`` stays one while every position is kept."""
+    from models.results import CausalMask
+
+    if isinstance(allowed, CausalMask):
+        if isinstance(q_pos, slice) and isinstance(k_pos, slice):
+            return allowed
+        allowed = torch.from_numpy(allowed.array())[None]
+    return _item(allowed, index)[q_pos][:, k_pos].contiguous().numpy()
 
 
 def _item(tensor: torch.Tensor, index: int) -> torch.Tensor:

@@ -6,12 +6,14 @@ next-token distribution at each step (before temperature / top-k / top-p / repet
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from models import capture, limits, loading, text
+from models import capture, limits, loading, memory, text
 from models.family import Family
 from models.inputs import TextInput
 from models.loading import LoadedModel, Progress, text_out_of_memory
@@ -109,10 +111,19 @@ def _top(probabilities: torch.Tensor, tokenizer, k: int) -> tuple[TokenProbabili
                  for v, i in zip(values, indices))
 
 
+# Beyond this many tokens the prompt run keeps the residual stream only for the last ``RESIDUAL_WINDOW`` positions
+# (what the logit lens opens on): the whole stream of SmolLM2 at 8,192 tokens is 31 × 8,192 × 576 float32 = 585 MB,
+# more than its float16 queries and keys. A lens window elsewhere re-runs the model up to the window's end
+# (``residual_window``). Up to it the whole stream is kept, as before.
+RESIDUAL_FULL_TOKENS = capture.HALF_PRECISION_TOKENS
+RESIDUAL_WINDOW = 64  # = models.analysis.lens.MAX_POSITIONS
+
+
 def _forward(loaded: LoadedModel, ids: list[int], keep_last: int = 1, residual: bool = False):
     """Teacher-forced forward over ``ids`` with capture: (self-attention maps, next-token probabilities of the last
     ``keep_last`` positions ``(keep_last, vocab)``, tokens, and with ``residual`` the residual stream
-    ``(layers + 1, tokens, d_model)`` float32 that the forward computed anyway, else None).
+    ``(layers + 1, positions, d_model)`` float32 that the forward computed anyway with the first position it holds
+    (every position up to ``RESIDUAL_FULL_TOKENS`` tokens, the last ``RESIDUAL_WINDOW`` beyond), else (None, 0)).
 
     Only the needed positions go through the LM head (``logits_to_keep``): at 2,048 tokens full logits and their
     softmax would be 2 × 0.4 GB for a 50k vocabulary, more than all the kept queries and keys. The logit lens reads
@@ -120,16 +131,80 @@ def _forward(loaded: LoadedModel, ids: list[int], keep_last: int = 1, residual: 
     """
     input_ids = torch.tensor([ids], device=loaded.device)
     keep = {"logits_to_keep": keep_last} if _accepts_logits_to_keep(loaded.model) else {}
+    windowed = residual and len(ids) > RESIDUAL_FULL_TOKENS and _stream_modules(loaded.model) is not None
+    start = max(0, len(ids) - RESIDUAL_WINDOW) if windowed else 0
     with text_out_of_memory(loaded.device, len(ids)), torch.inference_mode(), \
             capture.recording(loaded.model) as recorder:
-        output = loaded.model(input_ids=input_ids, use_cache=False, output_hidden_states=residual, **keep)
+        if windowed:
+            with _stream_slices(loaded.model, start, len(ids)) as slices:
+                output = loaded.model(input_ids=input_ids, use_cache=False, **keep)
+            stream = torch.stack(slices).float().cpu().numpy()
+        else:
+            output = loaded.model(input_ids=input_ids, use_cache=False, output_hidden_states=residual, **keep)
+            stream = (torch.stack([state[0] for state in output.hidden_states]).float().cpu().numpy()
+                      if residual else None)
         logits = output.logits[0, -keep_last:]
-        stream = (torch.stack([state[0] for state in output.hidden_states]).float().cpu().numpy()
-                  if residual else None)
+        del output
     probabilities = torch.softmax(logits.float(), dim=-1).cpu()  # (keep_last, vocab)
     tokens = text.display_tokens(loaded.tokenizer, ids)
     maps = recorder.attention_maps("self", 0, query_tokens=tokens, key_tokens=tokens)
-    return maps, probabilities, tokens, stream
+    return maps, probabilities, tokens, stream, start
+
+
+def _stream_modules(model):
+    """(decoder layers, final norm) whose inputs/outputs make the residual stream ``output_hidden_states`` returns,
+    or None for a model whose layers are not one ``ModuleList`` of ``num_hidden_layers`` blocks."""
+    base = getattr(model, "base_model", model)
+    count = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    layers = next((child for child in base.children()
+                   if isinstance(child, torch.nn.ModuleList) and len(child) == count), None)
+    # the final norm under the names the logit lens looks for (lens.final_norm_and_unembedding; the lens imports
+    # this module, so not the other way round)
+    norm = next((getattr(base, name) for name in ("norm", "ln_f", "final_layer_norm", "final_layernorm")
+                 if getattr(base, name, None) is not None), None)
+    return None if layers is None or norm is None else (layers, norm)
+
+
+@contextlib.contextmanager
+def _stream_slices(model, start: int, stop: int):
+    """Positions ``start:stop`` of the residual stream as the forward computes it, nothing else kept: the input of
+    the first block (the embeddings), the output of every block but the last, and the final norm's output (as
+    transformers' ``hidden_states`` has it, whose last entry is normed). Yields the list the forward fills."""
+    layers, norm = _stream_modules(model)
+    slices: list[torch.Tensor] = []
+
+    def first(tensor):
+        tensor = tensor[0] if isinstance(tensor, (tuple, list)) else tensor
+        return tensor[0, start:stop].detach().clone()
+
+    def before_first(module, args, kwargs):
+        slices.append(first(args[0] if args else kwargs["hidden_states"]))
+
+    handles = [layers[0].register_forward_pre_hook(before_first, with_kwargs=True)]
+    handles += [layer.register_forward_hook(lambda module, args, output: slices.append(first(output)))
+                for layer in list(layers)[:-1]]
+    handles.append(norm.register_forward_hook(lambda module, args, output: slices.append(first(output))))
+    try:
+        yield slices
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def residual_window(loaded: LoadedModel, ids: list[int], start: int, stop: int) -> np.ndarray:
+    """The residual stream ``(layers + 1, stop − start, d_model)`` float32 at positions ``start:stop`` of ``ids``,
+    from a forward over ``ids[:stop]`` only (a causal model's stream at a position depends on no later token): what
+    the logit lens re-runs for a window a long prompt run did not keep."""
+    if _stream_modules(loaded.model) is None:
+        raise ValueError(f"the logit lens cannot find the layers of {type(loaded.model).__name__} to re-read a "
+                         "window of its residual stream")
+    input_ids = torch.tensor([ids[:stop]], device=loaded.device)
+    keep = {"logits_to_keep": 1} if _accepts_logits_to_keep(loaded.model) else {}
+    with text_out_of_memory(loaded.device, stop), torch.inference_mode(), \
+            _stream_slices(loaded.model, start, stop) as slices:
+        loaded.model(input_ids=input_ids, use_cache=False, **keep)
+    memory.release_freed_heap()
+    return torch.stack(slices).float().cpu().numpy()
 
 
 def run(loaded: LoadedModel, inputs: TextInput, options: GenerationSettings | None = None,
@@ -139,10 +214,11 @@ def run(loaded: LoadedModel, inputs: TextInput, options: GenerationSettings | No
     if options is not None:
         return generate(loaded, inputs, options)
     tokenized = text.tokenize(loaded.tokenizer, inputs.text, _limit(loaded, inputs.max_tokens))
-    maps, probabilities, tokens, residual = _forward(loaded, tokenized.ids, residual=True)
+    maps, probabilities, tokens, residual, start = _forward(loaded, tokenized.ids, residual=True)
     return TextResult(model=loaded.info(), tokens=tokens, attention={"self": maps}, input_name=inputs.name,
                       next_token=_top(probabilities[-1], loaded.tokenizer, top_k), notices=tokenized.notices,
-                      prompt_length=len(tokens), residual=residual, token_ids=tuple(tokenized.ids))
+                      prompt_length=len(tokens), residual=residual, residual_start=start,
+                      token_ids=tuple(tokenized.ids))
 
 
 def generate(loaded: LoadedModel, inputs: TextInput, settings: GenerationSettings, candidates: int = 5) -> TextResult:
@@ -167,7 +243,7 @@ def generate(loaded: LoadedModel, inputs: TextInput, settings: GenerationSetting
         output = loaded.model.generate(input_ids, **kwargs)[0].tolist()
     prompt_length = len(tokenized.ids)
     first = prompt_length - 1  # the position whose distribution chose the first generated token
-    maps, probabilities, tokens, _ = _forward(loaded, output, keep_last=len(output) - first)
+    maps, probabilities, tokens, _, _ = _forward(loaded, output, keep_last=len(output) - first)
     steps = []
     for position in range(prompt_length, len(output)):
         distribution = probabilities[position - 1 - first]

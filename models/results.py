@@ -173,7 +173,8 @@ class RecomputedAttention(AttentionMaps):
         return int(self.keys[0].shape[0]) if self.keys else 0
 
     def allowed(self, layer: int) -> np.ndarray:
-        return self.allowed_masks[self.mask_index[layer]]
+        mask = self.allowed_masks[self.mask_index[layer]]
+        return mask.array() if isinstance(mask, CausalMask) else mask
 
     def _bias(self, layer: int) -> np.ndarray | None:
         return self.biases[layer] if layer < len(self.biases) else None
@@ -222,6 +223,27 @@ class RecomputedAttention(AttentionMaps):
         n_q, n_k = len(self.query_tokens), len(self.key_tokens)
         d = self.queries[0].shape[-1] if self.queries else 0
         return n_q * n_k * 9 + 4 * (n_q + n_k) * (d + 4)
+
+
+@dataclass(frozen=True)
+class CausalMask:
+    """The plain causal mask of a long input, kept as its shape: query ``i`` sees keys ``0..i`` (and none at or past
+    ``queries``), as SDPA's ``is_causal`` applies it. At 8,192 tokens the boolean array is 64 MB that every layer
+    shares; it is built only while a view recomputes a head (``RecomputedAttention.allowed``)."""
+
+    queries: int
+    keys: int
+    nbytes = 0  # held: nothing but the shape
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.queries, self.keys
+
+    def array(self) -> np.ndarray:
+        """The boolean ``(queries, keys)`` mask, True = visible."""
+        allowed = np.tri(self.queries, self.keys, dtype=bool)
+        allowed[:, self.queries:] = False
+        return allowed
 
 
 def attention_probabilities(
@@ -325,6 +347,9 @@ class TextResult(RunResult):
     # after each block, the last entry with the final norm already applied (as transformers returns it); None when
     # not kept (generation runs, encoders)
     residual: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # the first position ``residual`` holds: 0 when it holds every token; beyond ``causal_lm.RESIDUAL_FULL_TOKENS``
+    # tokens only the last ``causal_lm.RESIDUAL_WINDOW`` positions are kept and the lens re-runs other windows
+    residual_start: int = 0
     token_ids: tuple[int, ...] = ()  # the prompt's ids as the model saw them (causal LM prompt runs), for re-runs
 
     def __post_init__(self):

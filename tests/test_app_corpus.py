@@ -35,7 +35,15 @@ def test_corpus_page_runs_resumes_and_shows_heads_embedding_and_search(patched_l
     at.session_state["corpus_view"] = "Query–key embedding"
     at.run()
     assert not at.exception, at.exception
-    assert "corpus_qk" in offered
+    assert check_files(offered["corpus_qk"])["svg"]  # the click selection exports like any chart
+    # the document's map under the embedding: the first embedded document, then another one picked (a click on a
+    # point sets the same selectbox); its head map is that document's, as the GPT page would draw it
+    documents = at.selectbox(key="corpus_qk_doc").options
+    assert len(documents) > 1 and "corpus_doc_map" in offered
+    first = offered["corpus_doc_map"].table()
+    at.selectbox(key="corpus_qk_doc").select(documents[1]).run()
+    assert not at.exception, at.exception
+    assert not offered["corpus_doc_map"].table().equals(first)
     at.session_state["corpus_view"] = "Search A → B"
     at.session_state["corpus_a"] = "the"
     at.session_state["corpus_b"] = "the"

@@ -8,7 +8,7 @@ import time
 
 import streamlit as st
 
-from app import display, widgets
+from app import display, resources, widgets
 from models import loading
 from models.corpus import analysis, engine, readers
 from models.corpus.statistics import STATISTICS
@@ -46,7 +46,8 @@ def corpus_picker() -> readers.Corpus:
 
 
 def results_folder(loaded, corpus: readers.Corpus, max_tokens: int):
-    name = figures._slug(loaded.spec.short_name, corpus.name, len(corpus.documents), max_tokens)
+    name = figures._slug(loaded.spec.short_name, corpus.name, len(corpus.documents), max_tokens,
+                         *([] if loaded.dtype == "float32" else [loaded.dtype]))
     return loading.cache_dir() / "corpus" / name
 
 
@@ -150,9 +151,39 @@ def embedding_tab(summary, loaded, corpus) -> None:
         embedding = _remember("corpus_qk", (info.model, corpus.name, layer, head, method, count), lambda: (
             analysis.query_key_embedding(loaded, corpus.documents, layer, head, count, min(info.max_tokens, 128),
                                          method)))
-        display.show(figures.embedding_figure(embedding, info.model, colour), "corpus_qk")
+        figure = figures.embedding_figure(embedding, info.model, colour)
     except ValueError as error:
         widgets.show_error(error)
+        return
+    st.altair_chart(figure.chart, on_select="rerun", key="corpus_qk_pick", width="content")
+    st.caption(figure.caption + " Click a point to open its document's map below.")
+    display.offer(figure, "corpus_qk")
+    document_map(loaded, corpus, embedding, layer, head, min(info.max_tokens, 128))
+
+
+def document_map(loaded, corpus, embedding, layer: int, head: int, max_tokens: int) -> None:
+    """The attention map of head ``layer.head`` on one embedded document: the one whose point was clicked (the
+    previous run's selection), or picked from the list; the clicked query (or key) position is named."""
+    from models.inputs import TextInput
+    from viz.figures.attention import HeadOptions
+
+    documents = list(dict.fromkeys(embedding.doc_id))
+    points = ((st.session_state.get("corpus_qk_pick") or {}).get("selection", {}).get("pick")) or []
+    clicked = next((p for p in points if p.get("document") in documents), None)
+    if clicked is not None and st.session_state.get("corpus_qk_clicked") != clicked:
+        st.session_state["corpus_qk_clicked"] = clicked
+        st.session_state["corpus_qk_doc"] = clicked["document"]
+    chosen = st.selectbox("Document's map", documents, key="corpus_qk_doc",
+                          help="a click on a point in the embedding opens its document here")
+    text = next(d.text for d in corpus.documents if d.doc_id == chosen)
+    result = resources.run(loaded, TextInput(text, max_tokens))
+    if clicked is not None and clicked["document"] == chosen:
+        position = int(clicked["position"])
+        st.caption(f"Clicked: the {widgets.plain(clicked['kind'])} at position {position} "
+                   f"({widgets.plain(result.tokens[position]) if position < len(result.tokens) else '?'}): its row "
+                   "(query) or column (key) in the map below.")
+    if (head_figure := widgets.figure_or_none("head", result, HeadOptions("", layer, head))) is not None:
+        display.show(head_figure, "corpus_doc_map")
 
 
 def search_tab(loaded, corpus, max_tokens: int) -> None:

@@ -59,9 +59,12 @@ with attention_tab:
 
 if lens_tab.open is not False:
     with lens_tab:
+        n, kept = len(result.tokens), getattr(result, "residual_start", 0)
         st.caption("The logit lens: the residual stream after each layer, put through the model's own final norm "
-                   "and unembedding, as if the model stopped there. Read from the run above, no second forward.")
-        n = len(result.tokens)
+                   "and unembedding, as if the model stopped there. " + (
+                       f"This long run kept the stream of its last {n - kept} positions only (memory): a window that "
+                       f"starts before position {kept} re-runs the model up to its end first." if kept else
+                       "Read from the run above, no second forward."))
         left, right = st.columns(2)
         count = left.select_slider("Positions shown", LENS_COUNTS, value=16, key="gpt_lens_count")
         if st.session_state.get("gpt_lens_last", n - 1) > n - 1:  # a link made for a longer text

@@ -9,6 +9,7 @@ it runs for a window of at most ``MAX_POSITIONS`` positions, the ones a person r
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,10 +78,22 @@ def logit_lens(loaded, result: RunResult, options) -> Lens:
     residual = getattr(result, "residual", None)
     if residual is None:
         raise ValueError("this run kept no residual stream: the logit lens reads a language model's prompt run")
-    positions = window(residual.shape[1], options.last, options.positions)
+    start = getattr(result, "residual_start", 0)
+    positions = window(start + residual.shape[1], options.last, options.positions)
+    if positions.start >= start:  # kept by the run: no second forward
+        stream, kept = residual, range(positions.start - start, positions.stop - start)
+    else:  # a long prompt's run kept only its last positions: re-run the model up to this window's end
+        from models import causal_lm
+
+        if len(result.token_ids) != start + residual.shape[1]:
+            raise ValueError("this run kept the residual stream of its last positions only, and not the token ids "
+                             "to re-read the others: choose a window ending at the last position")
+        stream = causal_lm.residual_window(loaded, list(result.token_ids), positions.start, positions.stop)
+        kept = range(0, len(positions))
     norm, unembed = final_norm_and_unembedding(loaded.model)
-    return lens_of_stream(residual, positions, norm, unembed, next(unembed.parameters()), loaded.tokenizer,
-                          result.model.short_name, result.input_name, tuple(result.tokens))
+    found = lens_of_stream(stream, kept, norm, unembed, next(unembed.parameters()), loaded.tokenizer,
+                           result.model.short_name, result.input_name, tuple(result.tokens))
+    return dataclasses.replace(found, positions=tuple(positions))
 
 
 def lens_of_stream(residual: np.ndarray, positions: range, norm, unembed, parameter, tokenizer, model: str,

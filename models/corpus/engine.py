@@ -10,6 +10,7 @@ the batches in flight and a re-run skips every document already written.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -54,7 +55,8 @@ def run_info(loaded, corpus: Corpus, max_tokens: int) -> RunInfo:
         moe_layers = len(sites)
         config = loaded.model.config
         experts = int(getattr(config, "num_local_experts", 0) or getattr(config, "num_experts", 0) or 0)
-    return RunInfo(loaded.spec.key, corpus.name, max_tokens, layers, heads, corpus.licence, experts, moe_layers)
+    return RunInfo(loaded.spec.key, corpus.name, max_tokens, layers, heads, corpus.licence, experts, moe_layers,
+                   str(getattr(loaded, "dtype", "float32")))
 
 
 def rows_for(runner: StatisticsRunner, documents: list[Document]) -> list[dict]:
@@ -155,7 +157,9 @@ def _ray_batches(pending: list[Document], loaded, max_tokens: int, batch_documen
     ray.data.DataContext.get_current().enable_progress_bars = False
     gpus = 1 if str(loaded.device).startswith("cuda") else 0
     items = [{"doc_id": d.doc_id, "text": d.text, "source": d.source} for d in pending]
-    dataset = ray.data.from_items(items, override_num_blocks=max(1, len(items) // batch_documents))
+    # every actor gets work: with 24 documents in blocks of 16 there was one block, and one actor did it all
+    batch_documents = max(1, min(batch_documents, math.ceil(len(items) / actors)))
+    dataset = ray.data.from_items(items, override_num_blocks=max(1, math.ceil(len(items) / batch_documents)))
     out = dataset.map_batches(CorpusActor, batch_size=batch_documents, compute=ActorPoolStrategy(size=actors),
                               num_gpus=gpus, num_cpus=1, batch_format="numpy",
                               fn_constructor_kwargs={"spec": loaded.spec, "device": str(loaded.device),

@@ -32,9 +32,10 @@ class RunInfo:
     licence: str = ""
     experts: int = 0  # MoE models: experts per layer
     moe_layers: int = 0
+    dtype: str = "float32"  # the precision the model ran in (bfloat16 statistics differ from float32 by ~1e-2)
 
     def key(self) -> tuple:
-        return (self.model, self.corpus, self.max_tokens, self.layers, self.heads)
+        return (self.model, self.corpus, self.max_tokens, self.layers, self.heads, self.dtype)
 
 
 def _schema():
@@ -78,8 +79,9 @@ class ResultStore:
             existing = RunInfo(**json.loads(meta.read_text()))
             if existing.key() != info.key():
                 raise ValueError(f"{self.folder} holds results of {existing.model} on {existing.corpus} "
-                                 f"({existing.max_tokens} tokens); choose another results folder for {info.model} on "
-                                 f"{info.corpus} ({info.max_tokens} tokens), or delete it")
+                                 f"({existing.max_tokens} tokens, {existing.dtype}); choose another results folder "
+                                 f"for {info.model} on {info.corpus} ({info.max_tokens} tokens, {info.dtype}), or "
+                                 "delete it")
         else:
             temporary = meta.with_suffix(".tmp")
             temporary.write_text(json.dumps(asdict(info), indent=1))

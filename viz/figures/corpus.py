@@ -89,12 +89,15 @@ def embedding_figure(embedding: Embedding, model: str, colour: str = "position")
     encodings = {"position": alt.Color("position:Q", scale=alt.Scale(scheme="viridis")),
                  "token": alt.Color("token:N", legend=None), "document": alt.Color("document:N", legend=None),
                  "kind": alt.Color("kind:N", scale=alt.Scale(domain=["query", "key"], range=["#4c78a8", "#f58518"]))}
+    # a click selects the point's document (the page opens that document's map; "pick" is the selection's name)
+    pick = alt.selection_point(name="pick", fields=["document", "position", "kind"], on="click", clear=False,
+                              nearest=True)
     chart = alt.Chart(frame).mark_point(filled=True, size=28, opacity=0.7).encode(
         x=alt.X("x:Q", title=f"{embedding.method.upper()} 1"), y=alt.Y("y:Q", title=f"{embedding.method.upper()} 2"),
         color=encodings[colour], shape=alt.Shape("kind:N", scale=alt.Scale(domain=["query", "key"],
                                                                           range=["circle", "cross"])),
         tooltip=["kind", "token", "context", "document", "position"],
-    ).properties(width=620, height=460, autosize=PAD).interactive()
+    ).add_params(pick).properties(width=620, height=460, autosize=PAD).interactive()
     return Figure(_slug("corpus", model, "qk", f"l{embedding.layer}", f"h{embedding.head}", colour), chart=chart,
                   table=frame, arrays=lambda: {"points": embedding.points},
                   metadata={"model": model, "layer": str(embedding.layer), "head": str(embedding.head),
