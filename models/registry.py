@@ -8,8 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-FAMILIES = ("causal_lm", "encoder", "translation", "vit", "swin", "moe", "speech", "mixer")
-FAMILIES += ("detr",)  # DETR object detection (issue 21)
+FAMILIES = ("causal_lm", "encoder", "translation", "vit", "swin", "moe", "speech", "mixer", "detr")
 SOURCES = ("hub", "package", "mini", "local")
 
 
@@ -145,7 +144,7 @@ _SPECS: list[ModelSpec] = [
     # --- DETR (transformers) -------------------------------------------------------------------------------------
     ModelSpec("detr", "mini DETR shapes", "mini", "detr_shapes", "this project's licence",
               "this project's generated scenes of 1–3 coloured shapes with their boxes (models/minis/detr_shapes)",
-              "6 classes; 64 px input, ResNet stride 8 → 8 × 8 image tokens, 2 encoder + 3 decoder layers, 10 object "
+              "6 classes; 64 px input, ResNet stride 8 → 8 × 8 image tokens, 2 encoder + 3 decoder layers, 8 object "
               "queries; measured box AP in sample_data/detr_shapes/card.md."),
     ModelSpec("detr", "detr-resnet-50", "hub", "facebook/detr-resnet-50", "Apache-2.0",
               "COCO 2017 detection, 91 classes (Carion et al. 2020)",
