@@ -98,6 +98,27 @@ def test_scenes_know_their_boxes():
     np.testing.assert_allclose(data.to_cxcywh([[0, 0, 32, 16]]), [[0.25, 0.125, 0.5, 0.25]])
 
 
+def test_symmetries_move_each_box_with_its_pixels():
+    """Each of the 8 symmetries of the training pool: the pixels inside a moved box are the original box's pixels
+    moved the same way (checked by an independent numpy route: np.rot90 / np.flip), and the pool draws valid scenes."""
+    rng = np.random.default_rng(5)
+    scene = data.make_scene(rng, clutter=1.0, count=3)
+    moves = {0: lambda a: a, 1: lambda a: np.flip(a, 1), 2: lambda a: np.flip(a, 0), 3: lambda a: np.rot90(a, 2),
+             4: lambda a: np.swapaxes(a, 0, 1), 5: lambda a: np.rot90(a, -1), 6: lambda a: np.rot90(a, 1),
+             7: lambda a: np.rot90(np.swapaxes(a, 0, 1), 2)}
+    for k, move in moves.items():
+        moved = data.dihedral(scene, k)
+        np.testing.assert_array_equal(moved.image, move(scene.image), err_msg=f"symmetry {k}")
+        for box, new_box in zip(scene.boxes.astype(int), moved.boxes.astype(int)):
+            x0, y0, x1, y1 = box
+            X0, Y0, X1, Y1 = new_box
+            np.testing.assert_array_equal(moved.image[Y0:Y1, X0:X1], move(scene.image[y0:y1, x0:x1]))
+        np.testing.assert_array_equal(moved.labels, scene.labels)
+    pool = data.ScenePool(rng, 6, clutter=0.0)
+    drawn = pool.draw(rng, 4, clutter=1.0, fresh=2)
+    assert len(drawn) == 4 and all(s.image.shape == (64, 64, 3) and len(s.boxes) == len(s.labels) for s in drawn)
+
+
 def test_box_ap_against_hand_counted_cases():
     truth = [(np.array([[0, 0, 10, 10], [20, 20, 30, 30]], float), np.array([0, 0]))]
     perfect = [(truth[0][0], np.array([0.9, 0.8]), np.array([0, 0]))]

@@ -23,20 +23,23 @@ def _font(size: int):
 def draw_boxes(picture: Image.Image, boxes: np.ndarray, captions: list[str], labels: list[int],
                scale: float = 1.0) -> Image.Image:
     """A copy of ``picture`` with each box (x0, y0, x1, y1 in pixels of the unscaled crop, times ``scale``) outlined
-    in its class's colour and captioned above (inside the picture when the box touches its top)."""
+    in its class's colour over a thin dark edge (legible on any background) and captioned above (inside the picture
+    when the box touches its top; moved left when it would run past the right edge)."""
     picture = picture.convert("RGB").copy()
     draw = ImageDraw.Draw(picture)
     font = _font(max(11, round(picture.height / 26)))
-    line = max(2, round(picture.height / 200))
+    line = max(2, round(picture.height / 100))
     for box, caption, label in zip(np.asarray(boxes, dtype=np.float64).reshape(-1, 4), captions, labels):
         x0, y0, x1, y1 = (float(v) * scale for v in box)
         x0, x1 = sorted((max(0.0, min(x0, picture.width - 1)), max(0.0, min(x1, picture.width - 1))))
         y0, y1 = sorted((max(0.0, min(y0, picture.height - 1)), max(0.0, min(y1, picture.height - 1))))
         colour = class_colour(label)
+        draw.rectangle([x0 - 1, y0 - 1, x1 + 1, y1 + 1], outline=(20, 20, 20), width=line + 2)
         draw.rectangle([x0, y0, x1, y1], outline=colour, width=line)
         left, top, right, bottom = draw.textbbox((0, 0), caption, font=font)
-        height = bottom - top + 4
+        width, height = right - left + 6, bottom - top + 4
+        x_text = max(0.0, min(x0, picture.width - width))
         y_text = y0 - height if y0 - height >= 0 else y0 + line
-        draw.rectangle([x0, y_text, x0 + right - left + 6, y_text + height], fill=colour)
-        draw.text((x0 + 3, y_text + 2 - top), caption, fill=(255, 255, 255), font=font)
+        draw.rectangle([x_text, y_text, x_text + width, y_text + height], fill=colour)
+        draw.text((x_text + 3, y_text + 2 - top), caption, fill=(255, 255, 255), font=font)
     return picture

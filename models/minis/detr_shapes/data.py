@@ -97,3 +97,33 @@ def to_cxcywh(boxes: np.ndarray) -> np.ndarray:
     boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 4) / IMAGE_SIZE
     return np.stack([(boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2,
                      boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]], axis=1)
+
+
+def dihedral(scene: Scene, k: int) -> Scene:
+    """One of the square's 8 symmetries (``k`` in 0..7: bit 0 flips left–right, bit 1 top–bottom, bit 2 swaps x and
+    y) applied to the image and its boxes exactly. Every class keeps its name: outline and colour survive a flip."""
+    image, boxes = scene.image, scene.boxes.copy()
+    if k & 4:
+        image = image.transpose(1, 0, 2)
+        boxes = boxes[:, [1, 0, 3, 2]]
+    if k & 1:
+        image = image[:, ::-1]
+        boxes[:, [0, 2]] = IMAGE_SIZE - boxes[:, [2, 0]]
+    if k & 2:
+        image = image[::-1]
+        boxes[:, [1, 3]] = IMAGE_SIZE - boxes[:, [3, 1]]
+    return Scene(np.ascontiguousarray(image), scene.labels, boxes)
+
+
+class ScenePool:
+    """Training scenes for many cheap steps: ``size`` generated scenes, of which ``fresh`` are replaced by new ones at
+    each draw (at the caller's current photo-background share), each drawn through a random symmetry."""
+
+    def __init__(self, rng: np.random.Generator, size: int, clutter: float):
+        self.scenes = [make_scene(rng, clutter) for _ in range(size)]
+
+    def draw(self, rng: np.random.Generator, count: int, clutter: float, fresh: int) -> list[Scene]:
+        for slot in rng.choice(len(self.scenes), size=fresh, replace=False):
+            self.scenes[slot] = make_scene(rng, clutter)
+        picked = rng.choice(len(self.scenes), size=count, replace=False)
+        return [dihedral(self.scenes[i], int(rng.integers(8))) for i in picked]
