@@ -6,8 +6,8 @@ scaled down so it trains on one CPU thread in about an hour: a small ResNet back
 width 64 with 4 heads, and 8 object queries. Trained with DETR's own loss (Hungarian matching; class, L1 and GIoU
 box terms; auxiliary losses after every decoder layer), on batches drawn from a pool of generated scenes that is
 renewed a little every step (``data.ScenePool``, with the square's 8 exact symmetries). A checkpoint with a quick
-AP on 200 test scenes is saved every ``checkpoint_every`` steps, so a run that is cut off still leaves weights. Box AP is
-measured on 600 images from a separate random stream. Saved with ``save_pretrained`` (config.json +
+AP on 200 test scenes is saved every ``checkpoint_every`` steps, so a run that is cut off still leaves weights.
+Box AP is measured on 600 images from a separate random stream. Saved with ``save_pretrained`` (config.json +
 model.safetensors), so the app loads it through transformers with the capture attention function like any DETR.
 """
 from __future__ import annotations
@@ -175,7 +175,7 @@ def train(config: Config, out_dir: Path = OUT_DIR, log_every: int = 100, init: P
               "parameters": sum(p.numel() for p in model.parameters())}
     if earlier is not None:  # the whole training, both runs; the earlier run's own numbers kept beside
         result["runs"] = [*earlier.get("runs", [{k: earlier[k] for k in ("steps", "train_seconds", "wall_seconds",
-                                                                           "ap50") if k in earlier}]),
+                                                                           "ap50", "ap_test_images") if k in earlier}]),
                           {k: result[k] for k in ("steps", "train_seconds", "wall_seconds")}]
         for key in ("steps", "images_seen"):
             result[key] += earlier[key]
@@ -204,9 +204,11 @@ def runs_line(result: dict) -> str:
     if not runs:
         return ""
     parts = [f"run {i + 1}: {r['steps']} steps, {r['wall_seconds'] / 60:.0f} min wall clock" +
-             (f", AP@0.5 {r['ap50']:.1%} after it" if "ap50" in r else "") for i, r in enumerate(runs)]
+             (f", AP@0.5 {r['ap50']:.1%} after it" if "ap50" in r else "") +
+             (f" (on {r['ap_test_images']} test images)" if "ap_test_images" in r else "") for i, r in enumerate(runs)]
     return (f"\n  Trained in {len(runs)} runs, each bounded in wall-clock minutes on the shared machine, later ones "
-            f"starting from the earlier weights (`--init`; fresh optimiser and schedule): {'; '.join(parts)}.")
+            f"starting from the earlier weights (`--init FOLDER`, FOLDER a run's output or its `checkpoint/`; fresh "
+            f"optimiser and schedule): {'; '.join(parts)}.")
 
 
 def write_card(out_dir: Path, config: Config, result: dict) -> None:
@@ -234,7 +236,8 @@ object query's cross-attention, box and class with no download. **It detects the
   all.
 - Training: DETR's loss (Hungarian matching; class, L1 × {config.bbox_loss} and GIoU × {config.giou_loss} terms;
   auxiliary losses after every decoder layer), AdamW (lr {config.lr}, weight decay {config.weight_decay}, warm-up
-  {config.warmup_steps} steps, cosine decay, gradient norm clipped at {config.clip}), batch {config.batch_size}, {result['steps']} steps, {result['train_seconds'] / 60:.1f} CPU minutes on one thread
+  {config.warmup_steps} steps, cosine decay, gradient norm clipped at {config.clip}), batch {config.batch_size},
+  {result['steps']} steps, {result['train_seconds'] / 60:.1f} CPU minutes on one thread
   ({result['wall_seconds'] / 60:.1f} min wall clock on a machine shared with other jobs).{runs_line(result)}
 - **Measured box AP@0.5: {result['ap50']:.1%}** (AP@0.75: {result['ap75']:.1%}) on {result['test_images']} held-out
   generated images ({result['test_objects']} objects; {config.test_clutter:.0%} on photo backgrounds; separate random
@@ -242,10 +245,19 @@ object query's cross-attention, box and class with no download. **It detects the
   Only photo backgrounds: {result['ap50_photo_backgrounds']:.1%}; only plain backgrounds:
   {result['ap50_plain_backgrounds']:.1%}.
 - Reproduce: `python -m models.minis.detr_shapes.train` (seed {config.seed}; bounded by steps or wall-clock minutes,
-  so results vary with the machine's load).
+  so results vary with the machine's load; `--init FOLDER` goes on from saved weights, as the runs above did).
+  The card is rewritten from metrics.json by `python -c "from models.minis.detr_shapes import train;
+  train.rewrite_card()"`.
 - Licence: the weights are this project's (same licence as the code); the backgrounds come from CC0 / public-domain
   photos (see `sample_data/images/LICENSES`).
 """)
+
+
+def rewrite_card(out_dir: Path = OUT_DIR) -> None:
+    """The card again from the saved metrics.json (after an edit of the card's wording)."""
+    saved = json.loads((out_dir / "metrics.json").read_text())
+    config = Config(**{k: tuple(v) if isinstance(v, list) else v for k, v in saved.pop("config").items()})
+    write_card(out_dir, config, saved)
 
 
 def main() -> None:
