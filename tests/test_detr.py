@@ -162,3 +162,21 @@ def test_a_hub_style_detr_with_a_timm_backbone_loads_from_a_folder(tmp_path, mon
         BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
                    intermediate_size=8).save_pretrained(tmp_path / "bert")
         detr.load(registry.custom("detr", str(tmp_path / "bert")))
+
+
+def test_cli_draws_the_pages_generated_scene(tiny, tmp_path, monkeypatch):
+    """``--image shapes:SEED`` is the page's scene (data.page_scene): the CLI's detections equal a direct run on it."""
+    import json
+
+    from PIL import Image
+
+    from app import cli
+
+    folder, loaded, _, _ = tiny
+    monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(folder.parent))
+    assert cli.main(["--page", "detr", "--model", str(folder), "--image", "shapes:11", "--view", "detr_boxes",
+                     "--threshold", "0", "--format", "json", "--out", str(tmp_path)]) == 0
+    (written,) = tmp_path.glob("*shapes-11*.json")
+    direct = detr.run(loaded, ImageInput(Image.fromarray(data.page_scene(11).image), "shapes 11"))
+    np.testing.assert_allclose(json.loads(written.read_text())["boxes"], direct.boxes, atol=1e-4)
+    assert cli.main(["--page", "detr", "--model", str(folder), "--image", "shapes:12345", "--out", str(tmp_path)]) == 2

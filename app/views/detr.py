@@ -35,7 +35,7 @@ source = st.radio("Input", SOURCES, horizontal=True, key="detr_input")
 if source == SOURCES[0]:
     seed = int(st.number_input("Scene (random seed)", 0, 9999, 7, key="detr_seed",
                                help="1–3 of the mini DETR's shapes on a plain or photo background, with true boxes"))
-    scene = scenes.make_scene(np.random.default_rng(seed), clutter=0.5)
+    scene = scenes.page_scene(seed)
     inputs = ImageInput(Image.fromarray(scene.image), f"shapes {seed}")
     st.caption("True objects: " + ", ".join(f"{scenes.LABELS[label]} at x {box[0]:.0f}–{box[2]:.0f}, y "
                                              f"{box[1]:.0f}–{box[3]:.0f}" for label, box in

@@ -92,6 +92,16 @@ def make_scene(rng: np.random.Generator, clutter: float = 1.0, count: int | None
                  np.array(boxes, dtype=np.float32).reshape(-1, 4))
 
 
+PAGE_CLUTTER = 0.5  # the DETR page's and the CLI's scenes: half on photo backgrounds, like the test stream
+
+
+def page_scene(seed: int) -> Scene:
+    """The generated scene the DETR page and the CLI (``--image shapes:SEED``) show for ``seed``."""
+    if not 0 <= seed <= 9999:
+        raise ValueError(f"a scene's seed is between 0 and 9999, not {seed}")
+    return make_scene(np.random.default_rng(seed), clutter=PAGE_CLUTTER)
+
+
 def to_cxcywh(boxes: np.ndarray) -> np.ndarray:
     """x0, y0, x1, y1 pixels -> DETR's normalised centre x, centre y, width, height in [0, 1]."""
     boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 4) / IMAGE_SIZE
