@@ -205,7 +205,8 @@ def runs_line(result: dict) -> str:
         return ""
     parts = [f"run {i + 1}: {r['steps']} steps, {r['wall_seconds'] / 60:.0f} min wall clock" +
              (f", AP@0.5 {r['ap50']:.1%} after it" if "ap50" in r else "") +
-             (f" (on {r['ap_test_images']} test images)" if "ap_test_images" in r else "") for i, r in enumerate(runs)]
+             (f" (on {r['ap_test_images']} test images)" if "ap_test_images" in r else "") +
+             (f"; {r['note']}" if "note" in r else "") for i, r in enumerate(runs)]
     return (f"\n  Trained in {len(runs)} runs, each bounded in wall-clock minutes on the shared machine, later ones "
             f"starting from the earlier weights (`--init FOLDER`, FOLDER a run's output or its `checkpoint/`; fresh "
             f"optimiser and schedule): {'; '.join(parts)}.")
