@@ -212,6 +212,17 @@ def runs_line(result: dict) -> str:
             f"optimiser and schedule): {'; '.join(parts)}.")
 
 
+def duplicates_line(result: dict) -> str:
+    """DETR learns to silence duplicate queries late: how many queries pass 50 % per true object, when measured."""
+    per_object = result.get("queries_above_half_per_object")
+    if per_object is None:
+        return ""
+    return (f"\n- **Duplicates:** on the same test images {per_object:.2f} queries per true object score ≥ 50 % (1.00 "
+            "would be one query per object): most objects are found by two or three queries with similar boxes. The "
+            "one-to-one matching removes duplicates only with more training than this CPU hour gave, so the page "
+            "shows them; AP counts them as false positives.")
+
+
 def write_card(out_dir: Path, config: Config, result: dict) -> None:
     per_class = ", ".join(f"{name} {ap:.0%}" for name, ap in result["ap50_per_class"].items())
     grid = config.img_size // 2 ** (len(config.hidden_sizes) + 1)
@@ -244,7 +255,7 @@ object query's cross-attention, box and class with no download. **It detects the
   generated images ({result['test_objects']} objects; {config.test_clutter:.0%} on photo backgrounds; separate random
   stream, seed {config.test_seed}); all-point interpolated AP per class, averaged. Per class at 0.5: {per_class}.
   Only photo backgrounds: {result['ap50_photo_backgrounds']:.1%}; only plain backgrounds:
-  {result['ap50_plain_backgrounds']:.1%}.
+  {result['ap50_plain_backgrounds']:.1%}.{duplicates_line(result)}
 - Reproduce: `python -m models.minis.detr_shapes.train` (seed {config.seed}; bounded by steps or wall-clock minutes,
   so results vary with the machine's load; `--init FOLDER` goes on from saved weights, as the runs above did).
   The card is rewritten from metrics.json by `python -c "from models.minis.detr_shapes import train;
