@@ -43,6 +43,7 @@ PAGES = (
     Page("mechanics", "How attention works", ":material/calculate:"),
     Page("corpus", "Corpus statistics", ":material/library_books:"),
     Page("mixer", "MLP-Mixer", ":material/blender:", "mixer", "cat"),
+    Page("detr", "Object detection (DETR)", ":material/center_focus_strong:", "detr", "cat"),
 )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-FAMILIES = ("causal_lm", "encoder", "translation", "vit", "swin", "moe", "speech", "mixer")
+FAMILIES = ("causal_lm", "encoder", "translation", "vit", "swin", "moe", "speech", "mixer", "detr")
 SOURCES = ("hub", "package", "mini", "local")
 
 
@@ -141,6 +141,15 @@ _SPECS: list[ModelSpec] = [
     ModelSpec("mixer", "mixer_b16_224", "hub", "mixer_b16_224", "Apache-2.0",
               "ImageNet-21k, fine-tuned on ImageNet-1k (Tolstikhin et al. 2021)",
               "Mixer-B/16: 12 blocks, 14 × 14 = 196 patches, token MLP 196 → 384 → 196.", library="timm"),
+    # --- DETR (transformers) -------------------------------------------------------------------------------------
+    ModelSpec("detr", "mini DETR shapes", "mini", "detr_shapes", "this project's licence",
+              "this project's generated scenes of 1–3 coloured shapes with their boxes (models/minis/detr_shapes)",
+              "6 classes; 64 px input, ResNet stride 8 → 8 × 8 image tokens, 2 encoder + 3 decoder layers, 8 object "
+              "queries; measured box AP in sample_data/detr_shapes/card.md."),
+    ModelSpec("detr", "detr-resnet-50", "hub", "facebook/detr-resnet-50", "Apache-2.0",
+              "COCO 2017 detection, 91 classes (Carion et al. 2020)",
+              "DETR-R50: 6 + 6 layers, 8 heads, 100 object queries; run here at 512 × 512 px (16 × 16 image tokens). "
+              "Needs timm for its ResNet-50 backbone."),
 ]
 
 

@@ -129,3 +129,43 @@ def test_gpt_page_generate_tab_offers_the_penalty_views(patched_loader, offered,
     assert not at.exception, at.exception
     assert {"gpt_penalties", "gpt_length_penalty"} <= set(offered)
     assert "step-2" in offered["gpt_penalties"].stem
+
+
+def test_generation_settings_round_trip_through_a_link(patched_loader, offered, fresh_caches):
+    """The generation form's settings, the fact that it was generated and the step shown go into the URL; a fresh
+    session opened from that URL generates the same continuation with the same settings, with no click."""
+    from streamlit.testing.v1 import AppTest
+
+    from app.sections import generation
+    from tests.conftest import ROOT
+
+    chosen = {"gpt_gen_strategy": "beam search", "gpt_gen_max_new": 4, "gpt_gen_beams": 3,
+              "gpt_gen_repetition": 1.5, "gpt_gen_temperature": 0.6, "gpt_gen_top_k": 7, "gpt_gen_top_p": 0.85,
+              "gpt_gen_seed": 11, "gpt_gen_presence": 0.4, "gpt_gen_frequency": -0.3, "gpt_gen_length": 2.5}
+    at = AppTest.from_file(str(ROOT / "app" / "views" / "gpt.py"), default_timeout=180)
+    at.query_params.update({"gpt_text": "abcabcab", "gpt_tab": "Generate and step through"})
+    at.run()
+    for key, value in chosen.items():
+        widget = at.selectbox(key=key) if key.endswith("strategy") else at.number_input(key=key)
+        widget.set_value(value)
+    at.button[0].click().run()  # the form's Generate button
+    assert not at.exception, at.exception
+    at.slider(key="gpt_step").set_value(3).run()
+    first = at.text[0].value
+    assert first.startswith("abcabcab"), first  # the prompt and its continuation
+    link = {name: at.query_params[name] for name in at.query_params}
+    assert all(link[key] == str(value) for key, value in chosen.items()), link
+    assert link["gpt_generated"] == "True" and link["gpt_step"] == "3"
+    expected = generation.settings(chosen)
+    assert (expected.strategy, expected.num_beams, expected.presence_penalty, expected.length_penalty) == \
+        ("beam search", 3, 0.4, 2.5)
+
+    again = AppTest.from_file(str(ROOT / "app" / "views" / "gpt.py"), default_timeout=180)
+    again.query_params.update(link)
+    again.run()  # no click: the link says it was generated
+    assert not again.exception, again.exception
+    assert generation.settings(again.session_state) == expected
+    assert again.text[0].value == first
+    assert again.slider(key="gpt_step").value == 3
+    assert all(again.number_input(key=key).value == value for key, value in chosen.items() if key != "gpt_gen_strategy")
+    assert again.selectbox(key="gpt_gen_strategy").value == "beam search"

@@ -14,11 +14,12 @@ KEYS = ["gpt_pen_step", "gpt_pen_presence", "gpt_pen_frequency", "gpt_pen_repeti
 
 
 def form_inputs() -> tuple[float, float, float]:
-    """Inside the generation form: presence and frequency penalties (0 = off) and beam search's length penalty."""
+    """Inside the generation form: presence and frequency penalties (0 = off) and beam search's length penalty
+    (keyed, so they go into the URL with the rest of the form: app/sections/generation.py)."""
     cols = st.columns(4)
-    presence = cols[0].number_input("Presence penalty (0 = off)", -2.0, 2.0, 0.0, 0.1)
-    frequency = cols[1].number_input("Frequency penalty (0 = off)", -2.0, 2.0, 0.0, 0.1)
-    length = cols[2].number_input("Length penalty α (beam search)", -2.0, 5.0, 1.0, 0.5)
+    presence = cols[0].number_input("Presence penalty (0 = off)", -2.0, 2.0, 0.0, 0.1, key="gpt_gen_presence")
+    frequency = cols[1].number_input("Frequency penalty (0 = off)", -2.0, 2.0, 0.0, 0.1, key="gpt_gen_frequency")
+    length = cols[2].number_input("Length penalty α (beam search)", -2.0, 5.0, 1.0, 0.5, key="gpt_gen_length")
     return float(presence), float(frequency), float(length)
 
 

@@ -7,8 +7,7 @@ from app.sections import knockout as knockout_section
 from app.sections import patching as patching_section
 from app.sections import faithfulness as faithfulness_section
 from app.sections import decoding_penalties
-from models import limits
-from models.causal_lm import STRATEGIES, GenerationSettings
+from app.sections import generation
 from models.inputs import TextInput
 from viz.figures.attention import StepOptions
 from viz.figures.ablation import AblationOptions
@@ -25,10 +24,11 @@ PRESETS = {
 
 SHARED = ["model_causal_lm", "max_tokens", "gpt_text", "gpt_layer", "gpt_head", "gpt_statistic", "gpt_tab",
           "gpt_lens_count", "gpt_lens_last", "gpt_ablation_target", "gpt_ablation_mode", "gpt_patch_corrupt",
-          "gpt_patch_clean_answer", "gpt_patch_corrupted_answer"] + knockout_section.KEYS + compare_section.KEYS
+          "gpt_patch_clean_answer", "gpt_patch_corrupted_answer"] + knockout_section.KEYS + compare_section.KEYS + \
+    generation.KEYS
 LENS_COUNTS = [8, 16, 32, 64]
 url_state.restore(SHARED, {"max_tokens": int, "gpt_layer": int, "gpt_lens_count": int, "gpt_lens_last": int,
-                           **knockout_section.COERCE, **compare_section.COERCE})
+                           **knockout_section.COERCE, **compare_section.COERCE, **generation.COERCE})
 
 st.title("Causal self-attention in a language model")
 spec = widgets.model_picker("causal_lm")
@@ -115,35 +115,19 @@ if faithfulness_tab.open:  # every explanation of the next token and its deletio
         url_state.publish(SHARED)
 
 with generate_tab:
-    with st.form("generation"):
-        cols = st.columns(4)
-        strategy = cols[0].selectbox("Decoding", STRATEGIES)
-        max_new = cols[1].number_input("Max new tokens", 1, limits.MAX_NEW_TOKENS, 20)
-        beams = cols[2].number_input("Beams (beam search)", 2, 8, 4)
-        penalty = cols[3].number_input("Repetition penalty", 0.5, 3.0, 1.0, 0.1)
-        cols = st.columns(4)
-        temperature = cols[0].number_input("Temperature (sampling)", 0.05, 3.0, 0.8, 0.05)
-        top_k = cols[1].number_input("Top-k (sampling, 0 = off)", 0, 1000, 50)
-        top_p = cols[2].number_input("Top-p (sampling)", 0.05, 1.0, 0.95, 0.05)
-        seed = cols[3].number_input("Seed", 0, 2**31 - 1, 0)
-        presence, frequency, length = decoding_penalties.form_inputs()
-        submitted = st.form_submit_button("Generate", type="primary")
-    if submitted:
-        st.session_state["gpt_generation"] = GenerationSettings(
-            int(max_new), strategy, int(beams), float(temperature), int(top_k), float(top_p), float(penalty),
-            int(seed), presence, frequency, length)
-    if st.session_state.get("gpt_generation") is None:
+    if (settings := generation.form()) is None:
         st.info("Choose the decoding settings and press Generate.")
         st.stop()
     with st.spinner("Generating…"):
-        generated = widgets.run_or_stop(loaded, inputs, st.session_state["gpt_generation"])
+        generated = widgets.run_or_stop(loaded, inputs, settings)
     widgets.show_notices(generated)
     st.text(prompt + generated.generated_text)  # plain text: never markup
     if not generated.generation:
         st.info("Nothing was generated (the model ended the text at once).")
         st.stop()
-    step = st.slider("Generated token", 1, len(generated.generation), 1, key="gpt_step")
+    step = generation.step_slider(len(generated.generation))
     layer, head = attention_view.layer_head_picker(generated.maps("self"), key="gpt_gen")
+    url_state.publish(SHARED)
     if (figure := widgets.figure_or_none("generation_step", generated, StepOptions(layer, head, step))) is not None:
         for column, chart in zip(st.columns([3, 2]), figure.charts):  # where it looked, wider than its candidates
             with column:

@@ -1,0 +1,84 @@
+"""Object detection (DETR, Carion et al. 2020): every object query's decoder cross-attention over the image, drawn
+with the box and class that query predicts — the paper's Fig. 6 — on generated shapes, the sample photos or yours."""
+import numpy as np
+import streamlit as st
+from PIL import Image
+
+from app import display, image_input, resources, url_state, widgets
+from models.inputs import ImageInput
+from models.minis.detr_shapes import data as scenes
+from viz.figures.detr import BoxesOptions, QueriesOptions, QueryOptions
+from viz.figures.vit import HEAD_AVERAGE
+
+SOURCES = ("Generated shapes", "Photo or your image")
+SHARED = ["model_detr", "detr_input", "detr_seed", *image_input.shared_keys("detr"), "detr_layer", "detr_head",
+          "detr_threshold", "detr_view", "detr_query"]
+url_state.restore(SHARED, {"detr_seed": url_state.within(0, 9999), "detr_layer": url_state.within(0, 1000),
+                           "detr_threshold": url_state.within(0.0, 1.0, float), "detr_query": int})
+
+st.title("Object detection with a Transformer decoder (DETR)")
+spec = widgets.model_picker("detr")
+widgets.model_card(spec)
+loaded = widgets.load_or_stop(spec)
+card, metrics = resources.mini_card(spec)
+if metrics is not None:
+    st.caption(f"Measured on {metrics['test_images']:,} held-out generated images ({metrics['test_objects']:,} "
+               f"objects): box AP@0.5 **{metrics['ap50']:.1%}**, AP@0.75 {metrics['ap75']:.1%}.")
+    with st.expander("Model card"):
+        st.markdown(card)
+st.markdown("A CNN turns the image into a grid of features; the encoder mixes them; a fixed set of learned **object "
+            "queries** goes through the decoder, each attending to the image tokens (cross-attention) and to the "
+            "other queries, and each comes out as one class (or *no object*) and one box. Below, every query that "
+            "found something, with its cross-attention over the image: what it looked at to place its box.")
+
+source = st.radio("Input", SOURCES, horizontal=True, key="detr_input")
+if source == SOURCES[0]:
+    seed = int(st.number_input("Scene (random seed)", 0, 9999, 7, key="detr_seed",
+                               help="1–3 of the mini DETR's shapes on a plain or photo background, with true boxes"))
+    scene = scenes.page_scene(seed)
+    inputs = ImageInput(Image.fromarray(scene.image), f"shapes {seed}")
+    st.caption("True objects: " + ", ".join(f"{scenes.LABELS[label]} at x {box[0]:.0f}–{box[2]:.0f}, y "
+                                             f"{box[1]:.0f}–{box[3]:.0f}" for label, box in
+                                             zip(scene.labels, scene.boxes)) + " (pixels of the 64 px image).")
+else:
+    inputs = image_input.image_picker("detr")
+    if inputs is None:
+        st.stop()
+result = widgets.run_or_stop(loaded, inputs)
+cross = result.maps("cross")
+for state_key, limit in (("detr_layer", cross.num_layers), ("detr_query", len(result.scores))):
+    if st.session_state.get(state_key, 0) >= limit:  # another model with fewer layers or queries was picked
+        del st.session_state[state_key]
+
+c1, c2, c3 = st.columns(3)
+layer = c1.slider("Decoder layer", 0, cross.num_layers - 1, cross.num_layers - 1, key="detr_layer")
+head_options = [HEAD_AVERAGE] + [f"head {h}" for h in range(cross.num_heads)]
+if st.session_state.get("detr_head") not in head_options:
+    st.session_state.pop("detr_head", None)
+head_choice = c2.selectbox("Head", head_options, key="detr_head")
+head = None if head_choice == HEAD_AVERAGE else head_options.index(head_choice) - 1
+threshold = c3.slider("Score threshold", 0.0, 1.0, 0.5, 0.05, key="detr_threshold",
+                      help="A query counts as a detection when its best class is at least this probable")
+grid = result.image.patch_grid
+st.caption(f"{grid[0]} × {grid[1]} = {grid[0] * grid[1]} image tokens ({result.image.patch_size[0]} px apart), "
+           f"{len(result.scores)} object queries, {cross.num_layers} decoder layers × {cross.num_heads} heads. "
+           f"Forward pass with capture: {result.forward_seconds * 1000:.0f} ms on {result.model.device}.")
+
+queries_tab, query_tab, boxes_tab = st.tabs(["Queries and their attention", "One query, head by head",
+                                             "All detections"], key="detr_view", on_change="rerun")
+with queries_tab:
+    if (figure := widgets.figure_or_none("detr_queries", result, QueriesOptions(
+            layer=layer, head=head, threshold=threshold))) is not None:
+        display.show(figure, "detr_queries")
+with query_tab:
+    order = [int(q) for q in np.argsort(-result.scores, kind="stable")]
+    query = st.selectbox("Query (most confident first)", order, key="detr_query",
+                         format_func=lambda q: f"query {q}: {result.label_names[result.labels[q]]} "
+                                               f"{result.scores[q]:.0%}")
+    if (figure := widgets.figure_or_none("detr_query", result, QueryOptions(query=query, layer=layer))) is not None:
+        display.show(figure, "detr_query")
+with boxes_tab:
+    if (figure := widgets.figure_or_none("detr_boxes", result, BoxesOptions(threshold))) is not None:
+        display.show(figure, "detr_boxes")
+        st.dataframe(figure.table(), hide_index=True)
+url_state.publish(SHARED)
