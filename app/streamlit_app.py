@@ -13,6 +13,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from app import server_cpu  # noqa: E402
+
+server_cpu.quiet_openmp()  # before anything imports PyTorch
+
 import streamlit as st  # noqa: E402
 from starlette.middleware import Middleware  # noqa: E402
 
