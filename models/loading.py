@@ -392,9 +392,13 @@ def timm_name(spec: ModelSpec) -> str:
 
 
 def create_timm(spec: ModelSpec, name: str, unknown_name: str = "", **kwargs) -> torch.nn.Module:
-    """``timm.create_model(name, pretrained=True, **kwargs)`` with the library's errors said for a user."""
+    """``timm.create_model(name, pretrained=True, **kwargs)`` with the library's errors said for a user; a model too
+    large for the memory free is refused with its size first (timm builds it in float32 on the CPU)."""
     import timm
 
+    from models import memory_fit
+
+    memory_fit.check(spec.id, memory_fit.timm_parameter_count(name, **kwargs), "cpu", torch.float32)
     with library_errors(spec, unknown_name):
         return timm.create_model(name, pretrained=True, **kwargs)
 
