@@ -66,13 +66,16 @@ def describe_device(device: str) -> str:
         return f"{name}: {(total - free) / 2**30:.1f} of {total / 2**30:.1f} GiB in use"
     if device == "mps":
         return f"Apple GPU (MPS): {torch.mps.current_allocated_memory() / 2**30:.1f} GiB allocated"
+    from models import memory_fit  # the free memory the "does not fit" message gives: one number on the page
+
     try:
-        pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
-        free_pages = os.sysconf("SC_AVPHYS_PAGES")
-        return f"CPU, {torch.get_num_threads()} threads: {free_pages * page_size / 2**30:.1f} of " \
-               f"{pages * page_size / 2**30:.1f} GiB free"
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        free = memory_fit.free_bytes("cpu")
     except (ValueError, OSError):
+        total = free = None
+    if total is None or free is None:
         return f"CPU, {torch.get_num_threads()} threads"
+    return f"CPU, {torch.get_num_threads()} threads: {max(free, 0) / 2**30:.1f} of {total / 2**30:.1f} GiB free"
 
 
 def spans_gpus(device: str) -> bool:
