@@ -7,6 +7,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # Streamlit puts only app/ on the path
     sys.path.insert(0, str(ROOT))
 
+from app import server_cpu  # noqa: E402
+
+server_cpu.quiet_openmp()  # under a plain `streamlit run app/main.py` too, before PyTorch is imported
+
 import streamlit as st  # noqa: E402
 
 from app import run_log, warmup  # noqa: E402

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from app import run_log, warmup
+from app import run_log, server_cpu, warmup
 from models import families
 from models.loading import LoadedModel
 from models.registry import ModelSpec
@@ -68,6 +68,7 @@ def load(spec: ModelSpec, device: str, dtype: str) -> LoadedModel:
                 slot["model"] = _with_progress(spec, lambda progress: families.load(spec, device, dtype, progress))
             run_log.model_loaded(f"{spec.key} {device} {dtype}", preloaded is not None,
                                  time.perf_counter() - started)
+            server_cpu.freeze_heap()  # the model (and what its load imported) stays: the per-run collection skips it
         return slot["model"]
 
 

@@ -2,8 +2,8 @@
 
 An ASGI ``st.App`` serving app/main.py (the script each browser session runs), with a lifespan hook that starts the
 warm-up (app/warmup.py): PyTorch, transformers and the default model load while the first browser is still
-fetching the page, instead of after it connects; and a guard (app/http_guard.py) that answers paths the page could
-never decode with a message.
+fetching the page, instead of after it connects; and guards (app/http_guard.py) that answer paths the page could
+never decode with a message and cap the uploads one session holds.
 """
 import sys
 from contextlib import asynccontextmanager
@@ -12,6 +12,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from app import server_cpu  # noqa: E402
+
+server_cpu.quiet_openmp()  # before anything imports PyTorch
 
 import streamlit as st  # noqa: E402
 from starlette.middleware import Middleware  # noqa: E402
@@ -25,4 +29,5 @@ async def lifespan(_app):
     yield
 
 
-streamlit_app = st.App("main.py", lifespan=lifespan, middleware=[Middleware(http_guard.RefuseUndecodablePaths)])
+streamlit_app = st.App("main.py", lifespan=lifespan, middleware=[Middleware(http_guard.RefuseUndecodablePaths),
+                                                                 Middleware(http_guard.CapUploadsPerSession)])

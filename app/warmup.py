@@ -21,6 +21,8 @@ import threading
 from concurrent.futures import Future
 from typing import Callable
 
+from app import server_cpu
+
 _log = logging.getLogger(__name__)
 
 
@@ -102,6 +104,7 @@ class WarmUp:
         future: Future | None = None
         try:
             self._import_modules()
+            server_cpu.freeze_heap()  # the imports live as long as the server: later full collections skip them
             key = self._pick_key()
             future = Future()
             with self._lock:  # registered before sessions are let in, so none of them starts a second load

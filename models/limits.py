@@ -12,7 +12,8 @@ bounded. What each limit bounds:
   megapixels = 576 MB of RGBA), larger photos are downscaled to ``MAX_IMAGE_SIDE`` on decode;
 - uploads: Streamlit refuses files above ``server.maxUploadSize`` MB in the browser; ``MAX_UPLOAD_BYTES`` is the same
   number (read from ``STREAMLIT_SERVER_MAX_UPLOAD_SIZE`` or the project's .streamlit/config.toml), checked again
-  server-side for bytes that did not come through the uploader.
+  server-side for bytes that did not come through the uploader; ``MAX_UPLOAD_BYTES_PER_SESSION`` and
+  ``MAX_UPLOADS_PER_SESSION`` bound what one session holds (Streamlit keeps each upload until the session ends).
 
 A bad value in the environment stops the app at start with a message naming the variable, not at the first request.
 """
@@ -58,10 +59,14 @@ MAX_NEW_TOKENS = _setting("ATTN_EXPLORER_MAX_NEW_TOKENS", 256, 1)  # generation 
 MAX_IMAGE_PIXELS = _setting("ATTN_EXPLORER_MAX_IMAGE_PIXELS", 64_000_000, 1_000_000)  # width × height, from the header
 MAX_IMAGE_SIDE = _setting("ATTN_EXPLORER_MAX_IMAGE_SIDE", 2048, 224)  # longer side after decoding (downscaled)
 MAX_UPLOAD_BYTES = _upload_megabytes() * 2**20  # = server.maxUploadSize
+# Streamlit keeps every file PUT into a session in memory until the session ends (app/http_guard.py caps it)
+MAX_UPLOAD_BYTES_PER_SESSION = _setting("ATTN_EXPLORER_MAX_UPLOAD_MB_PER_SESSION", 100, 1) * 2**20
+MAX_UPLOADS_PER_SESSION = _setting("ATTN_EXPLORER_MAX_UPLOADS_PER_SESSION", 10_000, 1)
 
 
 def summary() -> dict[str, int]:
     """Every limit by name, for the docs and the tests."""
     return {"MAX_TOKENS": MAX_TOKENS, "DEFAULT_TOKENS": DEFAULT_TOKENS, "MAX_CHARACTERS": MAX_CHARACTERS,
             "MAX_NEW_TOKENS": MAX_NEW_TOKENS, "MAX_IMAGE_PIXELS": MAX_IMAGE_PIXELS, "MAX_IMAGE_SIDE": MAX_IMAGE_SIDE,
-            "MAX_UPLOAD_BYTES": MAX_UPLOAD_BYTES}
+            "MAX_UPLOAD_BYTES": MAX_UPLOAD_BYTES, "MAX_UPLOAD_BYTES_PER_SESSION": MAX_UPLOAD_BYTES_PER_SESSION,
+            "MAX_UPLOADS_PER_SESSION": MAX_UPLOADS_PER_SESSION}

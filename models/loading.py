@@ -66,13 +66,16 @@ def describe_device(device: str) -> str:
         return f"{name}: {(total - free) / 2**30:.1f} of {total / 2**30:.1f} GiB in use"
     if device == "mps":
         return f"Apple GPU (MPS): {torch.mps.current_allocated_memory() / 2**30:.1f} GiB allocated"
+    from models import memory_fit  # the free memory the "does not fit" message gives: one number on the page
+
     try:
-        pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
-        free_pages = os.sysconf("SC_AVPHYS_PAGES")
-        return f"CPU, {torch.get_num_threads()} threads: {free_pages * page_size / 2**30:.1f} of " \
-               f"{pages * page_size / 2**30:.1f} GiB free"
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        free = memory_fit.free_bytes("cpu")
     except (ValueError, OSError):
+        total = free = None
+    if total is None or free is None:
         return f"CPU, {torch.get_num_threads()} threads"
+    return f"CPU, {torch.get_num_threads()} threads: {max(free, 0) / 2**30:.1f} of {total / 2**30:.1f} GiB free"
 
 
 def spans_gpus(device: str) -> bool:
@@ -392,9 +395,13 @@ def timm_name(spec: ModelSpec) -> str:
 
 
 def create_timm(spec: ModelSpec, name: str, unknown_name: str = "", **kwargs) -> torch.nn.Module:
-    """``timm.create_model(name, pretrained=True, **kwargs)`` with the library's errors said for a user."""
+    """``timm.create_model(name, pretrained=True, **kwargs)`` with the library's errors said for a user; a model too
+    large for the memory free is refused with its size first (timm builds it in float32 on the CPU)."""
     import timm
 
+    from models import memory_fit
+
+    memory_fit.check(spec.id, memory_fit.timm_parameter_count(name, **kwargs), "cpu", torch.float32)
     with library_errors(spec, unknown_name):
         return timm.create_model(name, pretrained=True, **kwargs)
 

@@ -57,6 +57,22 @@ def parameter_count(model_class, config, source: str | Path) -> int | None:
         return None
 
 
+def timm_parameter_count(name: str, **kwargs) -> int | None:
+    """How many parameters ``timm.create_model(name, **kwargs)`` would have, before any weight is read: a
+    ``local-dir:`` folder's safetensors headers, else the architecture built on the meta device (a hub id reads only
+    its small config); None when it cannot be told (the load itself then says what is wrong)."""
+    if name.startswith("local-dir:") and (count := _safetensors_parameters(Path(name[len("local-dir:"):]))):
+        return count
+    try:
+        import timm
+
+        with torch.device("meta"):
+            model = timm.create_model(name, pretrained=False, **kwargs)
+        return sum(parameter.numel() for parameter in model.parameters())
+    except Exception:
+        return None
+
+
 def _cgroup_free() -> int | None:
     """Bytes this process's cgroup may still use (containers), None without a limit."""
     for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
