@@ -28,18 +28,10 @@ from pathlib import Path
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page, sync_playwright
 
-# (name used in file names, URL path). The first page is the default one, served at the root URL.
-PAGES = [
-    ("gpt", "/"),
-    ("encoder", "/encoder"),
-    ("translation", "/translation"),
-    ("vit", "/vit"),
-    ("swin", "/swin"),
-    ("moe", "/moe"),
-    ("positional", "/positional"),
-    ("mechanics", "/mechanics"),
-    ("speech", "/speech"),
-]
+from app import catalog
+
+# (name used in file names, URL path), every page of the catalog. The first page is the default one, at the root URL.
+PAGES = [(page.name, "/" if index == 0 else f"/{page.name}") for index, page in enumerate(catalog.PAGES)]
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
