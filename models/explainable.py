@@ -17,7 +17,8 @@ from typing import Callable
 from models.analysis import faithfulness as faithfulness_analysis
 from models.analysis.attribution import Explainable
 
-ADAPTERS = {"vit": "models.vit_explain", "causal_lm": "models.text_explain"}
+ADAPTERS = {"vit": "models.vit_explain", "causal_lm": "models.text_explain", "encoder": "models.encoder_explain",
+            "translation": "models.translation_explain"}
 _progress: contextvars.ContextVar[Callable[[str, float], None] | None] = contextvars.ContextVar("progress",
                                                                                                 default=None)
 

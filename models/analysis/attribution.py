@@ -65,6 +65,7 @@ class LayerRecord:
 
     attention: torch.Tensor | None = None
     residual: torch.Tensor | None = None
+    kind: str = "self"  # "self" (one sequence); in an encoder–decoder "encoder", "decoder" (self) or "cross"
     values_from: Callable[[], torch.Tensor] | None = None
     _values: torch.Tensor | None = None
 
@@ -96,6 +97,26 @@ class Explainable:
     replacement: str  # what replaces a removed unit, in words (the page and the JSON say it)
     batch_size: int = 64  # perturbed inputs per forward in the curves
     notes: tuple[str, ...] = ()
+    methods: tuple[str, ...] = tuple(METHODS)  # the methods that apply to this family
+    # (B, C) from ``logits`` -> (B,): the score explained (default: the target's logit) and what the curves read
+    # (default: the target's softmax probability); a family whose target is no class (a sentence embedding) sets both
+    score_of: Callable[[torch.Tensor], torch.Tensor] | None = None
+    probability_of: Callable[[torch.Tensor], torch.Tensor] | None = None
+    target_kind: str = "class"  # what the target is, in words (the page and the JSON say it)
+
+    def score(self, outputs: torch.Tensor) -> torch.Tensor:
+        return outputs[:, self.target] if self.score_of is None else self.score_of(outputs)
+
+    def probability(self, outputs: torch.Tensor) -> torch.Tensor:
+        if self.probability_of is None:
+            return outputs.float().softmax(-1)[:, self.target]
+        return self.probability_of(outputs).float()
+
+    def is_top(self, outputs: torch.Tensor) -> torch.Tensor:
+        """Whether the target is still the prediction (B,) bool: the top class, or a probability above ½."""
+        if self.probability_of is None:
+            return outputs.argmax(-1) == self.target
+        return self.probability(outputs) > 0.5
 
 
 @dataclass(frozen=True)
@@ -154,6 +175,39 @@ def gradient_rollout(attentions: list[torch.Tensor], gradients: list[torch.Tenso
     return result
 
 
+def _residual_normalised(relevance: torch.Tensor) -> torch.Tensor:
+    """Chefer et al. 2021b eq. 9–10: ``R̄ = R̂ + I`` with ``R̂ = R − I`` divided by its row sums (rows of zeros stay
+    zero)."""
+    eye = torch.eye(relevance.shape[0], dtype=relevance.dtype, device=relevance.device)
+    hat = relevance - eye
+    return hat / hat.sum(-1, keepdim=True).where(hat.sum(-1, keepdim=True).abs() > 1e-12, torch.ones(())) + eye
+
+
+def encoder_decoder_rollout(encoder: list[torch.Tensor], decoder: list[torch.Tensor], cross: list[torch.Tensor],
+                            gradients: dict[str, list[torch.Tensor]] | None = None) -> torch.Tensor:
+    """Chefer et al. 2021b's rules for an encoder–decoder: the relevance ``R^{qs}`` (T, S) of each decoder position
+    (query) for each source token. Encoder self-attention (S, S) each: ``R^{ss} ← R^{ss} + Ā R^{ss}`` from I (eq. 6);
+    per decoder layer, self-attention (T, T): ``R^{qq} ← R^{qq} + Ā R^{qq}``, ``R^{qs} ← R^{qs} + Ā R^{qs}`` (eq. 7–8),
+    then cross-attention (T, S): ``R^{qs} ← R^{qs} + (R̄^{qq})ᵀ Ā R̄^{ss}`` (eq. 11; ``R^{qq}`` is unchanged since
+    the source never attends to the output). ``Ā = E_h[(∇A ⊙ A)⁺]``; ``gradients`` None stands for all ones (then it
+    is rollout's propagation rule, which is the app's "rollout" for encoder–decoders)."""
+    def fused(attention: torch.Tensor, kind: str, index: int) -> torch.Tensor:
+        weighted = attention.float() if gradients is None else gradients[kind][index].float() * attention.float()
+        return weighted.clamp(min=0).mean(0)
+
+    sources, outputs = cross[0].shape[-1], cross[0].shape[-2]
+    r_ss = torch.eye(sources)
+    for index, attention in enumerate(encoder):
+        r_ss = r_ss + fused(attention, "encoder", index) @ r_ss
+    r_qq, r_qs = torch.eye(outputs), torch.zeros(outputs, sources)
+    normalised_ss = _residual_normalised(r_ss)
+    for index, (self_attention, cross_attention) in enumerate(zip(decoder, cross)):
+        a_qq = fused(self_attention, "decoder", index)
+        r_qq, r_qs = r_qq + a_qq @ r_qq, r_qs + a_qq @ r_qs
+        r_qs = r_qs + _residual_normalised(r_qq).T @ fused(cross_attention, "cross", index) @ normalised_ss
+    return r_qs
+
+
 def grad_cam(attention: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
     """attention, gradient (H, N, N) of the last layer -> (N, N) ``ReLU(Σ_h w_h A^h)`` with ``w_h`` the mean gradient
     of head h (Chefer et al. 2021a's Grad-CAM baseline for ViT; the sum is their mean over heads × H)."""
@@ -174,11 +228,11 @@ def _integrated_gradients(ex: Explainable, steps: int) -> tuple[np.ndarray, floa
     from captum.attr import IntegratedGradients
 
     def forward(embeddings):
-        return ex.logits(embeddings)
+        return ex.score(ex.logits(embeddings))
 
     with torch.enable_grad():
         found, delta = IntegratedGradients(forward).attribute(
-            ex.embeddings, baselines=ex.baseline, target=ex.target, n_steps=steps,
+            ex.embeddings, baselines=ex.baseline, n_steps=steps,
             internal_batch_size=min(steps, ex.batch_size), return_convergence_delta=True)
     per_position = found[0].detach().float().sum(-1)  # (N,)
     return per_position[list(ex.units)].cpu().numpy(), float(delta.abs().max())
@@ -189,9 +243,12 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
     """Every method in ``methods`` for ``ex``'s target: one forward (+ one backward when a gradient method is asked
     for), then IG. ``layer``: raw attention's layer (negative: from the end)."""
     methods = check_methods(methods)
+    unsupported = [m for m in methods if m not in ex.methods]
+    if unsupported:
+        raise ValueError(f"{', '.join(unsupported)} is not available for this model (it offers "
+                         f"{', '.join(ex.methods)})")
     if not 2 <= ig_steps <= 256:
         raise ValueError(f"integrated gradients takes 2 to 256 steps, not {ig_steps}")
-    units = list(ex.units)
     scores: dict[str, np.ndarray] = {}
     seconds: dict[str, float] = {}
     needs_grad = any(m in GRADIENT_METHODS for m in methods)
@@ -201,13 +258,17 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
         embeddings = ex.embeddings.detach().clone().requires_grad_(needs_grad)
         with ex.record() as layers:
             logits = ex.logits(embeddings)
-        score = logits[0, ex.target]
-        probability = float(logits[0].detach().float().softmax(-1)[ex.target])
+        score = ex.score(logits)[0]
+        probability = float(ex.probability(logits.detach())[0])
         attentions = [record.attention for record in layers]
         gradients = None
         if needs_grad:
-            found = torch.autograd.grad(score, [embeddings, *attentions], allow_unused=True)
-            embedding_grad, gradients = found[0], list(found[1:])
+            # an attention that does not depend on the input (an encoder–decoder's first decoder self-attention,
+            # teacher-forced) has no gradient: None, read as zeros
+            moving = [a for a in attentions if a.requires_grad]
+            found = iter(torch.autograd.grad(score, [embeddings, *moving], allow_unused=True))
+            embedding_grad = next(found)
+            gradients = [next(found) if a.requires_grad else None for a in attentions]
     pass_seconds = time.perf_counter() - started
     with torch.no_grad():
         detached = [a[0].detach().float() for a in attentions]  # (H, N, N) each
@@ -220,18 +281,12 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
                 scores[name] = compute().float().cpu().numpy().astype(np.float32)
                 seconds[name] = time.perf_counter() - began + pass_seconds
 
-        timed("raw_attention", lambda: detached[layer].mean(0)[ex.query, units])
-        timed("rollout", lambda: rollout.attention_rollout(detached)[ex.query, units])
-        timed("value_norms", lambda: value_norm_row(detached[-1], layers[-1].values[0].detach().float(),
-                                                    ex.query)[units])
-        timed("alti", lambda: _rolled([alti_matrix(a, r.values[0].detach().float(), r.residual[0].detach().float())
-                                       for a, r in zip(detached, layers)])[ex.query, units])
-        if needs_grad:
-            grads = [g[0].float() if g is not None else torch.zeros_like(a) for g, a in zip(gradients, detached)]
-            timed("gradient_rollout", lambda: gradient_rollout(detached, grads)[ex.query, units])
-            timed("grad_cam", lambda: grad_cam(detached[-1], grads[-1])[ex.query, units])
-            timed("input_x_gradient", lambda: (embeddings[0].detach().float() * embedding_grad[0].float()).sum(-1)[
-                units])
+        if any(record.kind == "cross" for record in layers):
+            _encoder_decoder_methods(ex, layers, detached, gradients, embeddings, embedding_grad if needs_grad
+                                     else None, layer, timed)
+        else:
+            _self_attention_methods(ex, layers, detached, gradients, embeddings, embedding_grad if needs_grad
+                                    else None, layer, timed)
     del layers, attentions, gradients
     delta = difference = None
     if "integrated_gradients" in methods:
@@ -240,7 +295,47 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
         scores["integrated_gradients"], delta = _integrated_gradients(ex, ig_steps)
         seconds["integrated_gradients"] = time.perf_counter() - began
         with torch.no_grad():
-            difference = float(score.detach()) - float(ex.logits(ex.baseline)[0, ex.target])
+            difference = float(score.detach()) - float(ex.score(ex.logits(ex.baseline))[0])
     progress("explanations done", 1.0)
     ordered = {m: scores[m] for m in methods}
     return Explanations(ordered, seconds, float(score.detach()), probability, delta, difference)
+
+
+def _self_attention_methods(ex, layers, detached, gradients, embeddings, embedding_grad, layer, timed) -> None:
+    units = list(ex.units)
+    timed("raw_attention", lambda: detached[layer].mean(0)[ex.query, units])
+    timed("rollout", lambda: rollout.attention_rollout(detached)[ex.query, units])
+    timed("value_norms", lambda: value_norm_row(detached[-1], layers[-1].values[0].detach().float(),
+                                                ex.query)[units])
+    timed("alti", lambda: _rolled([alti_matrix(a, r.values[0].detach().float(), r.residual[0].detach().float())
+                                   for a, r in zip(detached, layers)])[ex.query, units])
+    if gradients is not None:
+        grads = [g[0].float() if g is not None else torch.zeros_like(a) for g, a in zip(gradients, detached)]
+        timed("gradient_rollout", lambda: gradient_rollout(detached, grads)[ex.query, units])
+        timed("grad_cam", lambda: grad_cam(detached[-1], grads[-1])[ex.query, units])
+        timed("input_x_gradient", lambda: (embeddings[0].detach().float() * embedding_grad[0].float()).sum(-1)[
+            units])
+
+
+def _encoder_decoder_methods(ex, layers, detached, gradients, embeddings, embedding_grad, layer, timed) -> None:
+    """The same methods on an encoder–decoder: units are source tokens, ``ex.query`` the decoder position whose
+    prediction is the target; attention maps are read from the cross-attention, rollouts follow Chefer's rules."""
+    units = list(ex.units)
+    kinds = [record.kind for record in layers]
+    by_kind = {kind: [a for a, k in zip(detached, kinds) if k == kind] for kind in ("encoder", "decoder", "cross")}
+    cross_records = [record for record in layers if record.kind == "cross"]
+    if layer < -len(by_kind["cross"]) or layer >= len(by_kind["cross"]):
+        raise ValueError(f"layer {layer} does not exist: the decoder has layers 0..{len(by_kind['cross']) - 1}")
+    timed("raw_attention", lambda: by_kind["cross"][layer].mean(0)[ex.query, units])
+    timed("rollout", lambda: encoder_decoder_rollout(by_kind["encoder"], by_kind["decoder"], by_kind["cross"])[
+        ex.query, units])
+    timed("value_norms", lambda: value_norm_row(by_kind["cross"][-1], cross_records[-1].values[0].detach().float(),
+                                                ex.query)[units])
+    if gradients is not None:
+        grads = [g[0].float() if g is not None else torch.zeros_like(a) for g, a in zip(gradients, detached)]
+        grads_by_kind = {kind: [g for g, k in zip(grads, kinds) if k == kind] for kind in by_kind}
+        timed("gradient_rollout", lambda: encoder_decoder_rollout(by_kind["encoder"], by_kind["decoder"],
+                                                                  by_kind["cross"], grads_by_kind)[ex.query, units])
+        timed("grad_cam", lambda: grad_cam(by_kind["cross"][-1], grads_by_kind["cross"][-1])[ex.query, units])
+        timed("input_x_gradient", lambda: (embeddings[0].detach().float() * embedding_grad[0].float()).sum(-1)[
+            units])

@@ -144,8 +144,8 @@ def target_outcomes(ex: Explainable, removed: torch.Tensor,
             full[:, units] = chunk
             batch = torch.where(full.unsqueeze(-1), ex.baseline, ex.embeddings)  # (b, N, D)
             logits = ex.logits(batch).float()
-            probabilities.append(logits.softmax(-1)[:, ex.target].cpu())
-            correct.append((logits.argmax(-1) == ex.target).cpu())
+            probabilities.append(ex.probability(logits).cpu())
+            correct.append(ex.is_top(logits).cpu())
             progress(min(start + ex.batch_size, len(removed)))
     return torch.cat(probabilities).numpy(), torch.cat(correct).numpy()
 
@@ -177,11 +177,12 @@ def measure(ex: Explainable, explanations: attribution.Explanations, steps: int 
     return dict(zip(orders, curves[:len(orders)])), curves[len(orders):]
 
 
-def faithfulness(ex: Explainable, model: str, input_name: str, methods=tuple(attribution.METHODS), steps: int = 20,
+def faithfulness(ex: Explainable, model: str, input_name: str, methods=None, steps: int = 20,
                  seeds: int = 5, ig_steps: int = 32, progress: Callable[[str, float], None] = lambda s, f: None,
                  result=None) -> Faithfulness:
     """Every method's explanation of ``ex`` and its curves: the page's table, the CLI's JSON."""
     started = time.perf_counter()
+    methods = ex.methods if methods is None else methods
     explanations = attribution.explain(ex, methods, ig_steps, progress=lambda step, f: progress(step, 0.4 * f))
     curves, random = measure(ex, explanations, steps, seeds, lambda step, f: progress(step, 0.4 + 0.6 * f))
     return Faithfulness(model, input_name, ex.target, ex.target_name, explanations.probability, ex.replacement,
