@@ -49,4 +49,4 @@ def run(loaded: LoadedModel, inputs: TextInput, options: None = None) -> TextRes
 
 FAMILY = Family("encoder", "bidirectional encoder (BERT family)", TextInput, load, run, TextResult,
                 views=("head", "head_zoom", "grid", "head_statistics", "focus",
-                       "special_tokens", "faithfulness", "explanations"))
+                       "special_tokens", "faithfulness", "explanations", "token_attribution"))

@@ -64,3 +64,13 @@ def localisation(loaded, result, options):
     """The localisation view's analysis: the pointing game and IoU on held-out generated shapes (the mini ViT)."""
     return adapter(loaded).localisation(loaded, options.images, options.seed, ig_steps=options.ig_steps,
                                         progress=report)
+
+
+def attribution(loaded, result, options):
+    """The token attribution view's analysis: one method's map (``options.method``) for ``options.target`` /
+    ``options.token`` on a text family, with the adapter it was computed on (for its unit names and target)."""
+    from models.analysis import attribution as attribution_analysis
+
+    ex = explainable(loaded, result, options.token or options.target, options.replacement)
+    found = attribution_analysis.explain(ex, (options.method,), options.ig_steps, progress=report)
+    return ex, found, loaded.spec.key

@@ -133,4 +133,5 @@ def from_result(loaded, result, target, replacement: str = "mean", batch_size: i
     tokens = tuple(text.display_token(tokenizer.decode([i])) for i in ids)
     return Explainable(embeddings, baseline, tuple(range(len(ids))), len(ids) - 1, int(target),
                        text.display_token(tokenizer.decode([int(target)])), logits, lambda: recording(model),
-                       tokens, REPLACEMENTS[replacement], batch_size)
+                       tokens, REPLACEMENTS[replacement], batch_size,
+                       target_kind="a vocabulary token, read at the last position")

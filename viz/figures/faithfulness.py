@@ -153,8 +153,8 @@ def explanations(found: Faithfulness, options: FaithfulnessOptions) -> Figure:
         scores = {m: np.asarray(s, dtype=np.float32) for m, s in found.explanations.scores.items()}
         return Figure(
             _stem(found, "explanations", options), chart=token_chart(found),
-            caption=f"Every method's relevance of each prompt token for {found.target_name!r} at the last position, "
-                    "each row scaled to its own range.",
+            caption=f"Every method's relevance of each input token for {found.target_name!r} "
+                    f"({found.target_kind}), each row scaled to its own range.",
             table=lambda: pd.DataFrame(scores, index=pd.Index(found.unit_names, name="token")),
             payload={**_settings(found), "tokens": list(found.unit_names), "maps": scores,
                      "methods": {m: METHODS[m] for m in scores}},
