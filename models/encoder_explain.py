@@ -71,7 +71,7 @@ def from_result(loaded, result, target, replacement: str = "mean", batch_size: i
     def probability_of(pooled):
         return torch.nn.functional.cosine_similarity(pooled, direction[None], dim=-1).clamp(min=0)
 
-    tokens = tuple(text.display_token(t) for t in result.tokens)
+    tokens = tuple(text.display_token(result.tokens[i]) for i in units)  # one name per unit
     note = ("Target: the sentence embedding (mean of the last layer's tokens, as all-MiniLM-L6-v2 is pooled), not a "
             "[MASK] fill: the packaged encoder has no masked-LM head. Explained: its length along the reference "
             "embedding; the curves read the cosine similarity (below 0 counts as 0).")

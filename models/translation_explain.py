@@ -75,6 +75,7 @@ def from_result(loaded, result, target, replacement: str = "mean", batch_size: i
     target_id = int(output.output_ids[position])
     name = f"{output.output_tokens[position]} (output position {position})"
     return Explainable(embeddings, baseline, units, position, target_id, name, logits,
-                       lambda: recording(seq2seq_sites(model)), tuple(output.source_tokens),
+                       lambda: recording(seq2seq_sites(model)),
+                       tuple(output.source_tokens[i] for i in units),
                        REPLACEMENTS[replacement], batch_size, methods=ENCODER_DECODER_METHODS,
                        target_kind="an output token, teacher-forced")

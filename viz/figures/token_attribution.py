@@ -30,7 +30,7 @@ class TokenAttributionOptions:
 def token_attribution(found, options: TokenAttributionOptions) -> Figure:
     ex, explained, model = found
     scores = np.asarray(explained.scores[options.method], dtype=np.float32)
-    names = [ex.unit_names[i] for i in ex.units]
+    names = list(ex.unit_names)  # one per unit
     frame = pd.DataFrame({"position": list(ex.units), "token": [f"{i}: {t}" for i, t in zip(ex.units, names)],
                           "score": scores.astype(np.float64)})
     chart = alt.Chart(frame).mark_bar().encode(
