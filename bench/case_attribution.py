@@ -253,25 +253,44 @@ def text_case(explainables, out: Path, steps: int, seeds: int, ig_steps: int) ->
             print(f"  {index + 1} items, {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
 
 
-def prompts(count: int, out: Path, steps: int, seeds: int, ig_steps: int) -> None:
+def prompts(count: int, out: Path, steps: int, seeds: int, ig_steps: int, start: int = 0) -> None:
     from models import explainable, families, registry
     from models.inputs import TextInput
 
     loaded = families.load(registry.default("causal_lm"))
 
     def items():
-        for index, prompt in enumerate(python_doc_prompts(count)):
+        for prompt in python_doc_prompts(count)[start:]:
             result = families.run(loaded, TextInput(prompt, 64))
             yield prompt, explainable.explainable(loaded, result, None)
     text_case(items(), out, steps, seeds, ig_steps)
 
 
-def summary(path: Path) -> dict:
+def sentences(count: int, out: Path, steps: int, seeds: int, ig_steps: int, start: int = 0) -> None:
+    """The mini Transformer en→fr on held-out grammar sentences (the card's test stream: seed 2, no English sentence
+    of the 60k training pairs), greedy; the target is the middle output token (not </s>), teacher-forced."""
+    from models import explainable, families, registry, translation_explain
+    from models.inputs import TextInput
+    from models.minis.translation import grammar
+
+    loaded = families.load(next(s for s in registry.specs("translation") if s.id == "translation/transformer"))
+    _, test = grammar.held_out_split(1, 2, 60_000, count, 40)
+
+    def items():
+        for pair in test[start:]:
+            result = families.run(loaded, TextInput(pair.english, 128))
+            choices = translation_explain.output_choices(result)
+            yield pair.english, explainable.explainable(loaded, result, choices[len(choices) // 2][0])
+    text_case(items(), out, steps, seeds, ig_steps)
+
+
+def summary(*paths: Path) -> dict:
     """Mean, sd and standard error of each method's AUCs over the items of a ``prompts`` / ``sentences`` run; random:
     the mean of each item's random orders."""
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    found = [json.loads(line) for one in paths for line in one.read_text().splitlines() if line.strip()]
+    rows = list({row["item"]: row for row in found}.values())  # an item run by two processes counts once
     if not rows:
-        raise ValueError(f"{path} has no items yet")
+        raise ValueError(f"{', '.join(map(str, paths))} has no items yet")
     collected: dict[str, list] = {}
     for row in rows:
         for method, aucs in row["methods"].items():
@@ -283,7 +302,7 @@ def summary(path: Path) -> dict:
         table[method] = {curve: {"mean": float(array[:, i].mean()), "sd": float(array[:, i].std()),
                                  "se": float(array[:, i].std() / np.sqrt(len(array)))}
                          for i, curve in enumerate(("deletion_auc", "insertion_auc"))}
-    return {"items": len(rows), "seconds": rows[-1]["elapsed_s"], "methods": table,
+    return {"items": len(rows), "seconds": max(r["elapsed_s"] for r in found), "methods": table,
             "beats_random_deletion": {m: float(np.mean([r["methods"][m][0] < np.mean(r["random"], 0)[0]
                                                          for r in rows if m in r["methods"]]))
                                       for m in collected if m != "random"}}
@@ -315,7 +334,9 @@ def markdown(result: dict) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.case_attribution", description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=("speed", "shapes", "prompts", "sentences", "summary"))
-    parser.add_argument("file", nargs="?", type=Path, help="summary: the JSON lines of a prompts / sentences run")
+    parser.add_argument("file", nargs="*", type=Path, help="summary: the JSON lines of prompts / sentences runs")
+    parser.add_argument("--start", type=int, default=0, help="prompts / sentences: skip the first items (to split a "
+                                                              "run over two processes)")
     parser.add_argument("--items", type=int, default=200, help="prompts / sentences: how many")
     parser.add_argument("--steps", type=int, default=20, help="prompts / sentences: curve steps")
     parser.add_argument("--seeds", type=int, default=5, help="prompts / sentences: random orders per item")
@@ -335,13 +356,14 @@ def main(argv=None) -> int:
         print(json.dumps(result[0]))
     elif args.what in ("prompts", "sentences"):
         out = args.out or Path(f"/tmp/attribution_{args.what}.jsonl")
-        (prompts if args.what == "prompts" else sentences)(args.items, out, args.steps, args.seeds, args.ig_steps)
+        (prompts if args.what == "prompts" else sentences)(args.items, out, args.steps, args.seeds, args.ig_steps,
+                                                            args.start)
         result = summary(out)
         print(json.dumps(result))
         print(summary_markdown(result))
         return 0
     elif args.what == "summary":
-        result = summary(args.file)
+        result = summary(*args.file)
         print(json.dumps(result))
         print(summary_markdown(result))
         return 0
