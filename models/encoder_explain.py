@@ -52,7 +52,8 @@ def from_result(loaded, result, target, replacement: str = "mean", batch_size: i
     table = model.get_input_embeddings()
     with torch.no_grad():
         embeddings = table(torch.tensor([ids], device=device))
-        baseline = table.weight.mean(0).expand_as(embeddings).clone()
+        baseline = embeddings.clone()  # [CLS] and [SEP] are no units: they stay in the baseline too (IG's path)
+        baseline[:, list(units)] = table.weight.mean(0)
         if target is None or not str(target).strip() or target == OWN:
             reference, target_name = _pooled(model, embeddings)[0], "the sentence's own embedding"
         else:

@@ -63,7 +63,8 @@ def from_result(loaded, result, target, replacement: str = "mean", batch_size: i
     decoder_ids = torch.tensor([[start, *output.output_ids[:-1]]], device=device)  # row t produces output_ids[t]
     with torch.no_grad():
         embeddings = table(torch.tensor([source_ids], device=device)) * scale
-        baseline = (table.weight.mean(0) * scale).expand_as(embeddings).clone()
+        baseline = embeddings.clone()  # </s> is no unit: it stays in the baseline too (IG's path)
+        baseline[:, list(units)] = table.weight.mean(0) * scale
 
     def logits(batch_embeddings):
         batch = len(batch_embeddings)
