@@ -220,3 +220,28 @@ def test_cli_attribution_and_faithfulness(tmp_path):
     assert written["method"] == "gradient_rollout" and len(written["scores"]) == len(written["tokens"])
     assert cli.main(["--page", "translation", "--model", "mini Transformer en→fr", "--text", SOURCE, "--view",
                      "attribution", "--method", "alti", "--out", str(tmp_path / "bad")]) != 0
+
+
+# --- the pages ----------------------------------------------------------------------------------------------------
+
+def test_the_encoder_and_translation_pages_show_the_section(patched_loader):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import ROOT
+
+    at = AppTest.from_file(str(ROOT / "app" / "views" / "encoder.py"), default_timeout=180)
+    at.query_params.update({"encoder_faith": "True", "enc_faith_steps": "5", "enc_faith_ig_steps": "8"})
+    at.run()
+    assert not at.exception, at.exception
+    assert any("deletion AUC (lower better)" in frame.value.columns for frame in at.dataframe)
+    assert any("masked-LM head" in caption.value for caption in at.caption)
+    at.radio(key="enc_faith_target").set_value("the embedding of another sentence").run()
+    assert not at.exception, at.exception
+    assert any("deletion AUC (lower better)" in frame.value.columns for frame in at.dataframe)
+
+    at = AppTest.from_file(str(ROOT / "app" / "views" / "translation.py"), default_timeout=180)
+    at.query_params.update({"tr_view": "Faithfulness", "tr_faith_steps": "5", "tr_faith_ig_steps": "8"})
+    at.run()
+    assert not at.exception, at.exception
+    assert any("deletion AUC (lower better)" in frame.value.columns for frame in at.dataframe)
+    assert at.selectbox(key="tr_faith_target").value == 0
