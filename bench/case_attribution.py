@@ -23,6 +23,14 @@ insertion AUC of the target's probability (0..1), Chefer et al. 2021a's positive
 (top-1 accuracy against the fraction removed, most / least relevant first, in %, fractions 0..1 in 20 steps; theirs
 are 0..0.9 in 10 steps on ImageNet), the pointing game and IoU against the generator's masks; random = one random
 order / map per image.
+
+Prompts (``prompts``): SmolLM2-135M (the packaged model) on ``--items`` prompts made offline from Python's
+documentation (``python_doc_prompts``: the first 12 words of prose sentences of ``pydoc_data.topics``, seeded order),
+the model's own next token as target, a removed token = the mean input embedding. Sentences (``sentences``): the mini
+Transformer en→fr on the card's held-out test stream (grammar seed 2, no sentence of the 60k training pairs), the
+middle output token as target, teacher-forced. Both write one JSON line per item (``--out``) with every method's
+deletion / insertion AUC and each random order's; ``summary FILE...`` gives mean, sd and standard error per method.
+The settings are flags (``--steps``, ``--seeds``, ``--ig-steps``); RESULTS.md states the ones used.
 """
 from __future__ import annotations
 
