@@ -79,4 +79,5 @@ def from_result(loaded, result, target, replacement: str = "mean", batch_size: i
     return Explainable(embeddings, baseline, units, 0, 0, f"cosine to {target_name}", logits,
                        lambda: recording(bert_sites(model)), tokens, REPLACEMENTS[replacement], batch_size,
                        notes=(note,), methods=tuple(METHODS), score_of=score_of, probability_of=probability_of,
-                       target_kind="sentence embedding (cosine similarity to a reference)")
+                       target_kind="sentence embedding (cosine similarity to a reference)",
+                       measure="cosine to the reference (≥ 0)")

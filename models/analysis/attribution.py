@@ -103,6 +103,7 @@ class Explainable:
     score_of: Callable[[torch.Tensor], torch.Tensor] | None = None
     probability_of: Callable[[torch.Tensor], torch.Tensor] | None = None
     target_kind: str = "class"  # what the target is, in words (the page and the JSON say it)
+    measure: str = "target probability"  # what the curves read, in words
 
     def score(self, outputs: torch.Tensor) -> torch.Tensor:
         return outputs[:, self.target] if self.score_of is None else self.score_of(outputs)

@@ -64,6 +64,7 @@ class Faithfulness:
     result: object = None  # the run explained (the maps are drawn on its crop / tokens)
     target_kind: str = "class"  # what the target is, in words (a class, a token, a sentence embedding)
     notes: tuple[str, ...] = ()  # the adapter's remarks (which target is used, what is not offered)
+    measure: str = "target probability"  # what the curves read, in words (a cosine for a sentence embedding)
 
     @property
     def fractions(self) -> np.ndarray:
@@ -93,7 +94,7 @@ class Faithfulness:
         random["insertion_auc"], random["insertion_auc_std"] = self.random_auc("insertion")
         random["seeds"] = len(self.random)
         return {"target": {"index": self.target, "name": self.target_name, "probability": self.probability,
-                           "kind": self.target_kind, "notes": list(self.notes)},
+                           "kind": self.target_kind, "measure": self.measure, "notes": list(self.notes)},
                 "methods": {**{m: entry(c) for m, c in self.curves.items()}, "random": random},
                 "model": self.model, "input": self.input_name, "units": self.units, "steps": self.steps,
                 "fractions": self.fractions.tolist(), "replacement": self.replacement, "auc": AUC_NOTE,
@@ -190,4 +191,4 @@ def faithfulness(ex: Explainable, model: str, input_name: str, methods=None, ste
     curves, random = measure(ex, explanations, steps, seeds, lambda step, f: progress(step, 0.4 + 0.6 * f))
     return Faithfulness(model, input_name, ex.target, ex.target_name, explanations.probability, ex.replacement,
                         len(ex.units), steps, explanations, curves, random, ex.unit_names,
-                        time.perf_counter() - started, result, ex.target_kind, ex.notes)
+                        time.perf_counter() - started, result, ex.target_kind, ex.notes, ex.measure)

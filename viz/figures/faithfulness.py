@@ -76,13 +76,14 @@ def table_frame(found: Faithfulness) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def curves_chart(frame: pd.DataFrame, curve: str, title: str, unit: str = "patches") -> alt.Chart:
+def curves_chart(frame: pd.DataFrame, curve: str, title: str, unit: str = "patches",
+                 measure: str = "target probability") -> alt.Chart:
     part = frame[frame["curve"] == curve]
     dash = alt.condition(alt.datum.method == RANDOM, alt.value([5, 4]), alt.value([1, 0]))
     return alt.Chart(part).mark_line(point=alt.OverlayMarkDef(size=14)).encode(
         x=alt.X("fraction:Q", title=f"fraction of {unit} {'removed' if curve == 'deletion' else 'revealed'}",
                 scale=alt.Scale(domain=[0, 1])),
-        y=alt.Y("probability:Q", title="target probability", scale=alt.Scale(domain=[0, 1])),
+        y=alt.Y("probability:Q", title=measure, scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("method:N", sort=list(dict.fromkeys(part["method"])),
                         legend=alt.Legend(orient="bottom", columns=2, title=None, labelLimit=150)), strokeDash=dash,
         tooltip=["method", alt.Tooltip("fraction:Q", format=".2f"), alt.Tooltip("probability:Q", format=".3f")],
@@ -99,8 +100,10 @@ def faithfulness(found: Faithfulness, options: FaithfulnessOptions) -> Figure:
     unit = "patches" if getattr(found.result, "image", None) is not None else "tokens"
     return Figure(
         _stem(found, "faithfulness", options),
-        charts=(curves_chart(frame, "deletion", "Deletion: most relevant removed first (lower is better)", unit),
-                curves_chart(frame, "insertion", "Insertion: most relevant revealed first (higher is better)", unit)),
+        charts=(curves_chart(frame, "deletion", "Deletion: most relevant removed first (lower is better)", unit,
+                             found.measure),
+                curves_chart(frame, "insertion", "Insertion: most relevant revealed first (higher is better)", unit,
+                             found.measure)),
         caption=f"Target: {found.target_name} (p = {found.probability:.3f}). A removed {unit[:-1]} is replaced by "
                 f"{found.replacement}. AUC: {AUC_NOTE}. {found.seconds:.1f} s.",
         table=lambda: table_frame(found), payload=payload,
