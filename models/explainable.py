@@ -2,7 +2,9 @@
 and run into an ``Explainable`` (models/analysis/attribution.py), and the ``f(loaded, result, options)`` functions
 the views name (docs/ARCHITECTURE.md, "Add a view").
 
-Adapters: ``vit`` (models/vit_explain.py), ``causal_lm`` (models/text_explain.py). The shared methods never know which library a family uses.
+Adapters: ``vit`` (models/vit_explain.py), ``causal_lm`` (models/text_explain.py), ``encoder``
+(models/encoder_explain.py), ``translation`` (models/translation_explain.py). The shared methods never know which
+library a family uses.
 
 Progress: ``with reporting(callback):`` around a call makes the long analyses report ``callback(step, fraction)``
 (the page draws a progress bar from it; nothing here imports Streamlit).
