@@ -139,6 +139,8 @@ def figure_for(args: argparse.Namespace, given: dict[str, str]):
     views = catalog.views(page)
     names = [v.name for v in views]
     name = args.view or names[0]
+    if name == "attribution" and name not in names and "token_attribution" in names:  # the text pages' attribution
+        name = "token_attribution"
     if name not in names:
         raise ValueError(f"the {page.name} page has no view {name!r}; choose from {', '.join(names)}")
     view = views[names.index(name)]

@@ -2,6 +2,9 @@
 
     python -m bench.case_attribution speed                 # the speed targets, JSON lines
     python -m bench.case_attribution shapes --images 500   # AUCs and the pointing game over held-out shapes
+    python -m bench.case_attribution prompts --items 200   # AUCs over prompts from pydoc_data.topics (SmolLM2)
+    python -m bench.case_attribution sentences --items 200 # AUCs over held-out grammar sentences (mini translator)
+    python -m bench.case_attribution summary FILE.jsonl    # the table of a (partial) prompts / sentences run
 
 Speed (one thread by default, paired and alternating, median of ``--repeats``):
 - ``gradient_rollout``: ViT-B/16 at 224 with random weights (timm ``vit_base_patch16_224``; speed needs no weights):
@@ -20,6 +23,14 @@ insertion AUC of the target's probability (0..1), Chefer et al. 2021a's positive
 (top-1 accuracy against the fraction removed, most / least relevant first, in %, fractions 0..1 in 20 steps; theirs
 are 0..0.9 in 10 steps on ImageNet), the pointing game and IoU against the generator's masks; random = one random
 order / map per image.
+
+Prompts (``prompts``): SmolLM2-135M (the packaged model) on ``--items`` prompts made offline from Python's
+documentation (``python_doc_prompts``: the first 12 words of prose sentences of ``pydoc_data.topics``, seeded order),
+the model's own next token as target, a removed token = the mean input embedding. Sentences (``sentences``): the mini
+Transformer en→fr on the card's held-out test stream (grammar seed 2, no sentence of the 60k training pairs), the
+middle output token as target, teacher-forced. Both write one JSON line per item (``--out``) with every method's
+deletion / insertion AUC and each random order's; ``summary FILE...`` gives mean, sd and standard error per method.
+The settings are flags (``--steps``, ``--seeds``, ``--ig-steps``); RESULTS.md states the ones used.
 """
 from __future__ import annotations
 
@@ -206,6 +217,117 @@ def shapes(images: int, ig_steps: int, seed: int, progress_every: int = 25) -> d
             "methods": {name: {k: summary(v) for k, v in collected[name].items()} for name in names}}
 
 
+def python_doc_prompts(count: int, words: int = 12, seed: int = 0) -> list[str]:
+    """``count`` prompts, offline: the first ``words`` words of prose sentences (10–40 words, no code characters) of
+    Python's documentation topics (``pydoc_data.topics``, the corpus page's "python-docs"), drawn in a seeded order."""
+    import re
+
+    from pydoc_data.topics import topics
+
+    sentences = []
+    for topic in sorted(topics):
+        for paragraph in topics[topic].split("\n\n"):
+            for sentence in re.split(r"(?<=[.!?])\s+", " ".join(paragraph.split())):
+                split = sentence.split()
+                if 10 <= len(split) <= 40 and sentence[0].isupper() and not any(c in sentence for c in
+                                                                                 "=*()[]{}<>_`|\\#:>"):
+                    sentences.append(" ".join(split[:words]))
+    unique = list(dict.fromkeys(sentences))
+    order = np.random.default_rng(seed).permutation(len(unique))
+    if count > len(unique):
+        raise ValueError(f"only {len(unique)} prompts can be made, not {count}")
+    return [unique[i] for i in order[:count]]
+
+
+def text_case(explainables, out: Path, steps: int, seeds: int, ig_steps: int) -> None:
+    """For each ``(name, Explainable)``: every method's deletion and insertion AUC and ``seeds`` random orders',
+    one JSON line per item appended to ``out`` (so a run cut short still has its items)."""
+    from models.analysis import attribution, faithfulness
+
+    started = time.perf_counter()
+    with out.open("a") as sink:
+        for index, (name, ex) in enumerate(explainables):
+            methods = tuple(m for m in attribution.METHODS if m in ex.methods)
+            found = attribution.explain(ex, methods, ig_steps)
+            curves, random = faithfulness.measure(ex, found, steps, seeds)
+            row = {"item": name, "units": len(ex.units), "target": ex.target_name,
+                   "probability": found.probability, "ig_delta": found.ig_delta,
+                   "ig_difference": found.ig_difference,
+                   "methods": {m: [c.deletion_auc, c.insertion_auc] for m, c in curves.items()},
+                   "random": [[c.deletion_auc, c.insertion_auc] for c in random],
+                   "elapsed_s": time.perf_counter() - started}
+            sink.write(json.dumps(row) + "\n")
+            sink.flush()
+            print(f"  {index + 1} items, {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+
+
+def prompts(count: int, out: Path, steps: int, seeds: int, ig_steps: int, start: int = 0) -> None:
+    from models import explainable, families, registry
+    from models.inputs import TextInput
+
+    loaded = families.load(registry.default("causal_lm"))
+
+    def items():
+        for prompt in python_doc_prompts(count)[start:]:
+            result = families.run(loaded, TextInput(prompt, 64))
+            yield prompt, explainable.explainable(loaded, result, None)
+    text_case(items(), out, steps, seeds, ig_steps)
+
+
+def sentences(count: int, out: Path, steps: int, seeds: int, ig_steps: int, start: int = 0) -> None:
+    """The mini Transformer en→fr on held-out grammar sentences (the card's test stream: seed 2, no English sentence
+    of the 60k training pairs), greedy; the target is the middle output token (not </s>), teacher-forced."""
+    from models import explainable, families, registry, translation_explain
+    from models.inputs import TextInput
+    from models.minis.translation import grammar
+
+    loaded = families.load(next(s for s in registry.specs("translation") if s.id == "translation/transformer"))
+    _, test = grammar.held_out_split(1, 2, 60_000, count, 40)
+
+    def items():
+        for pair in test[start:]:
+            result = families.run(loaded, TextInput(pair.english, 128))
+            choices = translation_explain.output_choices(result)
+            yield pair.english, explainable.explainable(loaded, result, choices[len(choices) // 2][0])
+    text_case(items(), out, steps, seeds, ig_steps)
+
+
+def summary(*paths: Path) -> dict:
+    """Mean, sd and standard error of each method's AUCs over the items of a ``prompts`` / ``sentences`` run; random:
+    the mean of each item's random orders."""
+    found = [json.loads(line) for one in paths for line in one.read_text().splitlines() if line.strip()]
+    rows = list({row["item"]: row for row in found}.values())  # an item run by two processes counts once
+    if not rows:
+        raise ValueError(f"{', '.join(map(str, paths))} has no items yet")
+    collected: dict[str, list] = {}
+    for row in rows:
+        for method, aucs in row["methods"].items():
+            collected.setdefault(method, []).append(aucs)
+        collected.setdefault("random", []).append(np.mean(row["random"], 0).tolist())
+    table = {}
+    for method, values in collected.items():
+        array = np.asarray(values, dtype=np.float64)
+        table[method] = {curve: {"mean": float(array[:, i].mean()), "sd": float(array[:, i].std()),
+                                 "se": float(array[:, i].std() / np.sqrt(len(array)))}
+                         for i, curve in enumerate(("deletion_auc", "insertion_auc"))}
+    return {"items": len(rows), "seconds": max(r["elapsed_s"] for r in found), "methods": table,
+            "beats_random_deletion": {m: float(np.mean([r["methods"][m][0] < np.mean(r["random"], 0)[0]
+                                                         for r in rows if m in r["methods"]]))
+                                      for m in collected if m != "random"}}
+
+
+def summary_markdown(result: dict) -> str:
+    lines = ["| method | deletion AUC (p) ↓ mean ± se (sd) | insertion AUC (p) ↑ mean ± se (sd) | "
+             "items where deletion beats random |", "|---|---|---|---|"]
+    for name, values in result["methods"].items():
+        cells = [f"{values[k]['mean']:.3f} ± {values[k]['se']:.3f} ({values[k]['sd']:.3f})"
+                 for k in ("deletion_auc", "insertion_auc")]
+        share = result["beats_random_deletion"].get(name)
+        cells.append("—" if share is None else f"{100 * share:.0f} %")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def markdown(result: dict) -> str:
     lines = ["| method | deletion AUC (p) ↓ | insertion AUC (p) ↑ | positive pert. AUC (top-1, %) ↓ | "
              "negative pert. AUC (top-1, %) ↑ | pointing game ↑ | IoU ↑ |", "|---|---|---|---|---|---|---|"]
@@ -219,7 +341,13 @@ def markdown(result: dict) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.case_attribution", description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("speed", "shapes"))
+    parser.add_argument("what", choices=("speed", "shapes", "prompts", "sentences", "summary"))
+    parser.add_argument("file", nargs="*", type=Path, help="summary: the JSON lines of prompts / sentences runs")
+    parser.add_argument("--start", type=int, default=0, help="prompts / sentences: skip the first items (to split a "
+                                                              "run over two processes)")
+    parser.add_argument("--items", type=int, default=200, help="prompts / sentences: how many")
+    parser.add_argument("--steps", type=int, default=20, help="prompts / sentences: curve steps")
+    parser.add_argument("--seeds", type=int, default=5, help="prompts / sentences: random orders per item")
     parser.add_argument("--images", type=int, default=500)
     parser.add_argument("--ig-steps", type=int, default=32)
     parser.add_argument("--seed", type=int, default=31337)
@@ -234,6 +362,19 @@ def main(argv=None) -> int:
     if args.what == "speed" and args.gpt:
         result = [speed_gpt()]
         print(json.dumps(result[0]))
+    elif args.what in ("prompts", "sentences"):
+        out = args.out or Path(f"/tmp/attribution_{args.what}.jsonl")
+        (prompts if args.what == "prompts" else sentences)(args.items, out, args.steps, args.seeds, args.ig_steps,
+                                                            args.start)
+        result = summary(out)
+        print(json.dumps(result))
+        print(summary_markdown(result))
+        return 0
+    elif args.what == "summary":
+        result = summary(*args.file)
+        print(json.dumps(result))
+        print(summary_markdown(result))
+        return 0
     elif args.what == "speed":
         result = speed(args.repeats)
         for row in result:

@@ -316,5 +316,6 @@ def _limit(loaded: LoadedModel, max_tokens: int) -> int:
 FAMILY = Family("causal_lm", "GPT-style causal language model", TextInput, load, run, TextResult,
                 views=("head", "head_zoom", "grid", "head_statistics", "focus", "next_token",
                        "generation_step", "lens", "ablation", "patching", "knockout", "knockout_sweep",
-                       "compare", "faithfulness", "explanations", "decoding_penalties", "length_penalty"),
+                       "compare", "faithfulness", "explanations", "decoding_penalties", "length_penalty",
+                       "token_attribution"),
                 options=GenerationSettings)

@@ -44,9 +44,9 @@ def run(loaded: LoadedModel, inputs: TextInput, options: None = None) -> TextRes
     special = tuple(i for i, token_id in enumerate(tokenized.ids) if token_id in special_ids)
     return TextResult(model=loaded.info(), tokens=tokenized.tokens, attention={"self": maps},
                       input_name=inputs.name, notices=tokenized.notices, prompt_length=len(tokenized.ids),
-                      special_positions=special)
+                      special_positions=special, token_ids=tuple(tokenized.ids))
 
 
 FAMILY = Family("encoder", "bidirectional encoder (BERT family)", TextInput, load, run, TextResult,
                 views=("head", "head_zoom", "grid", "head_statistics", "focus",
-                       "special_tokens"))
+                       "special_tokens", "faithfulness", "explanations", "token_attribution"))

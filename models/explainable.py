@@ -2,7 +2,9 @@
 and run into an ``Explainable`` (models/analysis/attribution.py), and the ``f(loaded, result, options)`` functions
 the views name (docs/ARCHITECTURE.md, "Add a view").
 
-Adapters: ``vit`` (models/vit_explain.py), ``causal_lm`` (models/text_explain.py), ``swin`` (models/swin_explain.py). The shared methods never know which library a family uses.
+Adapters: ``vit`` (models/vit_explain.py), ``causal_lm`` (models/text_explain.py), ``encoder``
+(models/encoder_explain.py), ``translation`` (models/translation_explain.py), ``swin`` (models/swin_explain.py). The
+shared methods never know which library a family uses.
 
 Progress: ``with reporting(callback):`` around a call makes the long analyses report ``callback(step, fraction)``
 (the page draws a progress bar from it; nothing here imports Streamlit).
@@ -17,7 +19,8 @@ from typing import Callable
 from models.analysis import faithfulness as faithfulness_analysis
 from models.analysis.attribution import Explainable
 
-ADAPTERS = {"vit": "models.vit_explain", "causal_lm": "models.text_explain", "swin": "models.swin_explain"}
+ADAPTERS = {"vit": "models.vit_explain", "causal_lm": "models.text_explain", "encoder": "models.encoder_explain",
+            "translation": "models.translation_explain", "swin": "models.swin_explain"}
 _progress: contextvars.ContextVar[Callable[[str, float], None] | None] = contextvars.ContextVar("progress",
                                                                                                 default=None)
 
@@ -64,3 +67,13 @@ def localisation(loaded, result, options):
     """The localisation view's analysis: the pointing game and IoU on held-out generated shapes (the mini ViT)."""
     return adapter(loaded).localisation(loaded, options.images, options.seed, ig_steps=options.ig_steps,
                                         progress=report)
+
+
+def attribution(loaded, result, options):
+    """The token attribution view's analysis: one method's map (``options.method``) for ``options.target`` /
+    ``options.token`` on a text family, with the adapter it was computed on (for its unit names and target)."""
+    from models.analysis import attribution as attribution_analysis
+
+    ex = explainable(loaded, result, options.token or options.target, options.replacement)
+    found = attribution_analysis.explain(ex, (options.method,), options.ig_steps, progress=report)
+    return ex, found, loaded.spec.key

@@ -47,6 +47,22 @@ def head_values(projection: torch.nn.Module, value: torch.Tensor) -> torch.Tenso
     return torch.einsum("bhnk,dhk->bhnd", value, per_head)
 
 
+def eager_weights(module, query, key, value, attention_mask, scaling, kwargs):
+    """``softmax(q kᵀ · scaling + mask)`` with its graph, grouped key/value heads repeated: (weights, value)."""
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
+    scores = (query @ key.transpose(-1, -2)).float() * scaling  # (B, H, q, k)
+    q_len, k_len = scores.shape[-2:]
+    if attention_mask is not None:
+        mask = attention_mask[..., -k_len:]
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.float()
+    elif q_len > 1 and kwargs.get("is_causal", getattr(module, "is_causal", True)):
+        causal = torch.ones(q_len, k_len, dtype=torch.bool, device=scores.device).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+    return scores.softmax(-1).to(query.dtype), value
+
+
 @contextmanager
 def recording(model):
     """Eager, differentiable attention for this thread's forwards inside the block; yields the list of
@@ -62,18 +78,7 @@ def recording(model):
     owner = threading.get_ident()
 
     def eager_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
-        groups = query.shape[1] // key.shape[1]
-        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
-        scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
-        scores = (query @ key.transpose(-1, -2)).float() * scaling  # (B, H, q, k)
-        q_len, k_len = scores.shape[-2:]
-        if attention_mask is not None:
-            mask = attention_mask[..., -k_len:]
-            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.float()
-        elif q_len > 1 and kwargs.get("is_causal", getattr(module, "is_causal", True)):
-            causal = torch.ones(q_len, k_len, dtype=torch.bool, device=scores.device).tril()
-            scores = scores.masked_fill(~causal, float("-inf"))
-        weights = scores.softmax(-1).to(query.dtype)
+        weights, value = eager_weights(module, query, key, value, attention_mask, scaling, kwargs)
         projection = next(getattr(module, n) for n in ("o_proj", "c_proj", "out_proj") if hasattr(module, n))
         record = records[index_of[id(projection)]]
         record.attention = weights
@@ -128,4 +133,5 @@ def from_result(loaded, result, target, replacement: str = "mean", batch_size: i
     tokens = tuple(text.display_token(tokenizer.decode([i])) for i in ids)
     return Explainable(embeddings, baseline, tuple(range(len(ids))), len(ids) - 1, int(target),
                        text.display_token(tokenizer.decode([int(target)])), logits, lambda: recording(model),
-                       tokens, REPLACEMENTS[replacement], batch_size)
+                       tokens, REPLACEMENTS[replacement], batch_size,
+                       target_kind="a vocabulary token, read at the last position")

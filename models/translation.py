@@ -476,4 +476,5 @@ def hard_links(word_weights: np.ndarray, output: TranslationOutput) -> set[tuple
 
 FAMILY = Family("translation", "encoder–decoder translation model", TextInput, load, run, TranslationResult,
                 views=("alignment", "decoding_step", "accuracy_by_length", "aer_grid", "head", "head_zoom", "grid",
-                       "head_statistics", "focus", "decoder_lens"), options=TranslationSettings)
+                       "head_statistics", "focus", "decoder_lens", "faithfulness", "explanations",
+                       "token_attribution"), options=TranslationSettings)

@@ -218,10 +218,12 @@ def class_names(loaded, result) -> list[str]:
 
 def _summary(payload: dict, unit: str) -> None:
     units = "patches" if unit == "patch" else f"{unit}s"
-    st.markdown(f"**Target:** {widgets.plain(payload['target']['name'])}, p = {payload['target']['probability']:.3f}"
+    symbol = "p" if payload["target"].get("measure", "target probability") == "target probability" else "cos"
+    st.markdown(f"**Target:** {widgets.plain(payload['target']['name'])}, {symbol} = "
+                f"{payload['target']['probability']:.3f}"
                 f"  \n**A removed {unit} becomes** {widgets.plain(payload['replacement'])}.  \n"
-                f"**Deletion** removes the most relevant {units} first (a faithful map makes p fall fast: low area); "
-                f"**insertion** starts with every {unit} removed and reveals them (p should rise fast: high "
+                f"**Deletion** removes the most relevant {units} first (a faithful map makes {symbol} fall fast: low "
+                f"area); **insertion** starts with every {unit} removed and reveals them ({symbol} should rise fast: high "
                 f"area). Random: {payload['methods']['random']['seeds']} shuffled orders.")
     delta, difference = payload["integrated_gradients_delta"], payload["integrated_gradients_difference"]
     if delta is not None and difference:

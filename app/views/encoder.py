@@ -2,6 +2,7 @@
 import streamlit as st
 
 from app import attention_view, display, presentation, url_state, widgets
+from app.sections import faithfulness_text
 from models.inputs import TextInput
 from viz.figures.attention import ShareOptions
 
@@ -38,3 +39,9 @@ if result.special_positions:
     figure = widgets.figure_or_none("special_tokens", result, ShareOptions(presentation.color_scheme()))
     if figure is not None:
         display.show(figure, "encoder_special", downloads=False)
+
+st.subheader("Which tokens make the sentence embedding?")  # explanations and their faithfulness (issue 17)
+url_state.restore(["encoder_faith"], {"encoder_faith": lambda text: text == "True"})
+if st.toggle("Explain it: every method's token relevance and its deletion/insertion curves", key="encoder_faith"):
+    faithfulness_text.show_encoder(result, loaded)
+url_state.publish(["encoder_faith"])

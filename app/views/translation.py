@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from app import attention_view, display, resources, sidebar, url_state, widgets
-from app.sections import decoder_lens
+from app.sections import decoder_lens, faithfulness_text
 from models import registry, translation
 from models.inputs import TextInput
 from models.minis.translation import card
@@ -202,7 +202,8 @@ def quality_tab():
 
 TABS = {"Alignment": alignment_tab, "Step through decoding": steps_tab, "Self-attention": self_attention_tab,
         "Transformer vs GRU": compare_tab, "Measured quality": quality_tab,
-        "What each decoder layer predicts": lambda: decoder_lens.show(result, loaded)}
+        "What each decoder layer predicts": lambda: decoder_lens.show(result, loaded),
+        "Faithfulness": lambda: faithfulness_text.show_translation(result, loaded)}  # issue 17
 # lazy tabs: only the open one runs (the comparison loads a second model only when it is looked at)
 for tab, render in zip(st.tabs(list(TABS), key="tr_view", on_change="rerun"), TABS.values()):
     if tab.open is not False:

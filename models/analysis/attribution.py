@@ -73,6 +73,7 @@ class LayerRecord:
     residual: torch.Tensor | None = None
     output: torch.Tensor | None = None  # (B, …, D) the block's output, any token layout (a Layout's Grad-CAM reads
     # the last one, flattened to (B, N, D))
+    kind: str = "self"  # "self" (one sequence); in an encoder–decoder "encoder", "decoder" (self) or "cross"
     values_from: Callable[[], torch.Tensor] | None = None
     _values: torch.Tensor | None = None
 
@@ -105,6 +106,28 @@ class Explainable:
     batch_size: int = 64  # perturbed inputs per forward in the curves
     notes: tuple[str, ...] = ()
     layout: "Layout | None" = None  # windows, merges and a pooled readout (Swin); None: one flat token sequence
+    methods: tuple[str, ...] = tuple(METHODS)  # the methods that apply to this family
+    # (B, C) from ``logits`` -> (B,): the score explained (default: the target's logit) and what the curves read
+    # (default: the target's softmax probability); a family whose target is no class (a sentence embedding) sets both
+    score_of: Callable[[torch.Tensor], torch.Tensor] | None = None
+    probability_of: Callable[[torch.Tensor], torch.Tensor] | None = None
+    target_kind: str = "class"  # what the target is, in words (the page and the JSON say it)
+    measure: str = "target probability"  # what the curves read, in words
+
+    def score(self, outputs: torch.Tensor) -> torch.Tensor:
+        return outputs[:, self.target] if self.score_of is None else self.score_of(outputs)
+
+    def probability(self, outputs: torch.Tensor) -> torch.Tensor:
+        if self.probability_of is None:
+            return outputs.float().softmax(-1)[:, self.target]
+        return self.probability_of(outputs).float()
+
+    def is_top(self, outputs: torch.Tensor) -> torch.Tensor:
+        """Whether the target is still the prediction (B,) bool: the top class, or a probability above ½."""
+        if self.probability_of is None:
+            return outputs.argmax(-1) == self.target
+        return self.probability(outputs) > 0.5
+
 
 
 @dataclass
@@ -241,6 +264,38 @@ def gradient_fusion(attention: torch.Tensor, gradient: torch.Tensor | None) -> t
     return weighted.clamp(min=0).mean(-3)
 
 
+def _residual_normalised(relevance: torch.Tensor) -> torch.Tensor:
+    """Chefer et al. 2021b eq. 9–10: ``R̄ = R̂ + I`` with ``R̂ = R − I`` divided by its row sums (rows of zeros stay
+    zero)."""
+    eye = torch.eye(relevance.shape[0], dtype=relevance.dtype, device=relevance.device)
+    hat = relevance - eye
+    return hat / hat.sum(-1, keepdim=True).where(hat.sum(-1, keepdim=True).abs() > 1e-12, torch.ones(())) + eye
+
+
+def encoder_decoder_rollout(encoder: list[torch.Tensor], decoder: list[torch.Tensor], cross: list[torch.Tensor],
+                            gradients: dict[str, list[torch.Tensor]] | None = None) -> torch.Tensor:
+    """Chefer et al. 2021b's rules for an encoder–decoder: the relevance ``R^{qs}`` (T, S) of each decoder position
+    (query) for each source token. Encoder self-attention (S, S) each: ``R^{ss} ← R^{ss} + Ā R^{ss}`` from I (eq. 6);
+    per decoder layer, self-attention (T, T): ``R^{qq} ← R^{qq} + Ā R^{qq}``, ``R^{qs} ← R^{qs} + Ā R^{qs}`` (eq. 7–8),
+    then cross-attention (T, S): ``R^{qs} ← R^{qs} + (R̄^{qq})ᵀ Ā R̄^{ss}`` (eq. 11; ``R^{qq}`` is unchanged since
+    the source never attends to the output). ``Ā = E_h[(∇A ⊙ A)⁺]``; ``gradients`` None stands for all ones (then it
+    is rollout's propagation rule, which is the app's "rollout" for encoder–decoders)."""
+    def fused(attention: torch.Tensor, kind: str, index: int) -> torch.Tensor:
+        return gradient_fusion(attention, None if gradients is None else gradients[kind][index])
+
+    sources, outputs = cross[0].shape[-1], cross[0].shape[-2]
+    r_ss = torch.eye(sources)
+    for index, attention in enumerate(encoder):
+        r_ss = r_ss + fused(attention, "encoder", index) @ r_ss
+    r_qq, r_qs = torch.eye(outputs), torch.zeros(outputs, sources)
+    normalised_ss = _residual_normalised(r_ss)
+    for index, (self_attention, cross_attention) in enumerate(zip(decoder, cross)):
+        a_qq = fused(self_attention, "decoder", index)
+        r_qq, r_qs = r_qq + a_qq @ r_qq, r_qs + a_qq @ r_qs
+        r_qs = r_qs + _residual_normalised(r_qq).T @ fused(cross_attention, "cross", index) @ normalised_ss
+    return r_qs
+
+
 def grad_cam(attention: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
     """attention, gradient (H, N, N) of the last layer -> (N, N) ``ReLU(Σ_h w_h A^h)`` with ``w_h`` the mean gradient
     of head h (Chefer et al. 2021a's Grad-CAM baseline for ViT; the sum is their mean over heads × H)."""
@@ -267,11 +322,11 @@ def _integrated_gradients(ex: Explainable, steps: int) -> tuple[np.ndarray, floa
     from captum.attr import IntegratedGradients
 
     def forward(embeddings):
-        return ex.logits(embeddings)
+        return ex.score(ex.logits(embeddings))
 
     with torch.enable_grad():
         found, delta = IntegratedGradients(forward).attribute(
-            ex.embeddings, baselines=ex.baseline, target=ex.target, n_steps=steps,
+            ex.embeddings, baselines=ex.baseline, n_steps=steps,
             internal_batch_size=min(steps, ex.batch_size), return_convergence_delta=True)
     per_position = found[0].detach().float().sum(-1)  # (N,)
     return per_position[list(ex.units)].cpu().numpy(), float(delta.abs().max())
@@ -282,6 +337,10 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
     """Every method in ``methods`` for ``ex``'s target: one forward (+ one backward when a gradient method is asked
     for), then IG. ``layer``, ``head``: raw attention's layer (negative: from the end) and head (None: the mean)."""
     methods = check_methods(methods)
+    unsupported = [m for m in methods if m not in ex.methods]
+    if unsupported:
+        raise ValueError(f"{', '.join(unsupported)} is not available for this model (it offers "
+                         f"{', '.join(ex.methods)})")
     if not 2 <= ig_steps <= 256:
         raise ValueError(f"integrated gradients takes 2 to 256 steps, not {ig_steps}")
     scores: dict[str, np.ndarray] = {}
@@ -293,23 +352,31 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
         embeddings = ex.embeddings.detach().clone().requires_grad_(needs_grad)
         with ex.record() as layers:
             logits = ex.logits(embeddings)
-        score = logits[0, ex.target]
-        probability = float(logits[0].detach().float().softmax(-1)[ex.target])
+        score = ex.score(logits)[0]
+        probability = float(ex.probability(logits.detach())[0])
         attentions = [record.attention for record in layers]
         features = [layers[-1].output] if ex.layout is not None else []
         gradients = feature_grad = embedding_grad = None
         if needs_grad:
-            found = torch.autograd.grad(score, [embeddings, *attentions, *features], allow_unused=True)
-            embedding_grad, gradients = found[0], list(found[1:1 + len(attentions)])
+            # an attention that does not depend on the input (an encoder–decoder's first decoder self-attention,
+            # teacher-forced) has no gradient: None, read as zeros
+            moving = [a for a in attentions if a.requires_grad]
+            found = list(torch.autograd.grad(score, [embeddings, *moving, *features], allow_unused=True))
+            embedding_grad, moved = found[0], iter(found[1:1 + len(moving)])
+            gradients = [next(moved) if a.requires_grad else None for a in attentions]
             feature_grad = found[-1] if features else None
     pass_seconds = time.perf_counter() - started
     with torch.no_grad():
-        if layer < -len(attentions) or layer >= len(attentions):
-            raise ValueError(f"layer {layer} does not exist: the model has layers 0..{len(attentions) - 1}")
-        layer_index = layer % len(attentions)
-        heads = int(attentions[layer].shape[1])
+        encoder_decoder = any(record.kind == "cross" for record in layers)
+        # raw attention reads an encoder–decoder's cross-attention: its layers are the decoder's
+        pool = [a for a, r in zip(attentions, layers) if r.kind == "cross"] if encoder_decoder else attentions
+        whose = "the decoder has" if encoder_decoder else "the model has"
+        if layer < -len(pool) or layer >= len(pool):
+            raise ValueError(f"layer {layer} does not exist: {whose} layers 0..{len(pool) - 1}")
+        layer_index = layer % len(pool)
+        heads = int(pool[layer].shape[1])
         if head is not None and not 0 <= head < heads:
-            raise ValueError(f"head {head} does not exist: layer {layer % len(attentions)} has heads 0..{heads - 1}")
+            raise ValueError(f"head {head} does not exist: layer {layer_index} has heads 0..{heads - 1}")
 
         def timed(name: str, compute: Callable[[], torch.Tensor]) -> None:
             if name in methods:
@@ -320,6 +387,9 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
         if ex.layout is not None:
             _explain_layout(ex, timed, layers, attentions, gradients, feature_grad, embeddings, embedding_grad,
                             layer, head)
+        elif encoder_decoder:
+            _explain_encoder_decoder(ex, timed, layers, attentions, gradients, embeddings, embedding_grad, layer,
+                                     head)
         else:
             _explain_flat(ex, timed, layers, attentions, gradients, embeddings, embedding_grad, layer, head)
     del layers, attentions, gradients
@@ -330,7 +400,7 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
         scores["integrated_gradients"], delta = _integrated_gradients(ex, ig_steps)
         seconds["integrated_gradients"] = time.perf_counter() - began
         with torch.no_grad():
-            difference = float(score.detach()) - float(ex.logits(ex.baseline)[0, ex.target])
+            difference = float(score.detach()) - float(ex.score(ex.logits(ex.baseline))[0])
     progress("explanations done", 1.0)
     ordered = {m: scores[m] for m in methods}
     extra = {"raw_attention": {"layer": layer_index, "head": head}}  # raw attention's, counted from 0
@@ -338,6 +408,11 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
         extra["what"] = {"grad_cam": "Grad-CAM (the last stage's tokens on their grid, channels as maps)",
                          "rollout": "attention rollout (windows carried to the grid, through the merges)"}
     return Explanations(ordered, seconds, float(score.detach()), probability, delta, difference, extra)
+
+
+def _input_x_gradient(timed, embeddings, embedding_grad, units) -> None:
+    """Each unit's embedding times its gradient, summed over the embedding's channels."""
+    timed("input_x_gradient", lambda: (embeddings[0].detach().float() * embedding_grad[0].float()).sum(-1)[units])
 
 
 def _explain_flat(ex, timed, layers, attentions, gradients, embeddings, embedding_grad, layer, head) -> None:
@@ -355,8 +430,7 @@ def _explain_flat(ex, timed, layers, attentions, gradients, embeddings, embeddin
         grads = [g[0].float() if g is not None else torch.zeros_like(a) for g, a in zip(gradients, detached)]
         timed("gradient_rollout", lambda: gradient_rollout(detached, grads)[ex.query, units])
         timed("grad_cam", lambda: grad_cam(detached[-1], grads[-1])[ex.query, units])
-        timed("input_x_gradient", lambda: (embeddings[0].detach().float() * embedding_grad[0].float()).sum(-1)[
-            units])
+        _input_x_gradient(timed, embeddings, embedding_grad, units)
 
 
 def _explain_layout(ex, timed, layers, attentions, gradients, feature_grad, embeddings, embedding_grad, layer,
@@ -398,5 +472,28 @@ def _explain_layout(ex, timed, layers, attentions, gradients, feature_grad, embe
         output, channels = layers[-1].output, layers[-1].output.shape[-1]
         timed("grad_cam", lambda: row({}, grad_cam_tokens(output[0].detach().reshape(-1, channels),
                                                           feature_grad[0].reshape(-1, channels))))
-        timed("input_x_gradient", lambda: (embeddings[0].detach().float() * embedding_grad[0].float()).sum(-1)[
-            units])
+        _input_x_gradient(timed, embeddings, embedding_grad, units)
+
+
+def _explain_encoder_decoder(ex, timed, layers, attentions, gradients, embeddings, embedding_grad, layer,
+                             head) -> None:
+    """The same methods on an encoder–decoder: units are source tokens, ``ex.query`` the decoder position whose
+    prediction is the target; attention maps are read from the cross-attention, rollouts follow Chefer's rules."""
+    units = list(ex.units)
+    detached = [a[0].detach().float() for a in attentions]  # (H, T or S, S or T) each
+    kinds = [record.kind for record in layers]
+    by_kind = {kind: [a for a, k in zip(detached, kinds) if k == kind] for kind in ("encoder", "decoder", "cross")}
+    cross_records = [record for record in layers if record.kind == "cross"]
+    chosen = by_kind["cross"][layer]  # explain() checked the layer and head against the cross-attention
+    timed("raw_attention", lambda: (chosen.mean(0) if head is None else chosen[head])[ex.query, units])
+    timed("rollout", lambda: encoder_decoder_rollout(by_kind["encoder"], by_kind["decoder"], by_kind["cross"])[
+        ex.query, units])
+    timed("value_norms", lambda: value_norm_row(by_kind["cross"][-1], cross_records[-1].values[0].detach().float(),
+                                                ex.query)[units])
+    if gradients is not None:
+        grads = [g[0].float() if g is not None else torch.zeros_like(a) for g, a in zip(gradients, detached)]
+        grads_by_kind = {kind: [g for g, k in zip(grads, kinds) if k == kind] for kind in by_kind}
+        timed("gradient_rollout", lambda: encoder_decoder_rollout(by_kind["encoder"], by_kind["decoder"],
+                                                                  by_kind["cross"], grads_by_kind)[ex.query, units])
+        timed("grad_cam", lambda: grad_cam(by_kind["cross"][-1], grads_by_kind["cross"][-1])[ex.query, units])
+        _input_x_gradient(timed, embeddings, embedding_grad, units)

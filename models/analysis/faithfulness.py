@@ -62,6 +62,9 @@ class Faithfulness:
     unit_names: tuple[str, ...]
     seconds: float
     result: object = None  # the run explained (the maps are drawn on its crop / tokens)
+    target_kind: str = "class"  # what the target is, in words (a class, a token, a sentence embedding)
+    notes: tuple[str, ...] = ()  # the adapter's remarks (which target is used, what is not offered)
+    measure: str = "target probability"  # what the curves read, in words (a cosine for a sentence embedding)
 
     @property
     def fractions(self) -> np.ndarray:
@@ -90,7 +93,8 @@ class Faithfulness:
         random["deletion_auc"], random["deletion_auc_std"] = self.random_auc("deletion")
         random["insertion_auc"], random["insertion_auc_std"] = self.random_auc("insertion")
         random["seeds"] = len(self.random)
-        return {"target": {"index": self.target, "name": self.target_name, "probability": self.probability},
+        return {"target": {"index": self.target, "name": self.target_name, "probability": self.probability,
+                           "kind": self.target_kind, "measure": self.measure, "notes": list(self.notes)},
                 "methods": {**{m: entry(c) for m, c in self.curves.items()}, "random": random},
                 "model": self.model, "input": self.input_name, "units": self.units, "steps": self.steps,
                 "fractions": self.fractions.tolist(), "replacement": self.replacement, "auc": AUC_NOTE,
@@ -146,8 +150,8 @@ def target_outcomes(ex: Explainable, removed: torch.Tensor,
             full[:, units] = chunk
             batch = torch.where(full.unsqueeze(-1), ex.baseline, ex.embeddings)  # (b, N, D)
             logits = ex.logits(batch).float()
-            probabilities.append(logits.softmax(-1)[:, ex.target].cpu())
-            correct.append((logits.argmax(-1) == ex.target).cpu())
+            probabilities.append(ex.probability(logits).cpu())
+            correct.append(ex.is_top(logits).cpu())
             progress(min(start + ex.batch_size, len(removed)))
     return torch.cat(probabilities).numpy(), torch.cat(correct).numpy()
 
@@ -179,15 +183,16 @@ def measure(ex: Explainable, explanations: attribution.Explanations, steps: int 
     return dict(zip(orders, curves[:len(orders)])), curves[len(orders):]
 
 
-def faithfulness(ex: Explainable, model: str, input_name: str, methods=tuple(attribution.METHODS), steps: int = 20,
+def faithfulness(ex: Explainable, model: str, input_name: str, methods=None, steps: int = 20,
                  seeds: int = 5, ig_steps: int = 32, progress: Callable[[str, float], None] = lambda s, f: None,
                  result=None, layer: int = -1, head: int | None = None) -> Faithfulness:
     """Every method's explanation of ``ex`` and its curves: the page's table, the CLI's JSON. ``layer``, ``head``:
     raw attention's (the default: the last layer's head mean)."""
     started = time.perf_counter()
+    methods = ex.methods if methods is None else methods
     explanations = attribution.explain(ex, methods, ig_steps, layer, head,
                                        progress=lambda step, f: progress(step, 0.4 * f))
     curves, random = measure(ex, explanations, steps, seeds, lambda step, f: progress(step, 0.4 + 0.6 * f))
     return Faithfulness(model, input_name, ex.target, ex.target_name, explanations.probability, ex.replacement,
                         len(ex.units), steps, explanations, curves, random, ex.unit_names,
-                        time.perf_counter() - started, result)
+                        time.perf_counter() - started, result, ex.target_kind, ex.notes, ex.measure)

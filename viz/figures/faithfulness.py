@@ -87,13 +87,14 @@ def table_frame(found: Faithfulness) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def curves_chart(frame: pd.DataFrame, curve: str, title: str, unit: str = "patches") -> alt.Chart:
+def curves_chart(frame: pd.DataFrame, curve: str, title: str, unit: str = "patches",
+                 measure: str = "target probability") -> alt.Chart:
     part = frame[frame["curve"] == curve]
     dash = alt.condition(alt.datum.method == RANDOM, alt.value([5, 4]), alt.value([1, 0]))
     return alt.Chart(part).mark_line(point=alt.OverlayMarkDef(size=14)).encode(
         x=alt.X("fraction:Q", title=f"fraction of {unit} {'removed' if curve == 'deletion' else 'revealed'}",
                 scale=alt.Scale(domain=[0, 1])),
-        y=alt.Y("probability:Q", title="target probability", scale=alt.Scale(domain=[0, 1])),
+        y=alt.Y("probability:Q", title=measure, scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("method:N", sort=list(dict.fromkeys(part["method"])),
                         legend=alt.Legend(orient="bottom", columns=2, title=None, labelLimit=150)), strokeDash=dash,
         tooltip=["method", alt.Tooltip("fraction:Q", format=".2f"), alt.Tooltip("probability:Q", format=".3f")],
@@ -110,9 +111,12 @@ def faithfulness(found: Faithfulness, options: FaithfulnessOptions) -> Figure:
     unit = "patches" if getattr(found.result, "image", None) is not None else "tokens"
     return Figure(
         _stem(found, "faithfulness", options),
-        charts=(curves_chart(frame, "deletion", "Deletion: most relevant removed first (lower is better)", unit),
-                curves_chart(frame, "insertion", "Insertion: most relevant revealed first (higher is better)", unit)),
-        caption=f"Target: {found.target_name} (p = {found.probability:.3f}). A removed "
+        charts=(curves_chart(frame, "deletion", "Deletion: most relevant removed first (lower is better)", unit,
+                             found.measure),
+                curves_chart(frame, "insertion", "Insertion: most relevant revealed first (higher is better)", unit,
+                             found.measure)),
+        caption=f"Target: {found.target_name} ({'p' if found.measure == 'target probability' else 'cos'} = "
+                f"{found.probability:.3f}). A removed "
                 f"{'patch' if unit == 'patches' else 'token'} is replaced by "
                 f"{found.replacement}. AUC: {AUC_NOTE}. {found.seconds:.1f} s.",
         table=lambda: table_frame(found), payload=payload,
@@ -165,8 +169,8 @@ def explanations(found: Faithfulness, options: FaithfulnessOptions) -> Figure:
         scores = {m: np.asarray(s, dtype=np.float32) for m, s in found.explanations.scores.items()}
         return Figure(
             _stem(found, "explanations", options), chart=token_chart(found),
-            caption=f"Every method's relevance of each prompt token for {found.target_name!r} at the last position, "
-                    "each row scaled to its own range.",
+            caption=f"Every method's relevance of each input token for {found.target_name!r} "
+                    f"({found.target_kind}), each row scaled to its own range.",
             table=lambda: pd.DataFrame(scores, index=pd.Index(found.unit_names, name="token")),
             payload={**_settings(found), "tokens": list(found.unit_names), "maps": scores,
                      "methods": {m: METHODS[m] for m in scores}},

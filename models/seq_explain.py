@@ -1,0 +1,88 @@
+"""Differentiable attention records for transformers encoders and encoder–decoders (the BERT encoder, Marian/BART
+translators), for the shared explanations (models/analysis/attribution.py).
+
+Like ``models/text_explain.py``: inside ``recording`` this thread's attention calls (the ``"capture"`` attention
+function, models/capture.py) go to an eager softmax kept with its graph (``text_explain.eager_weights``). Each call
+fills the ``LayerRecord`` of its module: ``kind`` ``"encoder"`` / ``"decoder"`` (self-attention) or ``"cross"``
+(decoder queries, encoder keys), its weights, and its values ``f^h(x_j)`` (``v_j`` through the head's slice of the
+attention's output projection); the block input (the residual, for ALTI) comes from a pre-hook on each block.
+"""
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from models import capture
+from models.analysis.attribution import LayerRecord
+from models.text_explain import eager_weights, head_values
+
+
+@dataclass(frozen=True)
+class Site:
+    """One attention module of the model, in forward order: its output projection, the block it sits in, its kind."""
+
+    attention: torch.nn.Module
+    projection: torch.nn.Module
+    block: torch.nn.Module
+    kind: str  # "encoder", "decoder" or "cross"
+
+
+def bert_sites(model) -> list[Site]:
+    """A BERT-style encoder (``BertModel``; MiniLM): ``encoder.layer[i].attention.{self, output.dense}``."""
+    base = getattr(model, "base_model", model)
+    layers = getattr(getattr(base, "encoder", None), "layer", None)
+    if layers is None:
+        raise ValueError(f"explanations do not know where {type(model).__name__}'s attention layers are (they read "
+                         "BERT-style encoders: encoder.layer[i].attention)")
+    return [Site(layer.attention.self, layer.attention.output.dense, layer, "encoder") for layer in layers]
+
+
+def seq2seq_sites(model) -> list[Site]:
+    """A BART-style encoder–decoder (Marian, BART, mBART): encoder ``self_attn`` blocks, then each decoder block's
+    ``self_attn`` and ``encoder_attn`` (the order the forward calls them)."""
+    base = getattr(model, "model", model)
+    encoder, decoder = getattr(base, "encoder", None), getattr(base, "decoder", None)
+    if encoder is None or decoder is None or not hasattr(encoder, "layers"):
+        raise ValueError(f"explanations read BART-style encoder–decoders (Marian, BART); {type(model).__name__} is "
+                         "not one")
+    sites = [Site(layer.self_attn, layer.self_attn.out_proj, layer, "encoder") for layer in encoder.layers]
+    for layer in decoder.layers:
+        sites.append(Site(layer.self_attn, layer.self_attn.out_proj, layer, "decoder"))
+        sites.append(Site(layer.encoder_attn, layer.encoder_attn.out_proj, layer, "cross"))
+    return sites
+
+
+@contextmanager
+def recording(sites: list[Site]):
+    """Eager, differentiable attention for this thread's forwards inside the block; yields the list of
+    ``LayerRecord`` (one per site, in order) it fills."""
+    records = [LayerRecord(kind=site.kind) for site in sites]
+    index_of = {id(site.attention): i for i, site in enumerate(sites)}
+    owner = threading.get_ident()
+
+    def eager_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
+        weights, value = eager_weights(module, query, key, value, attention_mask, scaling, kwargs)
+        index = index_of.get(id(module))
+        if index is not None:
+            record, projection = records[index], sites[index].projection
+            record.attention = weights
+            record.values_from = lambda: head_values(projection, value)
+        return (weights @ value).transpose(1, 2).contiguous(), weights
+
+    def pre_hook(record):
+        def hook(module, args, kwargs):
+            if threading.get_ident() == owner:
+                record.residual = args[0] if args else kwargs.get("hidden_states")
+        return hook
+
+    handles = [site.block.register_forward_pre_hook(pre_hook(record), with_kwargs=True)
+               for site, record in zip(sites, records) if site.kind != "cross"]
+    try:
+        with capture.overriding(eager_attention):
+            yield records
+    finally:
+        for handle in handles:
+            handle.remove()
