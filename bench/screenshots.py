@@ -28,7 +28,8 @@ from pathlib import Path
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page, sync_playwright
 
-from app import catalog
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script too (python bench/screenshots.py)
+from app import catalog  # noqa: E402
 
 # (name used in file names, URL path), every page of the catalog. The first page is the default one, at the root URL.
 PAGES = [(page.name, "/" if index == 0 else f"/{page.name}") for index, page in enumerate(catalog.PAGES)]
