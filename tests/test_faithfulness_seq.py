@@ -180,7 +180,7 @@ def test_translation_ig_completeness_and_curve_endpoints(translator):
     assert abs(found.scores["integrated_gradients"].sum() - difference) <= 0.01 * abs(difference)
     table = faithfulness.faithfulness(ex, "mini", "sentence", steps=5, seeds=5, ig_steps=8)
     assert table.probability == pytest.approx(result.generation[position].probability, rel=1e-4)
-    assert set(table.curves) == set(attribution.METHODS) - {"alti"}
+    assert set(table.curves) == set(attribution.METHODS) - {"alti"} | {"value_zeroing"}
     for curves in [*table.curves.values(), *table.random]:
         assert curves.deletion[0] == pytest.approx(table.probability, rel=1e-4)
         assert curves.insertion[-1] == pytest.approx(table.probability, rel=1e-4)
@@ -220,6 +220,17 @@ def test_cli_attribution_and_faithfulness(tmp_path):
     assert written["method"] == "gradient_rollout" and len(written["scores"]) == len(written["tokens"])
     assert cli.main(["--page", "translation", "--model", "mini Transformer en→fr", "--text", SOURCE, "--view",
                      "attribution", "--method", "alti", "--out", str(tmp_path / "bad")]) != 0
+    assert cli.main(["--page", "translation", "--model", "mini Transformer en→fr", "--text", SOURCE, "--view",
+                     "attribution", "--method", "value_zeroing", "--target", "1", "--format", "json",
+                     "--out", str(tmp_path / "vz")]) == 0
+    written = json.loads(next((tmp_path / "vz").glob("*.json")).read_text())
+    assert written["what"] == attribution.ALL_METHODS["value_zeroing"] and sum(written["scores"]) == pytest.approx(1)
+    assert cli.main(["--page", "translation", "--model", "mini Transformer en→fr", "--text", SOURCE, "--view",
+                     "faithfulness", "--format", "json", "--target", "1", "--steps", "5", "--ig_steps", "8",
+                     "--out", str(tmp_path / "trf")]) == 0
+    written = json.loads(next((tmp_path / "trf").glob("*faithfulness*.json")).read_text())
+    assert set(written["methods"]) == {*translation_explain.ENCODER_DECODER_METHODS, "random"}
+    assert "value_zeroing" in written["methods"] and "alti" not in written["methods"]
 
 
 # --- the pages ----------------------------------------------------------------------------------------------------
@@ -245,3 +256,47 @@ def test_the_encoder_and_translation_pages_show_the_section(patched_loader):
     assert not at.exception, at.exception
     assert any("deletion AUC (lower better)" in frame.value.columns for frame in at.dataframe)
     assert at.selectbox(key="tr_faith_target").value == 0
+
+
+def test_translation_value_zeroing_against_hooks_one_token_at_a_time(translator):
+    """Value zeroing against a brute-force loop: for each source token, a forward hook zeroes its row of every
+    cross-attention's v_proj output (SDPA path, not the eager override), and the LM head's input is read."""
+    loaded, result = translator
+    model, output = loaded.model, result.output
+    position = translation_explain.output_choices(result)[1][0]
+    ex = explainable.explainable(loaded, result, position)
+    found = attribution.explain(ex, ("value_zeroing", "raw_attention"))
+    source = torch.tensor([output.source_ids])
+    decoder_ids = torch.tensor([[model.config.decoder_start_token_id, *output.output_ids[:-1]]])
+    zero_at: list[int] = []
+
+    def zero(module, args, out):
+        if zero_at:
+            out = out.clone()
+            out[:, zero_at[0]] = 0
+        return out
+
+    def head_input(module, args):
+        kept.append(args[0][0, position].clone())
+
+    kept: list[torch.Tensor] = []
+    handles = [layer.encoder_attn.v_proj.register_forward_hook(zero) for layer in model.get_decoder().layers]
+    handles.append(model.lm_head.register_forward_pre_hook(head_input))
+    try:
+        with torch.no_grad():
+            for j in [None, *ex.units]:
+                zero_at[:] = [] if j is None else [j]
+                model(input_ids=source, attention_mask=torch.ones_like(source), decoder_input_ids=decoder_ids,
+                      use_cache=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    reference, rest = kept[0], torch.stack(kept[1:])
+    distance = (1 - torch.nn.functional.cosine_similarity(rest, reference[None], dim=-1)).clamp(min=0).numpy()
+    expected = distance / distance.sum()
+    np.testing.assert_allclose(found.scores["value_zeroing"], expected, rtol=1e-3, atol=1e-6)
+    assert found.scores["value_zeroing"].sum() == pytest.approx(1.0, abs=1e-5)
+    assert not np.allclose(found.scores["value_zeroing"], found.scores["raw_attention"], atol=1e-3)
+    shared = replace(ex, methods=tuple(attribution.METHODS), zeroed=None)  # what the other families offer
+    with pytest.raises(ValueError, match="not available"):
+        attribution.explain(shared, ("value_zeroing",))

@@ -90,7 +90,10 @@ def show_translation(result, loaded, key: str = "tr_faith") -> None:
                    "source tokens are removed (their embedding becomes the mean embedding; positions and </s> stay). "
                    "Raw attention and value norms read the last decoder layer's cross-attention; rollout and "
                    "gradient rollout carry relevance through encoder self-, decoder self- and cross-attention "
-                   "(Chefer et al. 2021b's encoder–decoder rules). ALTI is not offered for encoder–decoders.")
+                   "(Chefer et al. 2021b's encoder–decoder rules). In ALTI's place, value zeroing (Mohebbi et al. "
+                   "2023) through the cross-attention: each source token's value vector is zeroed in every decoder "
+                   "layer's cross-attention, and its score is the cosine distance this makes to the decoder's output "
+                   "at the target position (normalised to sum to 1).")
         steps, ig_steps = _sliders(key)
         _draw(result, loaded, key, FaithfulnessOptions(target=int(position), steps=steps, ig_steps=ig_steps))
     except ValueError as error:

@@ -11,7 +11,7 @@ import pandas as pd
 from PIL import Image, ImageDraw, ImageFont
 
 from models import explainable
-from models.analysis.attribution import METHODS
+from models.analysis.attribution import ALL_METHODS as METHODS
 from models.analysis.faithfulness import AUC_NOTE, Faithfulness
 from viz import export, image_overlay
 from viz.figure import Figure, view
