@@ -163,6 +163,10 @@ def test_translation_records_kinds_and_rollout_on_the_model(translator):
     np.testing.assert_allclose(found.scores["rollout"], expected[ex.query, list(ex.units)], rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(found.scores["raw_attention"],
                                by_kind["cross"][-1].mean(0)[ex.query, list(ex.units)].numpy(), atol=1e-6)
+    chosen = attribution.explain(ex, ("raw_attention",), layer=0, head=1)  # the page's layer and head pickers
+    np.testing.assert_allclose(chosen.scores["raw_attention"], by_kind["cross"][0][1, ex.query, list(ex.units)].numpy(),
+                               atol=1e-6)
+    assert chosen.extra["raw_attention"] == {"layer": 0, "head": 1, "attention": "decoder cross-attention"}
     cross = [r for r in layers if r.kind == "cross"][-1]
     by_hand = [float((cross.attention[0][:, ex.query, j, None] * cross.values[0][:, j]).sum(0).norm())
                for j in ex.units]
@@ -248,6 +252,11 @@ def test_the_encoder_and_translation_pages_show_the_section(patched_loader):
     assert any("masked-LM head" in caption.value for caption in at.caption)
     at.radio(key="enc_faith_target").set_value("the embedding of another sentence").run()
     assert not at.exception, at.exception
+    at.selectbox(key="enc_faith_raw_layer").set_value(1).run()
+    at.selectbox(key="enc_faith_raw_head").set_value("2").run()
+    assert not at.exception, at.exception
+    table = next(f.value for f in at.dataframe if "what" in f.value.columns)
+    assert dict(zip(table["method"], table["what"]))["raw_attention"] == "raw attention (layer 1, head 2)"
     assert any("deletion AUC (lower better)" in frame.value.columns for frame in at.dataframe)
 
     at = AppTest.from_file(str(ROOT / "app" / "views" / "translation.py"), default_timeout=180)
@@ -256,6 +265,17 @@ def test_the_encoder_and_translation_pages_show_the_section(patched_loader):
     assert not at.exception, at.exception
     assert any("deletion AUC (lower better)" in frame.value.columns for frame in at.dataframe)
     assert at.selectbox(key="tr_faith_target").value == 0
+    # raw attention's layer and head, kept in the URL, name the decoder's cross-attention in the table
+    at = AppTest.from_file(str(ROOT / "app" / "views" / "translation.py"), default_timeout=180)
+    at.query_params.update({"tr_view": "Faithfulness", "tr_faith_steps": "5", "tr_faith_ig_steps": "8",
+                            "tr_faith_raw_layer": "0", "tr_faith_raw_head": "1"})
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="tr_faith_raw_layer").value == 0 and at.selectbox(key="tr_faith_raw_head").value == "1"
+    table = next(f.value for f in at.dataframe if "what" in f.value.columns)
+    what = dict(zip(table["method"], table["what"]))
+    assert what["raw_attention"] == "raw attention (decoder cross-attention layer 0, head 1)"
+    assert what["value_zeroing"] == attribution.ALL_METHODS["value_zeroing"] and "alti" not in what
 
 
 def test_translation_value_zeroing_against_hooks_one_token_at_a_time(translator):

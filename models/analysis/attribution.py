@@ -435,6 +435,8 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
     progress("explanations done", 1.0)
     ordered = {m: scores[m] for m in methods}
     extra = {"raw_attention": {"layer": layer_index, "head": head}}  # raw attention's, counted from 0
+    if encoder_decoder:  # which attention its layer counts in (the table's "what" and the JSON say it)
+        extra["raw_attention"]["attention"] = "decoder cross-attention"
     if ex.layout is not None:  # what differs in words (the table's "what")
         extra["what"] = {"grad_cam": "Grad-CAM (the last stage's tokens on their grid, channels as maps)",
                          "rollout": "attention rollout (windows carried to the grid, through the merges)"}

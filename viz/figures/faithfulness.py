@@ -68,7 +68,8 @@ def describe(found: Faithfulness, method: str) -> str:
     if not chosen:
         return found.explanations.extra.get("what", {}).get(method, METHODS[method])
     head = "head mean" if chosen["head"] is None else f"head {chosen['head']}"
-    return f"raw attention (layer {chosen['layer']}, {head})"
+    where = f"{chosen['attention']} " if chosen.get("attention") else ""
+    return f"raw attention ({where}layer {chosen['layer']}, {head})"
 
 
 def table_frame(found: Faithfulness) -> pd.DataFrame:
