@@ -86,3 +86,20 @@ def recording(sites: list[Site]):
     finally:
         for handle in handles:
             handle.remove()
+
+
+@contextmanager
+def zeroing_values(sites: list[Site], keep: torch.Tensor, kind: str = "cross"):
+    """Value zeroing (Mohebbi et al. 2023): inside the block, this thread's attention calls of the ``kind`` sites
+    multiply their values by ``keep`` (B, S) over the key positions, so batch row ``b`` has ``v_j = 0`` wherever
+    ``keep[b, j] = 0``; the weights are untouched (eager softmax, the same as ``recording``)."""
+    chosen = {id(site.attention) for site in sites if site.kind == kind}
+
+    def eager_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
+        weights, value = eager_weights(module, query, key, value, attention_mask, scaling, kwargs)
+        if id(module) in chosen:
+            value = value * keep[:, None, :, None].to(value.dtype)
+        return (weights @ value).transpose(1, 2).contiguous(), weights
+
+    with capture.overriding(eager_attention):
+        yield

@@ -7,8 +7,11 @@ changes). Units: the source tokens (not the closing </s>). A removed source toke
 mean of the (shared) embedding matrix, times the model's embedding scale, positions kept; the decoder input never
 changes. The attention methods follow the source through cross-attention: raw attention and value norms read the
 last decoder layer's cross-attention row ``t``; rollout and gradient rollout use Chefer et al. 2021b's
-encoder–decoder rules (``attribution.encoder_decoder_rollout``). ALTI is not offered here (it needs ALTI+'s rules
-for cross-attention, Ferrando et al. 2022b). The GRU translators have no Transformer attention to explain.
+encoder–decoder rules (``attribution.encoder_decoder_rollout``). In ALTI's place, **value zeroing** (Mohebbi et al.
+2023) adapted to cross-attention: source token ``j``'s value vector is zeroed in every decoder layer's cross-attention
+and the cosine distance of the decoder's last hidden state at row ``t`` (what the LM head reads) to the unzeroed one
+is its score (``attribution.value_zeroing``). ALTI is not offered (it needs ALTI+'s rules for cross-attention,
+Ferrando et al. 2022b). The GRU translators have no Transformer attention to explain.
 """
 from __future__ import annotations
 
@@ -16,11 +19,11 @@ import torch
 
 from models import translation
 from models.analysis.attribution import METHODS, Explainable
-from models.seq_explain import recording, seq2seq_sites
+from models.seq_explain import recording, seq2seq_sites, zeroing_values
 
 REPLACEMENTS = {"mean": "the mean of the embedding matrix (an 'average token'), positions kept; the decoder input "
                         "(the translation, teacher-forced) is unchanged"}
-ENCODER_DECODER_METHODS = tuple(m for m in METHODS if m != "alti")
+ENCODER_DECODER_METHODS = tuple("value_zeroing" if m == "alti" else m for m in METHODS)
 
 
 def output_choices(result) -> list[tuple[int, str]]:
@@ -73,10 +76,27 @@ def from_result(loaded, result, target, replacement: str = "mean", batch_size: i
                       decoder_input_ids=decoder_ids.expand(batch, -1), use_cache=False).logits
         return found[:, position]
 
+    sites = seq2seq_sites(model)
+    decoder = model.get_decoder()
+
+    def zeroed(keep):  # (B, S) -> (B, D): the decoder's output at row ``position``, values zeroed where keep is 0
+        kept = {}
+
+        def keep_output(module, args, out) -> None:  # returns None: the output is unchanged
+            kept["h"] = out[0]
+
+        handle = decoder.register_forward_hook(keep_output)
+        try:
+            with zeroing_values(sites, keep):
+                logits(embeddings.expand(len(keep), -1, -1))
+        finally:
+            handle.remove()
+        return kept["h"][:, position]
+
     target_id = int(output.output_ids[position])
     name = f"{output.output_tokens[position]} (output position {position})"
     return Explainable(embeddings, baseline, units, position, target_id, name, logits,
-                       lambda: recording(seq2seq_sites(model)),
+                       lambda: recording(sites),
                        tuple(output.source_tokens[i] for i in units),
                        REPLACEMENTS[replacement], batch_size, methods=ENCODER_DECODER_METHODS,
-                       target_kind="an output token, teacher-forced")
+                       target_kind="an output token, teacher-forced", zeroed=zeroed)

@@ -163,6 +163,10 @@ def test_translation_records_kinds_and_rollout_on_the_model(translator):
     np.testing.assert_allclose(found.scores["rollout"], expected[ex.query, list(ex.units)], rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(found.scores["raw_attention"],
                                by_kind["cross"][-1].mean(0)[ex.query, list(ex.units)].numpy(), atol=1e-6)
+    chosen = attribution.explain(ex, ("raw_attention",), layer=0, head=1)  # the page's layer and head pickers
+    np.testing.assert_allclose(chosen.scores["raw_attention"], by_kind["cross"][0][1, ex.query, list(ex.units)].numpy(),
+                               atol=1e-6)
+    assert chosen.extra["raw_attention"] == {"layer": 0, "head": 1, "attention": "decoder cross-attention"}
     cross = [r for r in layers if r.kind == "cross"][-1]
     by_hand = [float((cross.attention[0][:, ex.query, j, None] * cross.values[0][:, j]).sum(0).norm())
                for j in ex.units]
@@ -180,7 +184,7 @@ def test_translation_ig_completeness_and_curve_endpoints(translator):
     assert abs(found.scores["integrated_gradients"].sum() - difference) <= 0.01 * abs(difference)
     table = faithfulness.faithfulness(ex, "mini", "sentence", steps=5, seeds=5, ig_steps=8)
     assert table.probability == pytest.approx(result.generation[position].probability, rel=1e-4)
-    assert set(table.curves) == set(attribution.METHODS) - {"alti"}
+    assert set(table.curves) == set(attribution.METHODS) - {"alti"} | {"value_zeroing"}
     for curves in [*table.curves.values(), *table.random]:
         assert curves.deletion[0] == pytest.approx(table.probability, rel=1e-4)
         assert curves.insertion[-1] == pytest.approx(table.probability, rel=1e-4)
@@ -220,6 +224,17 @@ def test_cli_attribution_and_faithfulness(tmp_path):
     assert written["method"] == "gradient_rollout" and len(written["scores"]) == len(written["tokens"])
     assert cli.main(["--page", "translation", "--model", "mini Transformer en→fr", "--text", SOURCE, "--view",
                      "attribution", "--method", "alti", "--out", str(tmp_path / "bad")]) != 0
+    assert cli.main(["--page", "translation", "--model", "mini Transformer en→fr", "--text", SOURCE, "--view",
+                     "attribution", "--method", "value_zeroing", "--target", "1", "--format", "json",
+                     "--out", str(tmp_path / "vz")]) == 0
+    written = json.loads(next((tmp_path / "vz").glob("*.json")).read_text())
+    assert written["what"] == attribution.ALL_METHODS["value_zeroing"] and sum(written["scores"]) == pytest.approx(1)
+    assert cli.main(["--page", "translation", "--model", "mini Transformer en→fr", "--text", SOURCE, "--view",
+                     "faithfulness", "--format", "json", "--target", "1", "--steps", "5", "--ig_steps", "8",
+                     "--out", str(tmp_path / "trf")]) == 0
+    written = json.loads(next((tmp_path / "trf").glob("*faithfulness*.json")).read_text())
+    assert set(written["methods"]) == {*translation_explain.ENCODER_DECODER_METHODS, "random"}
+    assert "value_zeroing" in written["methods"] and "alti" not in written["methods"]
 
 
 # --- the pages ----------------------------------------------------------------------------------------------------
@@ -237,6 +252,11 @@ def test_the_encoder_and_translation_pages_show_the_section(patched_loader):
     assert any("masked-LM head" in caption.value for caption in at.caption)
     at.radio(key="enc_faith_target").set_value("the embedding of another sentence").run()
     assert not at.exception, at.exception
+    at.selectbox(key="enc_faith_raw_layer").set_value(1).run()
+    at.selectbox(key="enc_faith_raw_head").set_value("2").run()
+    assert not at.exception, at.exception
+    table = next(f.value for f in at.dataframe if "what" in f.value.columns)
+    assert dict(zip(table["method"], table["what"]))["raw_attention"] == "raw attention (layer 1, head 2)"
     assert any("deletion AUC (lower better)" in frame.value.columns for frame in at.dataframe)
 
     at = AppTest.from_file(str(ROOT / "app" / "views" / "translation.py"), default_timeout=180)
@@ -245,3 +265,58 @@ def test_the_encoder_and_translation_pages_show_the_section(patched_loader):
     assert not at.exception, at.exception
     assert any("deletion AUC (lower better)" in frame.value.columns for frame in at.dataframe)
     assert at.selectbox(key="tr_faith_target").value == 0
+    # raw attention's layer and head, kept in the URL, name the decoder's cross-attention in the table
+    at = AppTest.from_file(str(ROOT / "app" / "views" / "translation.py"), default_timeout=180)
+    at.query_params.update({"tr_view": "Faithfulness", "tr_faith_steps": "5", "tr_faith_ig_steps": "8",
+                            "tr_faith_raw_layer": "0", "tr_faith_raw_head": "1"})
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="tr_faith_raw_layer").value == 0 and at.selectbox(key="tr_faith_raw_head").value == "1"
+    table = next(f.value for f in at.dataframe if "what" in f.value.columns)
+    what = dict(zip(table["method"], table["what"]))
+    assert what["raw_attention"] == "raw attention (decoder cross-attention layer 0, head 1)"
+    assert what["value_zeroing"] == attribution.ALL_METHODS["value_zeroing"] and "alti" not in what
+
+
+def test_translation_value_zeroing_against_hooks_one_token_at_a_time(translator):
+    """Value zeroing against a brute-force loop: for each source token, a forward hook zeroes its row of every
+    cross-attention's v_proj output (SDPA path, not the eager override), and the LM head's input is read."""
+    loaded, result = translator
+    model, output = loaded.model, result.output
+    position = translation_explain.output_choices(result)[1][0]
+    ex = explainable.explainable(loaded, result, position)
+    found = attribution.explain(ex, ("value_zeroing", "raw_attention"))
+    source = torch.tensor([output.source_ids])
+    decoder_ids = torch.tensor([[model.config.decoder_start_token_id, *output.output_ids[:-1]]])
+    zero_at: list[int] = []
+
+    def zero(module, args, out):
+        if zero_at:
+            out = out.clone()
+            out[:, zero_at[0]] = 0
+        return out
+
+    def head_input(module, args):
+        kept.append(args[0][0, position].clone())
+
+    kept: list[torch.Tensor] = []
+    handles = [layer.encoder_attn.v_proj.register_forward_hook(zero) for layer in model.get_decoder().layers]
+    handles.append(model.lm_head.register_forward_pre_hook(head_input))
+    try:
+        with torch.no_grad():
+            for j in [None, *ex.units]:
+                zero_at[:] = [] if j is None else [j]
+                model(input_ids=source, attention_mask=torch.ones_like(source), decoder_input_ids=decoder_ids,
+                      use_cache=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    reference, rest = kept[0], torch.stack(kept[1:])
+    distance = (1 - torch.nn.functional.cosine_similarity(rest, reference[None], dim=-1)).clamp(min=0).numpy()
+    expected = distance / distance.sum()
+    np.testing.assert_allclose(found.scores["value_zeroing"], expected, rtol=1e-3, atol=1e-6)
+    assert found.scores["value_zeroing"].sum() == pytest.approx(1.0, abs=1e-5)
+    assert not np.allclose(found.scores["value_zeroing"], found.scores["raw_attention"], atol=1e-3)
+    shared = replace(ex, methods=tuple(attribution.METHODS), zeroed=None)  # what the other families offer
+    with pytest.raises(ValueError, match="not available"):
+        attribution.explain(shared, ("value_zeroing",))

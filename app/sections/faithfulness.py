@@ -92,20 +92,23 @@ def attention_maps(result):
     return result.attention.get("self") or next(iter(result.attention.values()))
 
 
-def raw_attention_picker(result, key: str) -> tuple[int, int | None]:
+def raw_attention_picker(result, key: str, kind: str | None = None, noun: str = "layer",
+                         read: str = "its row: [CLS], the last token, or a Swin's mean") -> tuple[int, int | None]:
     """Raw attention's layer and head (or the head mean) for the table; default: the last layer's mean. A link's
-    head that the chosen layer lacks (Swin's stages differ in heads) falls back to the mean."""
-    maps = attention_maps(result)
+    head that the chosen layer lacks (Swin's stages differ in heads) falls back to the mean. ``kind``: which of the
+    run's attention maps to pick from (None: the self-attention; "cross": a translator's decoder cross-attention),
+    ``noun`` names its layers and ``read`` says which row is read (the layer picker's help)."""
+    maps = attention_maps(result) if kind is None else result.attention[kind]
     layers = maps.num_layers
     c1, c2 = st.columns(2)
     structure = getattr(result, "structure", None)  # a Swin's blocks say their stage and window kind
 
     def label(layer: int) -> str:
-        return f"layer {layer}" + (f" ({structure.blocks[layer].label})" if structure is not None else "")
+        return f"{noun} {layer}" + (f" ({structure.blocks[layer].label})" if structure is not None else "")
 
     layer = int(c1.selectbox("Raw attention: layer", list(range(layers)), index=layers - 1, key=f"{key}_raw_layer",
-                             format_func=label, help="the layer raw attention is read from in the maps and the "
-                                                     "table (its row: [CLS], the last token, or a Swin's mean)"))
+                             format_func=label, help=f"the layer raw attention is read from in the maps and the "
+                                                     f"table ({read})"))
     heads = maps.heads_in(layer) if hasattr(maps, "heads_in") else maps.num_heads
     options = [MEAN, *map(str, range(heads))]
     if st.session_state.get(f"{key}_raw_head", MEAN) not in options:

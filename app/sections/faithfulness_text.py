@@ -20,7 +20,7 @@ OWN, OTHER = "its own embedding (unperturbed)", "the embedding of another senten
 
 
 def _keys(key: str) -> list[str]:
-    return [f"{key}_{name}" for name in ("target", "reference", "steps", "ig_steps")]
+    return [f"{key}_{name}" for name in ("target", "reference", "steps", "ig_steps", "raw_layer", "raw_head")]
 
 
 def _sliders(key: str) -> tuple[int, int]:
@@ -42,7 +42,7 @@ def _draw(result, loaded, key: str, options: FaithfulnessOptions) -> None:
 
 def _restore(key: str, extra: dict) -> None:
     url_state.restore(_keys(key), {f"{key}_steps": url_state.within(5, 50), f"{key}_ig_steps": url_state.within(8, 128),
-                                   **extra})
+                                   f"{key}_raw_layer": url_state.within(0, 10**3), **extra})
 
 
 def show_encoder(result, loaded, key: str = "enc_faith") -> None:
@@ -65,7 +65,9 @@ def show_encoder(result, loaded, key: str = "enc_faith") -> None:
                 st.info("Type a reference sentence, or compare with the sentence's own embedding.")
                 return
         steps, ig_steps = _sliders(key)
-        _draw(result, loaded, key, FaithfulnessOptions(token=reference, steps=steps, ig_steps=ig_steps))
+        layer, head = shared.raw_attention_picker(result, key, read="[CLS]'s row of the self-attention")
+        _draw(result, loaded, key, FaithfulnessOptions(token=reference, steps=steps, ig_steps=ig_steps, layer=layer,
+                                                       head=head))
     finally:
         url_state.publish(_keys(key))
 
@@ -88,11 +90,18 @@ def show_translation(result, loaded, key: str = "tr_faith") -> None:
                                 format_func=lambda t: f"{t}: {labels[t]}")
         c2.caption("The decoder is teacher-forced on the translation above, so the target token stays fixed while "
                    "source tokens are removed (their embedding becomes the mean embedding; positions and </s> stay). "
-                   "Raw attention and value norms read the last decoder layer's cross-attention; rollout and "
+                   "Raw attention reads the chosen decoder layer's cross-attention (default the last, head mean) "
+                   "and value norms the last one's; rollout and "
                    "gradient rollout carry relevance through encoder self-, decoder self- and cross-attention "
-                   "(Chefer et al. 2021b's encoder–decoder rules). ALTI is not offered for encoder–decoders.")
+                   "(Chefer et al. 2021b's encoder–decoder rules). In ALTI's place, value zeroing (Mohebbi et al. "
+                   "2023) through the cross-attention: each source token's value vector is zeroed in every decoder "
+                   "layer's cross-attention, and its score is the cosine distance this makes to the decoder's output "
+                   "at the target position (normalised to sum to 1).")
         steps, ig_steps = _sliders(key)
-        _draw(result, loaded, key, FaithfulnessOptions(target=int(position), steps=steps, ig_steps=ig_steps))
+        layer, head = shared.raw_attention_picker(result, key, kind="cross", noun="decoder layer",
+                                                  read="the cross-attention row of the chosen output token")
+        _draw(result, loaded, key, FaithfulnessOptions(target=int(position), steps=steps, ig_steps=ig_steps,
+                                                       layer=layer, head=head))
     except ValueError as error:
         widgets.show_error(error)
     finally:

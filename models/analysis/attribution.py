@@ -25,6 +25,13 @@ attention-based and gradient methods at once; Integrated Gradients costs ``steps
   (signed). Completeness: the scores sum to ``y(x) − y(baseline)``.
 - ``input_x_gradient`` (Shrikumar et al. 2016): ``x · ∂y/∂x`` on the input embeddings, summed over the dimension.
 
+- ``value_zeroing`` (Mohebbi et al. 2023, "Quantifying Context Mixing in Transformers", adapted to cross-attention;
+  encoder–decoders only, ``Explainable.zeroed``): for each source unit ``j``, its value vector ``v_j`` is set to zero
+  in the cross-attention of every decoder layer at once (the encoder and the decoder's own inputs unchanged) and the
+  decoder's output representation ``h`` at the target's position is recomputed; ``j``'s score is the cosine distance
+  ``max(0, 1 − cos(h^{¬j}, h))``, normalised to sum to 1 over the units. One batched forward (a row per unit). It
+  measures what reaches the target through ``j``'s slot of the encoder output, not the encoder's own mixing.
+
 ``y`` is the target's logit (Chefer et al. back-propagate the one-hot logit); the faithfulness curves read its
 probability (models/analysis/faithfulness.py).
 
@@ -56,6 +63,12 @@ METHODS = {
     "integrated_gradients": "Integrated Gradients (embeddings, captum)",
     "input_x_gradient": "input × gradient (embeddings)",
 }
+# methods only some families offer (``Explainable.methods`` names them); METHODS stays the set every family shares
+EXTRA_METHODS = {
+    "value_zeroing": "value zeroing (Mohebbi 2023) via cross-attention: 1 − cos of the target position's decoder "
+                     "output when the token's value is zeroed in every cross-attention, normalised",
+}
+ALL_METHODS = {**METHODS, **EXTRA_METHODS}
 GRADIENT_METHODS = ("gradient_rollout", "grad_cam", "input_x_gradient")
 ATTENTION_METHODS = ("raw_attention", "rollout", "value_norms", "alti")
 
@@ -113,6 +126,10 @@ class Explainable:
     probability_of: Callable[[torch.Tensor], torch.Tensor] | None = None
     target_kind: str = "class"  # what the target is, in words (the page and the JSON say it)
     measure: str = "target probability"  # what the curves read, in words
+    # value zeroing: ``zeroed(keep (B, N))`` -> (B, D) the representation the target is read from, with the value
+    # vectors of the positions where ``keep`` is 0 zeroed (an encoder–decoder: in every cross-attention); None: the
+    # family does not offer value zeroing
+    zeroed: Callable[[torch.Tensor], torch.Tensor] | None = None
 
     def score(self, outputs: torch.Tensor) -> torch.Tensor:
         return outputs[:, self.target] if self.score_of is None else self.score_of(outputs)
@@ -216,9 +233,9 @@ class Explanations:
 
 
 def check_methods(methods) -> tuple[str, ...]:
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if m not in ALL_METHODS]
     if unknown:
-        raise ValueError(f"unknown method(s) {', '.join(map(repr, unknown))}; choose from {', '.join(METHODS)}")
+        raise ValueError(f"unknown method(s) {', '.join(map(repr, unknown))}; choose from {', '.join(ALL_METHODS)}")
     return tuple(methods)
 
 
@@ -245,6 +262,19 @@ def alti_matrix(attention: torch.Tensor, values: torch.Tensor, residual: torch.T
     output = transformed.sum(1, keepdim=True)  # (N, 1, D): y_i
     contributions = (output.abs().sum(-1) - (output - transformed).abs().sum(-1)).clamp(min=0)  # (N, N)
     return contributions / contributions.sum(-1, keepdim=True).clamp(min=1e-12)
+
+
+def value_zeroing(ex: Explainable) -> torch.Tensor:
+    """Mohebbi et al. 2023's value zeroing through ``ex.zeroed`` (see the module docstring): (units,) cosine
+    distances of the target's representation with each unit's value zeroed, normalised to sum to 1."""
+    if ex.zeroed is None:
+        raise ValueError("value zeroing is not available for this model")
+    n, units = ex.embeddings.shape[1], list(ex.units)
+    keep = torch.ones(1 + len(units), n, device=ex.embeddings.device)
+    keep[torch.arange(1, 1 + len(units)), units] = 0.0  # row 0: nothing zeroed (the reference)
+    found = torch.cat([ex.zeroed(keep[i:i + ex.batch_size]).float() for i in range(0, len(keep), ex.batch_size)])
+    distance = (1 - torch.nn.functional.cosine_similarity(found[1:], found[:1], dim=-1)).clamp(min=0)
+    return distance / distance.sum().clamp(min=1e-12)
 
 
 def gradient_rollout(attentions: list[torch.Tensor], gradients: list[torch.Tensor] | None = None) -> torch.Tensor:
@@ -392,6 +422,7 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
                                      head)
         else:
             _explain_flat(ex, timed, layers, attentions, gradients, embeddings, embedding_grad, layer, head)
+        timed("value_zeroing", lambda: value_zeroing(ex))  # its own batched forward, not the recorded one
     del layers, attentions, gradients
     delta = difference = None
     if "integrated_gradients" in methods:
@@ -404,6 +435,8 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
     progress("explanations done", 1.0)
     ordered = {m: scores[m] for m in methods}
     extra = {"raw_attention": {"layer": layer_index, "head": head}}  # raw attention's, counted from 0
+    if encoder_decoder:  # which attention its layer counts in (the table's "what" and the JSON say it)
+        extra["raw_attention"]["attention"] = "decoder cross-attention"
     if ex.layout is not None:  # what differs in words (the table's "what")
         extra["what"] = {"grad_cam": "Grad-CAM (the last stage's tokens on their grid, channels as maps)",
                          "rollout": "attention rollout (windows carried to the grid, through the merges)"}

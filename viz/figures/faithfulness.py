@@ -11,7 +11,7 @@ import pandas as pd
 from PIL import Image, ImageDraw, ImageFont
 
 from models import explainable
-from models.analysis.attribution import METHODS
+from models.analysis.attribution import ALL_METHODS as METHODS
 from models.analysis.faithfulness import AUC_NOTE, Faithfulness
 from viz import export, image_overlay
 from viz.figure import Figure, view
@@ -68,7 +68,8 @@ def describe(found: Faithfulness, method: str) -> str:
     if not chosen:
         return found.explanations.extra.get("what", {}).get(method, METHODS[method])
     head = "head mean" if chosen["head"] is None else f"head {chosen['head']}"
-    return f"raw attention (layer {chosen['layer']}, {head})"
+    where = f"{chosen['attention']} " if chosen.get("attention") else ""
+    return f"raw attention ({where}layer {chosen['layer']}, {head})"
 
 
 def table_frame(found: Faithfulness) -> pd.DataFrame:

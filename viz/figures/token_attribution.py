@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from models import explainable
-from models.analysis.attribution import METHODS
+from models.analysis.attribution import ALL_METHODS as METHODS
 from viz import export
 from viz.figure import Figure, view
 from viz.heatmap import PAD
