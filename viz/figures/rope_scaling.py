@@ -124,7 +124,7 @@ def rope_perplexity(_, options: NoOptions) -> Figure:
                + " ".join(f"({i + 1}) {text}" for i, (_, text) in enumerate(drawn)))
     if len(files) == 1:
         caption += (" Past L₀ needs forwards of more than 8,192 tokens per scaling, minutes each on a CPU: run "
-                    "`python -m bench.case_rope_ppl --length 9216 --bucket 1024 --out "
+                    "`python -m bench.case_rope_ppl --length 16384 --bucket 1024 --out "
                     "sample_data/measured/rope_ppl_long.json` and this tab draws it too.")
     rows = [{"file": i, "length": m["length"], "scaling": k, "tokens": e, "prefix_perplexity": p,
              "bucket_perplexity": q}
