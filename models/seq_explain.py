@@ -17,7 +17,7 @@ import torch
 
 from models import capture
 from models.analysis.attribution import LayerRecord
-from models.text_explain import eager_weights, head_values
+from models.text_explain import eager_weights, head_values, overriding_with_residuals
 
 
 @dataclass(frozen=True)
@@ -72,20 +72,9 @@ def recording(sites: list[Site]):
             record.values_from = lambda: head_values(projection, value)
         return (weights @ value).transpose(1, 2).contiguous(), weights
 
-    def pre_hook(record):
-        def hook(module, args, kwargs):
-            if threading.get_ident() == owner:
-                record.residual = args[0] if args else kwargs.get("hidden_states")
-        return hook
-
-    handles = [site.block.register_forward_pre_hook(pre_hook(record), with_kwargs=True)
-               for site, record in zip(sites, records) if site.kind != "cross"]
-    try:
-        with capture.overriding(eager_attention):
-            yield records
-    finally:
-        for handle in handles:
-            handle.remove()
+    blocks = [(site.block, record) for site, record in zip(sites, records) if site.kind != "cross"]
+    with overriding_with_residuals(eager_attention, blocks, owner):
+        yield records
 
 
 @contextmanager

@@ -64,6 +64,26 @@ def eager_weights(module, query, key, value, attention_mask, scaling, kwargs):
 
 
 @contextmanager
+def overriding_with_residuals(eager_attention, blocks_and_records, owner: int):
+    """``eager_attention`` in place of the model's attention inside the block, and each block's input (its residual
+    stream) kept in its ``LayerRecord``, for the forwards of thread ``owner`` only."""
+    def pre_hook(record: LayerRecord):
+        def hook(module, args, kwargs):
+            if threading.get_ident() == owner:
+                record.residual = args[0] if args else kwargs.get("hidden_states")
+        return hook
+
+    handles = [block.register_forward_pre_hook(pre_hook(record), with_kwargs=True)
+               for block, record in blocks_and_records]
+    try:
+        with capture.overriding(eager_attention):
+            yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
 def recording(model):
     """Eager, differentiable attention for this thread's forwards inside the block; yields the list of
     ``LayerRecord`` it fills (one per decoder layer, in order)."""
@@ -85,20 +105,8 @@ def recording(model):
         record.values_from = lambda: head_values(projection, value)
         return (weights @ value).transpose(1, 2).contiguous(), weights
 
-    def pre_hook(record):
-        def hook(module, args, kwargs):
-            if threading.get_ident() == owner:
-                record.residual = args[0] if args else kwargs.get("hidden_states")
-        return hook
-
-    handles = [layer.register_forward_pre_hook(pre_hook(record), with_kwargs=True)
-               for layer, record in zip(layers, records)]
-    try:
-        with capture.overriding(eager_attention):
-            yield records
-    finally:
-        for handle in handles:
-            handle.remove()
+    with overriding_with_residuals(eager_attention, zip(layers, records), owner):
+        yield records
 
 
 def from_result(loaded, result, target, replacement: str = "mean", batch_size: int = 32) -> Explainable:
