@@ -250,6 +250,42 @@ def part_long(n: int) -> dict:
             "ok": ours["s"] / sdpa["s"] <= 1.3 and extra <= 1.1 * ours["qk_mb"]}
 
 
+def part_memory(count: int, batch_documents: int = 8) -> dict:
+    """RSS, the Python heap (``tracemalloc``) and pyarrow's pool after each written batch of a local run over
+    ``count`` bundled documents, in a process set up as the app and the CLI set theirs up (models/memory.py)."""
+    import gc
+    import tracemalloc
+
+    import pyarrow as pa
+    import torch
+
+    from bench.measure import rss_bytes
+    from models import families, memory, registry
+    from models.corpus import engine
+
+    torch.set_num_threads(1)
+    memory.use_fixed_mmap_threshold()
+    loaded = families.load(registry.default("causal_lm"))
+    tracemalloc.start()
+    samples = []
+
+    def sample(progress) -> None:
+        gc.collect()
+        samples.append({"documents": progress.done, "rss_mb": round(rss_bytes() / MB),
+                        "python_heap_mb": round(tracemalloc.get_traced_memory()[0] / MB, 1),
+                        "pyarrow_pool_mb": round(pa.total_allocated_bytes() / MB, 1)})
+
+    with tempfile.TemporaryDirectory() as folder:
+        engine.run_corpus(_documents(count), loaded, folder, max_tokens=256, progress=sample,
+                          batch_documents=batch_documents)
+    tracemalloc.stop()
+    half = [s for s in samples if s["documents"] >= count // 2]
+    return {"case": "corpus_memory", "documents": count, "batch_documents": batch_documents, "samples": samples,
+            "rss_growth_mb_second_half": half[-1]["rss_mb"] - half[0]["rss_mb"] if half else None,
+            "python_heap_growth_mb": samples[-1]["python_heap_mb"] - samples[1]["python_heap_mb"],
+            "load_average_at_end": os.getloadavg()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", nargs="+", default=["throughput", "ray", "long"])
@@ -268,6 +304,8 @@ def main() -> None:
             out = part_throughput(args.documents, args.memory_documents, args.rounds)
         elif part == "ray":
             out = part_ray(args.documents)
+        elif part == "memory":
+            out = part_memory(args.memory_documents)
         else:
             out = part_long(args.n)
         print(json.dumps(out), flush=True)
