@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from models.minis.detr_shapes import data, metrics
+from models.minis.vit_shapes.train import to_tensor  # the same uint8 -> normalised tensor the shapes minis use
 
 OUT_DIR = Path(__file__).resolve().parents[3] / "sample_data" / "detr_shapes"
 
@@ -77,11 +78,6 @@ def build_model(config: Config):
     model = DetrForObjectDetection(detr)
     model.requires_grad_(True)  # DETR freezes a ResNet's stem for pretrained weights; ours start from scratch
     return model
-
-
-def to_tensor(pixels: np.ndarray, config: Config) -> torch.Tensor:
-    x = torch.from_numpy(pixels).permute(0, 3, 1, 2).float() / 255.0
-    return (x - torch.tensor(config.mean).view(1, 3, 1, 1)) / torch.tensor(config.std).view(1, 3, 1, 1)
 
 
 def batch(rng: np.random.Generator, size: int, clutter: float) -> tuple[np.ndarray, list[data.Scene]]:

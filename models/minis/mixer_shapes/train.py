@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from models.minis.vit_shapes import data
-from models.minis.vit_shapes.train import evaluate, fit, measure_shortcuts
+from models.minis.vit_shapes.train import data_config, evaluate, fit, measure_shortcuts
 
 OUT_DIR = Path(__file__).resolve().parents[3] / "sample_data" / "mixer_shapes"
 
@@ -54,11 +54,6 @@ def build_model(model_args: dict) -> torch.nn.Module:
     args = dict(model_args)
     args["mlp_ratio"] = tuple(args["mlp_ratio"])
     return MlpMixer(**args)
-
-
-def data_config(config: Config) -> dict:
-    return {"input_size": [3, config.img_size, config.img_size], "interpolation": "bilinear",
-            "mean": list(config.mean), "std": list(config.std), "crop_pct": 1.0, "crop_mode": "center"}
 
 
 def train(config: Config, out_dir: Path = OUT_DIR, log_every: int = 50) -> dict:

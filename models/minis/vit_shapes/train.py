@@ -62,6 +62,12 @@ def to_tensor(pixels: np.ndarray, config: Config) -> torch.Tensor:
     return (x - mean) / std
 
 
+def data_config(config) -> dict:
+    """The preprocessing a shapes mini declares with its weights (the app's loader reads it back)."""
+    return {"input_size": [3, config.img_size, config.img_size], "interpolation": "bilinear",
+            "mean": list(config.mean), "std": list(config.std), "crop_pct": 1.0, "crop_mode": "center"}
+
+
 def build_model(config: Config):
     import timm
 
@@ -146,15 +152,13 @@ def train(config: Config, out_dir: Path = OUT_DIR, log_every: int = 50) -> dict:
     metrics.update(run)
     print(json.dumps(metrics, indent=2))
 
-    data_config = {"input_size": (3, config.img_size, config.img_size), "interpolation": "bilinear",
-                   "mean": config.mean, "std": config.std, "crop_pct": 1.0, "crop_mode": "center"}
     out_dir.mkdir(parents=True, exist_ok=True)
     save_for_hf(model.eval(), str(out_dir), model_config={
         "label_names": list(data.LABELS),
         # replace what the entry point's ImageNet weights would claim: these weights are ours, trained on shapes
         "pretrained_cfg": {"tag": "vit_shapes", "license": "same as this project", "description": "mini ViT "
                            "trained on generated shapes (models/minis/vit_shapes)"}},
-                model_args=config.model_args(), safe_serialization=True, data_config=data_config)
+                model_args=config.model_args(), safe_serialization=True, data_config=data_config(config))
     (out_dir / "metrics.json").write_text(json.dumps({"config": asdict(config), **metrics}, indent=2))
     write_card(out_dir, config, metrics)
     return metrics
