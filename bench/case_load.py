@@ -15,6 +15,11 @@ on a server with no warm-up: the run log must show each model loaded once howeve
 
 ``python -m bench.case_load --sessions 16 --minutes 5`` (the lecture hall), ``--sessions 8 --rounds 4 --pages gpt``
 (the GPT target); the browsers run under ``nice``. ``tests/e2e/test_load.py`` runs 3 sessions × 1 round.
+
+``--clients protocol``: the same sessions, views and checks without browsers (bench/streamlit_client.py speaks
+Streamlit's websocket protocol and draws nothing), every round started by all sessions at the same moment. On a
+2-core machine the browsers' renderers take most of the cores the server needs, so this is the server-side figure:
+what the server gives N visitors whose browsers run on their own machines, as in a lecture hall.
 """
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ from bench import live_server  # noqa: E402
 WORDS = ("apple", "river", "mountain", "guitar", "planet", "window", "garden", "doctor", "winter", "castle", "silver",
          "forest", "island", "rabbit", "coffee", "pencil", "violin", "desert", "harbor", "tiger")  # one token each
 SAMPLES = ("cat", "astronaut", "coffee", "rocket")
+SAMPLE_EVERY_S = 1.0  # the server's memory and CPU time (psutil: well under a millisecond a sample)
 TARGETS = {"errors": 0, "cross_talk": 0, "gpt_server_p95_s": 2.0}
 
 
@@ -130,11 +136,7 @@ async def check(page, kind: str, session: int, round_: int, tokenizers: Tokenize
     if await page.locator('[data-testid="stAlertContentError"]').count():
         return "error: " + (await page.locator('[data-testid="stAlertContentError"]').first.inner_text())[:300], ""
     if kind == "vit":
-        own = SAMPLES[(session + round_) % len(SAMPLES)]
-        shown = re.search(r"Sample photo '([^']+)'", main)
-        if shown is None or shown.group(1) != own:
-            return "", f"session {session} asked for the sample {own!r}, the page shows {shown and shown.group(1)!r}"
-        return "", ""
+        return "", _sample_cross_talk(main, session, round_)
     label = "Prompt" if kind == "gpt" else "Sentence"
     box = page.get_by_role("textbox", name=label, exact=True)
     for _ in range(20):  # the box is filled by the frontend after the run: up to 10 s on a busy machine
@@ -152,14 +154,28 @@ async def check(page, kind: str, session: int, round_: int, tokenizers: Tokenize
         words = set(re.findall(r"[a-z]+", main.lower()))
     else:
         return "", f"session {session} ({kind}): its word {WORDS[session]!r} is not among the drawn tokens"
+    return "", _text_cross_talk(main, words, kind, session, round_, tokenizers)
+
+
+def _sample_cross_talk(main: str, session: int, round_: int) -> str:
+    """An image view: the sample photo named on the page must be the session's own."""
+    own = SAMPLES[(session + round_) % len(SAMPLES)]
+    shown = re.search(r"Sample photo '([^']+)'", main)
+    if shown is None or shown.group(1) != own:
+        return f"session {session} asked for the sample {own!r}, the page shows {shown and shown.group(1)!r}"
+    return ""
+
+
+def _text_cross_talk(main: str, words: set[str], kind: str, session: int, round_: int, tokenizers: Tokenizers) -> str:
+    """A text view whose own word is drawn: no other session's word anywhere, and its own text's token count."""
     others = sorted(word for index, word in enumerate(WORDS) if index != session and word in words)
     if others:
-        return "", f"session {session} ({kind}) shows other sessions' words {others}"
+        return f"session {session} ({kind}) shows other sessions' words {others}"
     expected = tokenizers.count(kind, prompt(session, round_))
     shown = re.search(r"(\d+) tokens ·", main)
     if shown is None or int(shown.group(1)) != expected:
-        return "", f"session {session} ({kind}): {shown and shown.group(0)!r}, its text has {expected} tokens"
-    return "", ""
+        return f"session {session} ({kind}): {shown and shown.group(0)!r}, its text has {expected} tokens"
+    return ""
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -211,6 +227,72 @@ async def _session_loop(browser, server, session: int, pages: list[str], rounds:
         await context.close()
 
 
+def check_protocol(view, kind: str, session: int, round_: int, tokenizers: Tokenizers) -> tuple[str, str]:
+    """``check`` for a protocol session (bench/streamlit_client.py): the same rules, read from the messages."""
+    if view.exceptions:
+        return "exception: " + view.exceptions[0][:300], ""
+    if view.errors:
+        return "error: " + view.errors[0][:300], ""
+    if view.finished != "FINISHED_SUCCESSFULLY":
+        return f"the script run ended {view.finished or 'never'}", ""
+    if not view.drawn:
+        return "no chart or image", ""
+    main = "\n".join(view.texts)
+    if kind == "vit":
+        return "", _sample_cross_talk(main, session, round_)
+    label = "Prompt" if kind == "gpt" else "Sentence"
+    if (typed := view.text_boxes.get(label)) != prompt(session, round_):
+        return "", f"session {session} ({kind})'s text box holds {(typed or '')[:80]!r}"
+    if WORDS[session] not in view.chart_words():
+        return "", f"session {session} ({kind}): its word {WORDS[session]!r} is not among the drawn tokens"
+    words = view.words()
+    return "", _text_cross_talk(main, words, kind, session, round_, tokenizers)
+
+
+async def _protocol_session_loop(server, session: int, pages: list[str], rounds: int, deadline: float, since: float,
+                                 views: list[View], received_by_view: list, view_timeout_s: float,
+                                 start_line: asyncio.Barrier) -> None:
+    """One visitor without a browser: each round a new page load (a new session on the server), as a browser tab
+    opened on the link would be. With a fixed number of rounds, every round starts at the same moment for all.
+    What each view received is checked after the run, so that checking takes no CPU from the server meanwhile."""
+    from bench import streamlit_client
+
+    round_ = 0
+    while round_ < rounds or (deadline and time.perf_counter() < deadline):
+        kind = pages[0] if round_ == 0 else pages[(session + round_) % len(pages)]
+        if round_ == 0 or not deadline:
+            await start_line.wait()
+        start = time.perf_counter()
+        try:
+            received = await streamlit_client.open_view(view_url(server.url, kind, session, round_), view_timeout_s)
+        except Exception as failure:  # a timeout, a closed connection: an error of this view
+            received = f"{type(failure).__name__}: {str(failure)[:200]}"
+        views.append(View(session, round_, kind, time.perf_counter() - start, started=start - since))
+        received_by_view.append((views[-1], received))
+        round_ += 1
+        if deadline and time.perf_counter() >= deadline and round_ >= rounds:
+            break
+
+
+async def _drive_protocol(server, sessions: int, pages: list[str], rounds: int, minutes: float,
+                          view_timeout_s: float, tokenizers: Tokenizers) -> tuple[list[View], float]:
+    views: list[View] = []
+    since = time.perf_counter()
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(_sample_memory(server, since, SAMPLE_EVERY_S, stop))
+    deadline = since + minutes * 60 if minutes else 0.0
+    start_line = asyncio.Barrier(sessions)
+    received_by_view: list = []
+    await asyncio.gather(*(_protocol_session_loop(server, s, pages, rounds, deadline, since, views, received_by_view,
+                                                  view_timeout_s, start_line) for s in range(sessions)))
+    stop.set()
+    await sampler
+    for view, received in received_by_view:
+        view.error, view.cross_talk = (received, "") if isinstance(received, str) else \
+            check_protocol(received, view.page, view.session, view.round, tokenizers)
+    return views, since
+
+
 async def _sample_memory(server, since: float, every_s: float, stop: asyncio.Event) -> None:
     while not stop.is_set():
         try:
@@ -234,7 +316,7 @@ async def _drive(server, sessions: int, pages: list[str], rounds: int, minutes: 
             browser = await playwright.chromium.launch(executable_path=executable, args=live_server.CHROMIUM_ARGS)
             since = time.perf_counter()
             stop = asyncio.Event()
-            sampler = asyncio.create_task(_sample_memory(server, since, 5.0, stop))
+            sampler = asyncio.create_task(_sample_memory(server, since, SAMPLE_EVERY_S, stop))
             deadline = since + minutes * 60 if minutes else 0.0
             start_line = asyncio.Barrier(sessions)
             await asyncio.gather(*(_session_loop(browser, server, s, pages, rounds, deadline, since, views,
@@ -247,8 +329,11 @@ async def _drive(server, sessions: int, pages: list[str], rounds: int, minutes: 
 
 def run_load(sessions: int = 3, rounds: int = 2, minutes: float = 0.0, pages: tuple[str, ...] = ("gpt", "encoder",
              "vit"), niceness: int = 10, view_timeout_s: float = 300.0, port: int | None = None,
-             env: dict | None = None) -> dict:
+             env: dict | None = None, clients: str = "browser") -> dict:
     """Start the server (no warm-up, run log on), run the sessions, stop it; the figures as a dict.
+
+    ``clients``: ``browser`` (headless Chromium, one context per session) or ``protocol`` (no browser:
+    bench/streamlit_client.py).
 
     ``rounds`` (at least 2: round 0 is the simultaneous first visit to ``pages[0]``) or ``minutes`` of rounds,
     whichever is longer. Latencies are of rounds 1 and later (round 0 includes loading the models)."""
@@ -261,18 +346,24 @@ def run_load(sessions: int = 3, rounds: int = 2, minutes: float = 0.0, pages: tu
                                    env={"ATTN_EXPLORER_WARMUP": "0", "OMP_NUM_THREADS": "2", **(env or {})})
         try:
             idle_rss, idle_cpu = server.usage()
-            views, since = asyncio.run(_drive(server, sessions, list(pages), max(rounds, 1), minutes, niceness,
-                                              view_timeout_s, tokenizers))
+            if clients == "protocol":
+                views, since = asyncio.run(_drive_protocol(server, sessions, list(pages), max(rounds, 1), minutes,
+                                                           view_timeout_s, tokenizers))
+            elif clients == "browser":
+                views, since = asyncio.run(_drive(server, sessions, list(pages), max(rounds, 1), minutes, niceness,
+                                                  view_timeout_s, tokenizers))
+            else:
+                raise ValueError(f"clients must be 'browser' or 'protocol', not {clients!r}")
             end_rss, end_cpu = server.usage()
             runs = server.runs()
             alive = server.alive() and server.healthy()
         finally:
             server.stop()
-    return report(views, runs, server.samples, sessions, pages, idle_rss, idle_cpu, end_rss, end_cpu, alive)
+    return report(views, runs, server.samples, sessions, pages, idle_rss, idle_cpu, end_rss, end_cpu, alive, clients)
 
 
 def report(views: list[View], runs: list[dict], samples: list, sessions: int, pages, idle_rss: int, idle_cpu: float,
-           end_rss: int, end_cpu: float, alive: bool) -> dict:
+           end_rss: int, end_cpu: float, alive: bool, clients: str = "browser") -> dict:
     later = [v for v in views if v.round > 0]
     loads: dict[str, int] = {}
     for record in runs:
@@ -289,15 +380,19 @@ def report(views: list[View], runs: list[dict], samples: list, sessions: int, pa
     first = len([v for v in views if v.round == 0])
     steady = server_views[first:]  # after round 0's model loads
     rss = [s[1] for s in samples]
-    warm = [s for s in samples if s[0] >= (min((v.started for v in later), default=0.0))]
+    # from the last sample before the first later view began: its CPU time counts no model load, at most one sample
+    # interval of round 0's end (none with protocol clients, whose round 1 starts after round 0 has ended)
+    first_later = min((v.started for v in later), default=0.0)
+    warm = [s for s in samples if s[0] <= first_later][-1:] + [s for s in samples if s[0] > first_later]
     result = {
-        "case": "load", "sessions": sessions, "pages": list(pages), "views": len(views),
+        "case": "load", "clients": clients, "sessions": sessions, "pages": list(pages), "views": len(views),
         "rounds_per_session": max((v.round for v in views), default=-1) + 1,
         "errors": sum(1 for v in views if v.error), "cross_talk": sum(1 for v in views if v.cross_talk),
         "error_examples": [f"s{v.session} r{v.round} {v.page}: {v.error}" for v in views if v.error][:5],
         "cross_talk_examples": [v.cross_talk for v in views if v.cross_talk][:5],
-        "browser_time_to_idle_s": summary([v.seconds for v in later]),
-        "browser_time_to_idle_by_page_s": {p: summary([v.seconds for v in later if v.page == p]) for p in pages},
+        # browser: until the page is idle and its charts are drawn; protocol: until the script run has finished
+        f"{clients}_time_to_idle_s": summary([v.seconds for v in later]),
+        f"{clients}_time_to_idle_by_page_s": {p: summary([v.seconds for v in later if v.page == p]) for p in pages},
         "first_visit_s": summary([v.seconds for v in views if v.round == 0]),
         "server_script_s": summary([v["wall_s"] for v in steady]),
         "server_script_by_page_s": {p: summary([v["wall_s"] for v in steady if v["page"] == p]) for p in pages},
@@ -323,10 +418,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--minutes", type=float, default=0.0, help="keep starting rounds until this much time passed")
     parser.add_argument("--pages", nargs="+", default=["gpt", "encoder", "vit"], choices=["gpt", "encoder", "vit"])
     parser.add_argument("--nice", type=int, default=10, help="niceness of the browsers (0: none)")
+    parser.add_argument("--clients", choices=["browser", "protocol"], default="browser",
+                        help="headless Chromium, or Streamlit's protocol without a browser (the server-side figure)")
     parser.add_argument("--port", type=int, default=None)
     parser.add_argument("--out", type=Path, default=None, help="also append the JSON line to this file")
     args = parser.parse_args(argv)
-    result = run_load(args.sessions, args.rounds, args.minutes, tuple(args.pages), args.nice, port=args.port)
+    result = run_load(args.sessions, args.rounds, args.minutes, tuple(args.pages), args.nice, port=args.port,
+                      clients=args.clients)
     line = json.dumps(result)
     print(line, flush=True)
     if args.out:
