@@ -63,12 +63,31 @@ def test_statistics_equal_a_direct_computation_from_eager_maps(tiny_lm):
 
 def test_batching_does_not_change_the_numbers(tiny_lm):
     loaded, _ = tiny_lm
-    runner = statistics.StatisticsRunner(loaded, max_tokens=64)
-    batched, _ = runner.run(corpus_of(TEXTS).documents)
+    runner = statistics.StatisticsRunner(loaded, max_tokens=64, max_padding=100.0)  # padding allowed: real batches
+    documents = corpus_of(TEXTS).documents
+    lengths = sorted((len(runner.tokenize(d)) for d in documents), reverse=True)
+    assert len(set(lengths)) > 1 and len(statistics.batches([(d, [0] * n) for d, n in zip(documents, lengths)],
+                                                          max_padding=100.0)) < len(documents)
+    batched, _ = runner.run(documents)
     for document, together in zip(corpus_of(TEXTS).documents, batched):
         (alone,), _ = runner.run([document])
         for name in statistics.STATISTICS:
             np.testing.assert_allclose(together.statistics[name], alone.statistics[name], rtol=1e-5, atol=1e-6)
+
+
+def test_batches_keep_padding_within_a_tenth_of_their_own_tokens():
+    documents = [(Document(str(i), "", "t"), [0] * n) for i, n in enumerate([182, 136, 125, 123, 98, 92, 90, 52, 50,
+                                                                                  49, 30, 2])]
+    groups = statistics.batches(documents)
+    assert [len(ids) for group in groups for _, ids in group] == [len(ids) for _, ids in documents]  # order kept
+    for group in groups:
+        lengths = [len(ids) for _, ids in group]
+        assert len(lengths) == 1 or max(lengths) * len(lengths) <= 1.1 * sum(lengths)
+    assert [len(group) for group in groups] == [1, 3, 3, 3, 1, 1]
+    # a corpus of alike lengths still fills the groups up to MAX_BATCH_DOCUMENTS
+    alike = [(Document(str(i), "", "t"), [0] * (100 - i // 4)) for i in range(32)]
+    assert [len(group) for group in statistics.batches(alike)] == [statistics.MAX_BATCH_DOCUMENTS] * 4
+    assert len(statistics.batches(documents, max_padding=100.0)) < len(groups)  # padding allowed: fuller groups
 
 
 def _zip_bomb() -> bytes:
