@@ -205,29 +205,48 @@ class StatisticsRunner:
 
     def run(self, documents: list[Document]) -> tuple[list[DocumentStatistics], list[tuple[str, str]]]:
         """Statistics of each document that tokenises, and ``(doc_id, reason)`` for each that does not."""
+        tokenized, skipped = self._tokenized(documents)
+        done = {}
+        for group in self._groups(tokenized):
+            done.update((item.doc_id, item) for item in self._run_batch(group))
+        return [done[document.doc_id] for document, _ in tokenized], skipped
+
+    def forward_only(self, documents: list[Document]) -> None:
+        """The same forwards on the same batches with nothing recorded: what any per-document function that runs
+        this model must pay at least (the corpus benchmark's ceiling)."""
+        for group in self._groups(self._tokenized(documents)[0]):
+            ids, attention_mask, _ = self._padded(group)
+            with torch.inference_mode():
+                self.base(input_ids=ids, attention_mask=attention_mask, **self.extra)
+
+    def _tokenized(self, documents: list[Document]) -> tuple[list[tuple[Document, list[int]]], list[tuple[str, str]]]:
         tokenized, skipped = [], []
         for document in documents:
             try:
                 tokenized.append((document, self.tokenize(document)))
             except ValueError as error:
                 skipped.append((document.doc_id, str(error)))
-        # longest first, so that a batch pads to lengths alike (unsorted, 8 documents of ~70 tokens padded to one
-        # of 256 did 3× the work); the results come back in the documents' order
-        by_length = sorted(tokenized, key=lambda item: -len(item[1]))
-        done = {}
-        for group in batches(by_length, max_padding=self.max_padding):
-            done.update((item.doc_id, item) for item in self._run_batch(group))
-        return [done[document.doc_id] for document, _ in tokenized], skipped
+        return tokenized, skipped
 
-    def _run_batch(self, group: list[tuple[Document, list[int]]]) -> list[DocumentStatistics]:
-        device = self.loaded.device
+    def _groups(self, tokenized: list[tuple[Document, list[int]]]) -> list[list[tuple[Document, list[int]]]]:
+        # longest first, so that a batch pads to lengths alike (unsorted, 8 documents of ~70 tokens padded to one
+        # of 256 did 3× the work); ``run`` gives the results back in the documents' order
+        return batches(sorted(tokenized, key=lambda item: -len(item[1])), max_padding=self.max_padding)
+
+    def _padded(self, group: list[tuple[Document, list[int]]]) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """(ids, attention mask) of a group on the model's device, right-padded, and the documents' lengths."""
         lengths = [len(ids) for _, ids in group]
         width = max(lengths)
         ids = torch.full((len(group), width), self.pad_id, dtype=torch.long)
         for row, (_, token_ids) in enumerate(group):
             ids[row, :len(token_ids)] = torch.tensor(token_ids)  # right padding: positions 0..n-1 as when alone
         attention_mask = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long()
-        ids, attention_mask = ids.to(device), attention_mask.to(device)
+        return ids.to(self.loaded.device), attention_mask.to(self.loaded.device), lengths
+
+    def _run_batch(self, group: list[tuple[Document, list[int]]]) -> list[DocumentStatistics]:
+        device = self.loaded.device
+        ids, attention_mask, lengths = self._padded(group)
+        width = ids.shape[1]
         recorder = _StatisticsRecorder(module_names=self.names, token_ids=ids,
                                        lengths=torch.tensor(lengths, device=device))
         routing = None
