@@ -187,18 +187,16 @@ class Recorder:
             shape_key = ("implicit", q_len, k_len, bool(q_len > 1 and is_causal), lazy)
             if shape_key in self._mask_cache:  # one (q, k) mask shared by every layer, not one per layer
                 return self._mask_cache[shape_key]
-            if lazy and q_len > 1 and is_causal:
+            if q_len > 1 and is_causal:
                 from models.results import CausalMask
 
-                self._mask_cache[shape_key] = (CausalMask(q_len, k_len), None)
-                return self._mask_cache[shape_key]
-            if q_len > 1 and is_causal:
-                # SDPA's is_causal aligns top-left: query i sees keys 0..i (keys past q_len are cropped by SDPA)
-                key_index = torch.arange(k_len)
-                allowed = (key_index[None, :] <= torch.arange(q_len)[:, None]) & (key_index[None, :] < q_len)
+                # SDPA's is_causal aligns top-left: query i sees keys 0..i (keys past q_len are cropped by SDPA);
+                # a long input keeps it as its shape, a short one as the array every layer shares
+                causal = CausalMask(q_len, k_len)
+                allowed = causal if lazy else torch.from_numpy(causal.array())[None]
             else:
-                allowed = torch.ones(q_len, k_len, dtype=torch.bool)
-            self._mask_cache[shape_key] = (allowed[None], None)
+                allowed = torch.ones(1, q_len, k_len, dtype=torch.bool)
+            self._mask_cache[shape_key] = (allowed, None)
             return self._mask_cache[shape_key]
         cached = self._mask_cache.get(id(attention_mask))
         if cached is not None:
