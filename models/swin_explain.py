@@ -23,30 +23,18 @@ from contextlib import contextmanager
 
 import numpy as np
 import torch
-from PIL import Image, ImageFilter
 
-from models import capture_timm
+from models import capture_timm, images
 from models.analysis.attribution import Explainable, LayerRecord, Layout
 from models.swin_geometry import cyclic_shift, window_partition
-from models.vit_explain import REPLACEMENTS, check_image
+from models.vit_explain import REPLACEMENTS, check_image, normalised, removed_pixels
 
 REPLACEMENTS = {**REPLACEMENTS, "mean": "the data config's mean colour (0 after normalisation)"}
 
 
-def _data_config(model) -> dict:
-    from models import images
-
-    return images.data_config(model)
-
-
 def crop_tensor(model, crop: np.ndarray) -> torch.Tensor:
-    """The model's input ``(1, 3, H, W)`` from the uint8 crop the run saw: ToTensor and Normalize as the data config
-    says (the steps of ``images.preprocess`` after the crop)."""
-    config = _data_config(model)
-    pixels = torch.from_numpy(np.ascontiguousarray(crop)).permute(2, 0, 1).float().div(255)
-    mean = torch.tensor(config["mean"], dtype=torch.float32).view(3, 1, 1)
-    std = torch.tensor(config["std"], dtype=torch.float32).view(3, 1, 1)
-    return pixels.sub(mean).div(std).unsqueeze(0).contiguous()
+    """The model's input ``(1, 3, H, W)`` from the uint8 crop the run saw, normalised as its data config says."""
+    return normalised(crop, images.data_config(model))
 
 
 def blocks(model) -> list:
@@ -102,18 +90,14 @@ def layout(model) -> Layout:
     return Layout(tokens, [window_ids(b) for b in every], merges, torch.full((tokens[-1],), 1.0 / tokens[-1]))
 
 
-def _windows_of(block, x: torch.Tensor) -> torch.Tensor:
-    """(B, H, W, C) -> (B·nW, Nw, C) as the block partitions it: rolled by −shift, padded, window by window."""
-    batch, height, width, channels = x.shape
-    shift = tuple(int(s) for s in block.shift_size)
-    window = tuple(int(w) for w in block.window_size)
-    if any(shift):
-        x = torch.roll(x, shifts=(-shift[0], -shift[1]), dims=(1, 2))
-    pad_h, pad_w = (-height) % window[0], (-width) % window[1]
-    x = torch.nn.functional.pad(x, (0, 0, 0, pad_w, 0, pad_h))
-    hp, wp = height + pad_h, width + pad_w
-    x = x.view(batch, hp // window[0], window[0], wp // window[1], window[1], channels)
-    return x.permute(0, 1, 3, 2, 4, 5).reshape(-1, window[0] * window[1], channels)
+def _windows_of(ids: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """(B, H, W, C) -> (B·nW, Nw, C) as the block partitions it (rolled by −shift, padded with zeros, window by
+    window), read through the block's ``window_ids`` so the windows are exactly the ``Layout``'s."""
+    batch, channels = x.shape[0], x.shape[-1]
+    flat = x.reshape(batch, -1, channels)
+    padded = torch.cat([flat, flat.new_zeros(batch, 1, channels)], 1)  # the last row stands for the padding
+    index = torch.where(ids >= 0, ids, flat.shape[1]).to(x.device)
+    return padded[:, index].reshape(-1, ids.shape[-1], channels)
 
 
 @contextmanager
@@ -130,10 +114,11 @@ def recording(model):
     def hooks(block, record: LayerRecord):
         attention = block.attn
         heads = attention.num_heads
+        ids = window_ids(block)
 
         def keep_input(module, inputs):
             if threading.get_ident() == owner:
-                record.residual = _windows_of(block, inputs[0])
+                record.residual = _windows_of(ids, inputs[0])
 
         def keep_output(module, inputs, output):
             if threading.get_ident() == owner:
@@ -171,12 +156,7 @@ def recording(model):
 
 def baseline_pixels(model, crop: np.ndarray, replacement: str) -> torch.Tensor:
     """The input with every patch removed: grey (``mean``) or blurred (``blur``), normalised, (1, 3, H, W)."""
-    if replacement not in REPLACEMENTS:
-        raise ValueError(f"unknown replacement {replacement!r}; choose from {', '.join(REPLACEMENTS)}")
-    if replacement == "mean":
-        return torch.zeros_like(crop_tensor(model, crop))
-    patch = int(model.patch_embed.patch_size[0])
-    return crop_tensor(model, np.asarray(Image.fromarray(crop).filter(ImageFilter.GaussianBlur(patch))))
+    return removed_pixels(crop, images.data_config(model), int(model.patch_embed.patch_size[0]), replacement)
 
 
 def explainable(loaded, crop: np.ndarray, label_names: list[str] | None, target: int | None = None,

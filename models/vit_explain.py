@@ -29,11 +29,16 @@ REPLACEMENTS = {"mean": "the data config's mean colour (grey: 0 after normalisat
 
 
 def crop_tensor(loaded: LoadedVision, crop: np.ndarray) -> torch.Tensor:
-    """The model's input ``(1, 3, H, W)`` from the uint8 crop it saw ``(H, W, 3)``: timm's ToTensor and Normalize,
-    the steps of ``images.preprocess`` after the crop, so the attribution explains exactly the run's input."""
+    """The model's input ``(1, 3, H, W)`` from the uint8 crop it saw ``(H, W, 3)``."""
+    return normalised(crop, loaded.data_config)
+
+
+def normalised(crop: np.ndarray, config: dict) -> torch.Tensor:
+    """``(1, 3, H, W)`` from a uint8 crop ``(H, W, 3)``: timm's ToTensor and Normalize with ``config``'s mean and std,
+    the steps of ``images.preprocess`` after the crop, so an attribution explains exactly the run's input."""
     pixels = torch.from_numpy(np.ascontiguousarray(crop)).permute(2, 0, 1).float().div(255)
-    mean = torch.tensor(loaded.data_config["mean"], dtype=torch.float32).view(3, 1, 1)
-    std = torch.tensor(loaded.data_config["std"], dtype=torch.float32).view(3, 1, 1)
+    mean = torch.tensor(config["mean"], dtype=torch.float32).view(3, 1, 1)
+    std = torch.tensor(config["std"], dtype=torch.float32).view(3, 1, 1)
     return pixels.sub(mean).div(std).unsqueeze(0).contiguous()
 
 
@@ -109,14 +114,18 @@ def recording(model: torch.nn.Module):
 
 
 def baseline_pixels(loaded: LoadedVision, crop: np.ndarray, replacement: str) -> torch.Tensor:
-    """The input with every patch removed: grey (``mean``) or blurred (``blur``), normalised, (1, 3, H, W)."""
+    """The input with every patch removed (``removed_pixels``) for a loaded ViT."""
+    return removed_pixels(crop, loaded.data_config, int(loaded.model.patch_embed.patch_size[0]), replacement)
+
+
+def removed_pixels(crop: np.ndarray, config: dict, patch: int, replacement: str) -> torch.Tensor:
+    """The input with every patch removed: grey (``mean``: 0 after normalisation) or blurred with σ = one ``patch``
+    (``blur``), normalised with ``config``, (1, 3, H, W)."""
     if replacement not in REPLACEMENTS:
         raise ValueError(f"unknown replacement {replacement!r}; choose from {', '.join(REPLACEMENTS)}")
     if replacement == "mean":
-        return torch.zeros_like(crop_tensor(loaded, crop))
-    patch = int(loaded.model.patch_embed.patch_size[0])
-    blurred = np.asarray(Image.fromarray(crop).filter(ImageFilter.GaussianBlur(patch)))
-    return crop_tensor(loaded, blurred)
+        return torch.zeros_like(normalised(crop, config))
+    return normalised(np.asarray(Image.fromarray(crop).filter(ImageFilter.GaussianBlur(patch))), config)
 
 
 def check_image(crop: np.ndarray) -> None:
