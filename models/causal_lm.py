@@ -158,11 +158,15 @@ def _stream_modules(model):
     count = getattr(getattr(model, "config", None), "num_hidden_layers", None)
     layers = next((child for child in base.children()
                    if isinstance(child, torch.nn.ModuleList) and len(child) == count), None)
-    # the final norm under the names the logit lens looks for (lens.final_norm_and_unembedding; the lens imports
-    # this module, so not the other way round)
-    norm = next((getattr(base, name) for name in ("norm", "ln_f", "final_layer_norm", "final_layernorm")
-                 if getattr(base, name, None) is not None), None)
+    norm = final_norm(model)
     return None if layers is None or norm is None else (layers, norm)
+
+
+def final_norm(model):
+    """A causal LM's final norm, found by the names transformers uses (the logit lens reads it too), or None."""
+    base = getattr(model, "base_model", model)
+    return next((getattr(base, name) for name in ("norm", "ln_f", "final_layer_norm", "final_layernorm")
+                 if getattr(base, name, None) is not None), None)
 
 
 @contextlib.contextmanager

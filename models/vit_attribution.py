@@ -94,10 +94,16 @@ def attribute_shared(loaded: LoadedVision, result: ViTResult, target: int, metho
     from models.analysis import attribution
 
     found = attribution.explain(vit_explain.from_result(loaded, result, target), (method,), ig_steps=max(2, steps))
+    return _per_patch(result, found, method, target, loaded.label_names[target])
+
+
+def _per_patch(result, found, method: str, target: int, name: str, ig_delta: float | None = None) -> Attribution:
+    """A shared method's per-patch scores (``found``: ``attribution.Explanations``) as an ``Attribution`` whose
+    pixels carry each patch's score over the patch."""
     grid, patch = result.image.patch_grid, result.image.patch_size
     scores = found.scores[method].reshape(grid).astype(np.float32)
     pixels = np.kron(scores, np.ones(patch, dtype=np.float32))
-    return Attribution(method, target, loaded.label_names[target], pixels, scores, found.seconds[method])
+    return Attribution(method, target, name, pixels, scores, found.seconds[method], ig_delta)
 
 
 def explain_swin(loaded, result, target: int, method: str, steps: int) -> ExplainedClass:
@@ -110,11 +116,8 @@ def explain_swin(loaded, result, target: int, method: str, steps: int) -> Explai
         raise ValueError(f"{method!r} is not available for a Swin; use one of {', '.join(attribution.METHODS)}")
     ex = swin_explain.from_result(loaded, result, target)
     found = attribution.explain(ex, tuple(dict.fromkeys((method, "rollout"))), ig_steps=max(2, steps))
-    grid, patch = result.image.patch_grid, result.image.patch_size
-    scores = found.scores[method].reshape(grid).astype(np.float32)
-    pixels = np.kron(scores, np.ones(patch, dtype=np.float32))
-    return ExplainedClass(result, Attribution(method, target, ex.target_name, pixels, scores, found.seconds[method],
-                                              found.ig_delta), found.scores["rollout"].reshape(grid))
+    return ExplainedClass(result, _per_patch(result, found, method, target, ex.target_name, found.ig_delta),
+                          found.scores["rollout"].reshape(result.image.patch_grid))
 
 
 def attribute(loaded: LoadedVision, image, target: int, method: str = "integrated_gradients",

@@ -62,9 +62,9 @@ def window(n: int, last: int, count: int) -> range:
 
 def final_norm_and_unembedding(model):
     """The causal LM's final norm and its unembedding (LM head), found by the names transformers uses."""
-    base = getattr(model, "base_model", model)
-    norm = next((getattr(base, name) for name in ("norm", "ln_f", "final_layer_norm", "final_layernorm")
-                 if getattr(base, name, None) is not None), None)
+    from models.causal_lm import final_norm  # imported here, as logit_lens imports causal_lm
+
+    norm = final_norm(model)
     unembed = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if norm is None or unembed is None:
         raise ValueError(f"the logit lens does not know where {type(model).__name__} keeps its final norm and "
