@@ -8,8 +8,8 @@
   statistics from the returned maps with numpy (``statistics.eager_statistics``), in float32 (the default a user
   loads) and bfloat16. Paired and alternating, ``--rounds`` rounds, best of each. Target: ours ≥ 3× the float32
   baseline's tokens/s. Ceiling: the same batched forwards with nothing recorded (``forward_only``), the most any
-  engine that runs the model could gain. Also: how far each dtype's statistics are from the float32 eager maps'. Memory: RSS after
-  every persisted batch of a longer local run (flat = the last within a few MB of the second).
+  engine that runs the model could gain. Also: how far each dtype's statistics are from the float32 eager maps'.
+  Memory: RSS after every persisted batch of a longer local run (flat = the last within a few MB of the second).
 - ``ray``: the same documents on Ray Data with 2 actors × 1 thread, vs in process with 2 threads (the same 2
   cores). ``ray.init`` and the actors' start (each loads the model) are reported apart from the steady state.
   Target: Ray ≤ 1.3× the in-process time.
@@ -100,21 +100,22 @@ def part_throughput(count: int, memory_documents: int, rounds: int = 2) -> dict:
     times = {f"{side}_{dtype}": [] for side in ("ours", "baseline", "forward_only") for dtype in dtypes}
     cpu = {name: [] for name in times}
     results = {}
+
+    def timed(name: str, work):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        out = work()
+        times[name].append(time.perf_counter() - start)
+        cpu[name].append(time.process_time() - start_cpu)
+        return out
+
     for _ in range(rounds):
         for dtype in dtypes:
             with tempfile.TemporaryDirectory() as folder:
-                start, start_cpu = time.perf_counter(), time.process_time()
-                engine.run_corpus(corpus, loaded[dtype], folder, max_tokens=256)
-                times[f"ours_{dtype}"].append(time.perf_counter() - start)
-                cpu[f"ours_{dtype}"].append(time.process_time() - start_cpu)
-            start, start_cpu = time.perf_counter(), time.process_time()  # the same forwards, nothing recorded
-            statistics.StatisticsRunner(loaded[dtype], 256).forward_only(corpus.documents)
-            times[f"forward_only_{dtype}"].append(time.perf_counter() - start)
-            cpu[f"forward_only_{dtype}"].append(time.process_time() - start_cpu)
-            start, start_cpu = time.perf_counter(), time.process_time()
-            results[dtype] = [statistics.eager_statistics(eager[dtype], token_ids) for token_ids in ids]
-            times[f"baseline_{dtype}"].append(time.perf_counter() - start)
-            cpu[f"baseline_{dtype}"].append(time.process_time() - start_cpu)
+                timed(f"ours_{dtype}", lambda: engine.run_corpus(corpus, loaded[dtype], folder, max_tokens=256))
+            timed(f"forward_only_{dtype}",  # the same forwards, nothing recorded
+                  lambda: statistics.StatisticsRunner(loaded[dtype], 256).forward_only(corpus.documents))
+            results[dtype] = timed(f"baseline_{dtype}", lambda: [statistics.eager_statistics(eager[dtype], token_ids)
+                                                                 for token_ids in ids])
     # what ours computes in each dtype vs the float32 eager maps (the reference)
     errors = {dtype: _statistics_error([d.statistics for d in statistics.StatisticsRunner(
         loaded[dtype], 256).run(corpus.documents)[0]], results["float32"]) for dtype in dtypes}

@@ -18,6 +18,7 @@ from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ct
 from app import display, resources, url_state, widgets
 from models import explainable, vit_explain
 from models.analysis.attribution import METHODS
+from models.analysis.faithfulness import PROBABILITY, measure_symbol
 from models.inputs import ImageInput
 from viz.figures.faithfulness import FaithfulnessOptions, LocalisationOptions
 
@@ -221,7 +222,7 @@ def class_names(loaded, result) -> list[str]:
 
 def _summary(payload: dict, unit: str) -> None:
     units = "patches" if unit == "patch" else f"{unit}s"
-    symbol = "p" if payload["target"].get("measure", "target probability") == "target probability" else "cos"
+    symbol = measure_symbol(payload["target"].get("measure", PROBABILITY))
     st.markdown(f"**Target:** {widgets.plain(payload['target']['name'])}, {symbol} = "
                 f"{payload['target']['probability']:.3f}"
                 f"  \n**A removed {unit} becomes** {widgets.plain(payload['replacement'])}.  \n"

@@ -30,6 +30,14 @@ AUC_NOTE = ("trapezoidal area under the target's probability (0..1) against the 
             "better")
 
 
+PROBABILITY = "target probability"  # the measure the curves read unless the adapter says otherwise
+
+
+def measure_symbol(measure: str) -> str:
+    """How the page and the caption write the measure's value: ``p`` for a probability, ``cos`` for a cosine."""
+    return "p" if measure == PROBABILITY else "cos"
+
+
 @dataclass(frozen=True)
 class Curves:
     deletion: np.ndarray  # (steps + 1,) probability after removing fraction s/steps, most relevant first
@@ -64,7 +72,7 @@ class Faithfulness:
     result: object = None  # the run explained (the maps are drawn on its crop / tokens)
     target_kind: str = "class"  # what the target is, in words (a class, a token, a sentence embedding)
     notes: tuple[str, ...] = ()  # the adapter's remarks (which target is used, what is not offered)
-    measure: str = "target probability"  # what the curves read, in words (a cosine for a sentence embedding)
+    measure: str = PROBABILITY  # what the curves read, in words (a cosine for a sentence embedding)
 
     @property
     def fractions(self) -> np.ndarray:

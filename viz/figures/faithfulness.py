@@ -12,7 +12,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from models import explainable
 from models.analysis.attribution import ALL_METHODS as METHODS
-from models.analysis.faithfulness import AUC_NOTE, Faithfulness
+from models.analysis.faithfulness import AUC_NOTE, Faithfulness, measure_symbol
 from viz import export, image_overlay
 from viz.figure import Figure, view
 from viz.heatmap import PAD
@@ -116,7 +116,7 @@ def faithfulness(found: Faithfulness, options: FaithfulnessOptions) -> Figure:
                              found.measure),
                 curves_chart(frame, "insertion", "Insertion: most relevant revealed first (higher is better)", unit,
                              found.measure)),
-        caption=f"Target: {found.target_name} ({'p' if found.measure == 'target probability' else 'cos'} = "
+        caption=f"Target: {found.target_name} ({measure_symbol(found.measure)} = "
                 f"{found.probability:.3f}). A removed "
                 f"{'patch' if unit == 'patches' else 'token'} is replaced by "
                 f"{found.replacement}. AUC: {AUC_NOTE}. {found.seconds:.1f} s.",
