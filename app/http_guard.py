@@ -31,6 +31,14 @@ def valid_path(raw_path: bytes) -> bool:
     return True
 
 
+async def plain_text(send, status: int, body: bytes) -> None:
+    """An HTTP answer of ``status`` whose body is ``body`` as plain UTF-8 text."""
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
 class RefuseUndecodablePaths:
     """Answer 400 to an HTTP request whose path is not UTF-8 once unescaped; pass everything else through."""
 
@@ -39,10 +47,7 @@ class RefuseUndecodablePaths:
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and not valid_path(scope.get("raw_path") or scope["path"].encode()):
-            await send({"type": "http.response.start", "status": 400,
-                        "headers": [(b"content-type", b"text/plain; charset=utf-8"),
-                                    (b"content-length", str(len(MESSAGE)).encode())]})
-            await send({"type": "http.response.body", "body": MESSAGE})
+            await plain_text(send, 400, MESSAGE)
             return
         await self.app(scope, receive, send)
 
@@ -80,10 +85,6 @@ class CapUploadsPerSession:
                              if name.lower() == b"content-length" and value.isdigit()), 0)
             cap = limits.MAX_UPLOAD_BYTES_PER_SESSION
             if files >= limits.MAX_UPLOADS_PER_SESSION or held >= cap or held + incoming > cap:
-                body = UPLOAD_MESSAGE.format(files=files, megabytes=held / 2**20).encode()
-                await send({"type": "http.response.start", "status": 413,
-                            "headers": [(b"content-type", b"text/plain; charset=utf-8"),
-                                        (b"content-length", str(len(body)).encode())]})
-                await send({"type": "http.response.body", "body": body})
+                await plain_text(send, 413, UPLOAD_MESSAGE.format(files=files, megabytes=held / 2**20).encode())
                 return
         await self.app(scope, receive, send)
