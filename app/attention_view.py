@@ -9,9 +9,15 @@ import streamlit as st
 
 from app import display, presentation, resources, widgets
 from models.analysis import heads, roles
-from models.results import AttentionMaps, RunResult
+from models.core.results import AttentionMaps, RunResult
 from viz import heatmap
-from viz.figures.attention import FocusOptions, GridOptions, HeadOptions, StatisticsOptions, ZoomOptions
+from viz.figures.attention import (
+    FocusOptions,
+    GridOptions,
+    HeadOptions,
+    StatisticsOptions,
+    ZoomOptions,
+)
 
 AVERAGE = "average of heads"
 

@@ -98,20 +98,20 @@ def build_options(cls: type | None, given: dict[str, str], used: set[str], only_
 
 
 def resolve_spec(family: str, model: str | None):
-    from models import registry
+    from models import families
 
     if not model:
-        return registry.default(family)
-    known = {spec.key: spec for spec in registry.specs(family)}
-    return known.get(model) or registry.custom(family, model)
+        return families.default_spec(family)
+    known = {spec.key: spec for spec in families.specs(family)}
+    return known.get(model) or families.custom(family, model)
 
 
 def make_inputs(family, page: catalog.Page, args: argparse.Namespace):
-    from models import images, limits
-    from models.inputs import AudioInput, ImageInput, TextInput
+    from models.core import images, limits
+    from models.core.inputs import AudioInput, ImageInput, TextInput
 
     if family.input is AudioInput:
-        from models import speech
+        from models.families.speech import model as speech
         return speech.cli_input(args.audio or page.sample)
     if family.input is ImageInput:
         name = args.image or page.sample
@@ -183,7 +183,7 @@ def render(args: argparse.Namespace, given: dict[str, str]) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from models import memory
+    from models.core import memory
 
     args, given = parse(argv)
     if args.list:
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class StderrProgress:
-    """What a long analysis reports (``models.explainable.reporting``: faithfulness curves, explanations, the
+    """What a long analysis reports (``models.analysis.explanations.reporting``: faithfulness curves, explanations, the
     pointing game), as lines on stderr so the files and paths on stdout stay clean: one line when the step's kind
     changes or the fraction moves by ``every``, and a last line at 100 %."""
 
@@ -225,7 +225,7 @@ def progress_to_stderr(page: str):
 
     if page not in {p.name for p in catalog.PAGES} or catalog.get(page).family is None:
         return contextlib.nullcontext()
-    from models import explainable
+    from models.analysis import explanations as explainable
 
     return explainable.reporting(StderrProgress())
 

@@ -21,15 +21,15 @@ OPTIONS = ("input", "engine", "documents", "statistic", "actors", "results")
 
 
 def _spec(model: str | None):
-    from models import registry
+    from models import families
 
     if not model:
-        return registry.default("causal_lm")
+        return families.default_spec("causal_lm")
     for family in ("causal_lm", "encoder", "moe"):
-        for spec in registry.specs(family):
+        for spec in families.specs(family):
             if spec.key == model:
                 return spec
-    return registry.custom("causal_lm", model)
+    return families.custom("causal_lm", model)
 
 
 def corpus_from(name: str, count: int | None):

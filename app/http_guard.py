@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote_to_bytes
 
-from models import limits
+from models.core import limits
 
 MESSAGE = b"Bad Request: this address is not valid UTF-8. Open the app's home page (/) instead.\n"
 

@@ -1,8 +1,8 @@
 """The image picker the vision pages share (ViT, Swin): a sample photo, an upload, or the camera.
 
-Decoding and every check live in ``models.images`` (formats, EXIF orientation, bombs, tiny images, downscaling); this
+Decoding and every check live in ``models.core.images`` (formats, EXIF orientation, bombs, tiny images, downscaling); this
 widget only reads the choice, shows what was changed in words, and shows a bad file as ``st.error`` so the page keeps
-working. The page gets a ``models.inputs.ImageInput`` named ``sample cat``, ``upload`` or ``camera``: an upload's own
+working. The page gets a ``models.core.inputs.ImageInput`` named ``sample cat``, ``upload`` or ``camera``: an upload's own
 file name never reaches a link or a file name. The upload limit is ``server.maxUploadSize`` in .streamlit/config.toml
 (25 MB, = images.MAX_FILE_BYTES).
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import streamlit as st
 
 from app.widgets import show_error
-from models import images
-from models.inputs import ImageInput
+from models.core import images
+from models.core.inputs import ImageInput
 
 SOURCES = ("Sample photo", "Upload", "Camera")
 UPLOAD_TYPES = ["png", "jpg", "jpeg", "webp", "bmp", "gif", "tif", "tiff"]

@@ -14,7 +14,7 @@ server_cpu.quiet_openmp()  # under a plain `streamlit run app/main.py` too, befo
 import streamlit as st  # noqa: E402
 
 from app import run_log, warmup  # noqa: E402
-from models import memory  # noqa: E402
+from models.core import memory  # noqa: E402
 
 started = run_log.begin()  # None unless ATTN_EXPLORER_RUN_LOG names a file (the load benchmark)
 

@@ -1,7 +1,7 @@
 """The only caching in the app.
 
 - Models (``load``): one loaded model serves every browser session, so it is never mutated after loading and capture
-  keeps its per-call state out of it (models/capture.py). Each (spec, device, dtype) has a cached slot, filled under
+  keeps its per-call state out of it (models/core/capture.py). Each (spec, device, dtype) has a cached slot, filled under
   a lock by the first session that asks, with a progress bar in that session's page; the server's warm-up
   (app/warmup.py) may have filled it already.
 - Runs (``run``): ``st.cache_resource``, not ``st.cache_data``: ``cache_data`` unpickles a fresh copy on every rerun,
@@ -24,9 +24,9 @@ import streamlit as st
 
 from app import run_log, server_cpu, warmup
 from models import families
-from models.loading import LoadedModel
-from models.registry import ModelSpec
-from models.results import AttentionMaps, RunResult
+from models.core.loading import LoadedModel
+from models.core.results import AttentionMaps, RunResult
+from models.core.specs import ModelSpec
 from viz import figures
 from viz.figure import Figure
 
@@ -235,7 +235,7 @@ def figure_png(figure_: Figure, key: tuple) -> bytes:
 def mechanics_tokens(sentence: str) -> list[str]:
     """MiniLM's WordPiece tokens of the layer's sentence (the page sizes its mask settings by them); a ValueError
     says why a sentence cannot be shown."""
-    from models import mechanics
+    from models.lessons import mechanics
 
     return mechanics.tokenize(sentence)[0]
 
@@ -244,7 +244,7 @@ def mechanics_tokens(sentence: str) -> list[str]:
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def mini_card(spec: ModelSpec) -> tuple[str, dict | None]:
-    """A mini model's card and measured metrics (``models.loading.mini_card``); ``("", None)`` for other models."""
-    from models import loading
+    """A mini model's card and measured metrics (``models.core.loading.mini_card``); ``("", None)`` for other models."""
+    from models.core import loading
 
     return loading.mini_card(spec)

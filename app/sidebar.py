@@ -2,7 +2,7 @@
 import streamlit as st
 
 from app import presentation
-from models import loading
+from models.core import loading
 from viz.heatmap import COLOR_SCHEMES
 
 

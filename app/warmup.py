@@ -33,17 +33,19 @@ def enabled() -> bool:
 
 def default_model_key() -> tuple:
     """(spec, device, dtype) that a new session's default page loads: the first language model, the best device."""
-    from models import loading, registry
+    from models import families
+    from models.core import loading
 
     device = loading.available_devices()[0]
-    return registry.specs("causal_lm")[0], device, loading.available_dtypes(device)[0]
+    return families.specs("causal_lm")[0], device, loading.available_dtypes(device)[0]
 
 
 def import_heavy_modules() -> None:
     """What the default page needs that is slow to import: PyTorch, transformers' modelling code (through
     ``capture.register``), every model family, and the figure builders (Altair, pandas). The app's own modules are
     light once these are in; importing them here would make the warm-up depend on the pages it prepares."""
-    from models import capture, families  # noqa: F401
+    from models import families  # noqa: F401
+    from models.core import capture
     from viz import figures  # noqa: F401
 
     capture.register()
@@ -53,7 +55,7 @@ def load_default(key: tuple):
     """The default model, loaded, after one short forward (the first one allocates and picks kernels: 0.2 s idle,
     0.8 s on a busy machine)."""
     from models import families
-    from models.inputs import TextInput
+    from models.core.inputs import TextInput
 
     loaded = families.load(*key)
     families.run(loaded, TextInput("Hello", 8))
@@ -133,9 +135,9 @@ _process = WarmUp()
 
 
 def start() -> bool:
-    """Set the process's allocator up (models/memory.py), then start its warm-up unless ``ATTN_EXPLORER_WARMUP=0``;
+    """Set the process's allocator up (models/core/memory.py), then start its warm-up unless ``ATTN_EXPLORER_WARMUP=0``;
     True when this call started the warm-up."""
-    from models import memory
+    from models.core import memory
 
     memory.use_fixed_mmap_threshold()
     return enabled() and _process.start()

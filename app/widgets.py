@@ -7,10 +7,11 @@ import re
 import streamlit as st
 
 from app import resources, sidebar
-from models import limits, registry, text
-from models.loading import LoadedModel
-from models.registry import ModelSpec
-from models.results import RunResult
+from models import families
+from models.core import limits, text
+from models.core.loading import LoadedModel
+from models.core.results import RunResult
+from models.core.specs import ModelSpec
 from viz.figure import Figure
 
 OTHER = "Other: a hub id or a local folder…"
@@ -39,7 +40,7 @@ def show_error(error: Exception | str) -> None:
 
 def model_picker(family: str) -> ModelSpec:
     """Sidebar choice among the registry's models of ``family`` (offline first) or any id/folder the user types."""
-    specs = registry.specs(family)
+    specs = families.specs(family)
     labels = [spec.label for spec in specs] + [OTHER]
     with st.sidebar:
         st.caption("Model")
@@ -51,7 +52,7 @@ def model_picker(family: str) -> ModelSpec:
     if not typed.strip():
         st.info("Type a hub id or a local folder in the sidebar, or pick one of the listed models.")
         st.stop()
-    return registry.custom(family, typed)
+    return families.custom(family, typed)
 
 
 def load_or_stop(spec: ModelSpec) -> LoadedModel:

@@ -54,9 +54,9 @@ def vit_base():
     import timm
     import torch
 
-    from models import capture_timm, images, loading
-    from models.registry import ModelSpec
-    from models.vit import LoadedVision
+    from models.core import capture_timm, images, loading
+    from models.core.specs import ModelSpec
+    from models.families.vit.model import LoadedVision
 
     torch.manual_seed(0)
     model = timm.create_model("vit_base_patch16_224", pretrained=False)
@@ -87,8 +87,8 @@ def paired(ours, baseline, repeats: int) -> tuple[float, float]:
 def speed(repeats: int) -> list[dict]:
     import torch
 
-    from models import vit_explain
     from models.analysis import attribution, faithfulness
+    from models.families.vit import explain as vit_explain
     from models.minis.vit_shapes import data
 
     rows = []
@@ -113,9 +113,8 @@ def speed(repeats: int) -> list[dict]:
                      "baseline_s": baseline, "baseline": "timm fused inference forward", "ratio": ours / baseline,
                      "target": f"<= {TARGETS[name]}x", "ok": ours / baseline <= TARGETS[name]})
     del ex
-    from models import families, registry
-
-    mini = families.load(next(s for s in registry.specs("vit") if s.source == "mini" and s.id == "vit_shapes"))
+    from models import families
+    mini = families.load(next(s for s in families.specs("vit") if s.source == "mini" and s.id == "vit_shapes"))
     sample = data.make_sample(np.random.default_rng(31337))
     times = []
     for _ in range(max(1, repeats // 2)):
@@ -137,11 +136,12 @@ PROMPT = "The Eiffel Tower is in the city of Paris, which is the capital of the 
 def speed_gpt() -> dict:
     import torch
 
-    from models import explainable, families, registry
+    from models import families
+    from models.analysis import explanations as explainable
     from models.analysis import faithfulness
-    from models.inputs import TextInput
+    from models.core.inputs import TextInput
 
-    loaded = families.load(registry.default("causal_lm"))
+    loaded = families.load(families.default_spec("causal_lm"))
     result = families.run(loaded, TextInput(PROMPT, 64))
     ids = torch.tensor([list(result.token_ids)])
     forwards = []
@@ -163,11 +163,12 @@ def speed_gpt() -> dict:
 def shapes(images: int, ig_steps: int, seed: int, progress_every: int = 25) -> dict:
     import torch
 
-    from models import families, registry, vit_explain
+    from models import families
     from models.analysis import attribution, faithfulness
+    from models.families.vit import explain as vit_explain
     from models.minis.vit_shapes import data
 
-    loaded = families.load(next(s for s in registry.specs("vit") if s.source == "mini" and s.id == "vit_shapes"))
+    loaded = families.load(next(s for s in families.specs("vit") if s.source == "mini" and s.id == "vit_shapes"))
     methods = tuple(attribution.METHODS)
     names = [*methods, "random"]
     steps = 20
@@ -221,7 +222,6 @@ def python_doc_prompts(count: int, words: int = 12, seed: int = 0) -> list[str]:
     """``count`` prompts, offline: the first ``words`` words of prose sentences (10–40 words, no code characters) of
     Python's documentation topics (``pydoc_data.topics``, the corpus page's "python-docs"), drawn in a seeded order."""
     import re
-
     from pydoc_data.topics import topics
 
     sentences = []
@@ -262,10 +262,11 @@ def text_case(explainables, out: Path, steps: int, seeds: int, ig_steps: int) ->
 
 
 def prompts(count: int, out: Path, steps: int, seeds: int, ig_steps: int, start: int = 0) -> None:
-    from models import explainable, families, registry
-    from models.inputs import TextInput
+    from models import families
+    from models.analysis import explanations as explainable
+    from models.core.inputs import TextInput
 
-    loaded = families.load(registry.default("causal_lm"))
+    loaded = families.load(families.default_spec("causal_lm"))
 
     def items():
         for prompt in python_doc_prompts(count)[start:]:
@@ -277,11 +278,13 @@ def prompts(count: int, out: Path, steps: int, seeds: int, ig_steps: int, start:
 def sentences(count: int, out: Path, steps: int, seeds: int, ig_steps: int, start: int = 0) -> None:
     """The mini Transformer en→fr on held-out grammar sentences (the card's test stream: seed 2, no English sentence
     of the 60k training pairs), greedy; the target is the middle output token (not </s>), teacher-forced."""
-    from models import explainable, families, registry, translation_explain
-    from models.inputs import TextInput
+    from models import families
+    from models.analysis import explanations as explainable
+    from models.core.inputs import TextInput
+    from models.families.translation import explain as translation_explain
     from models.minis.translation import grammar
 
-    loaded = families.load(next(s for s in registry.specs("translation") if s.id == "translation/transformer"))
+    loaded = families.load(next(s for s in families.specs("translation") if s.id == "translation/transformer"))
     _, test = grammar.held_out_split(1, 2, 60_000, count, 40)
 
     def items():

@@ -40,7 +40,7 @@ def swin_tiny():
     import timm
     import torch
 
-    from models import capture_timm
+    from models.core import capture_timm
 
     torch.manual_seed(0)
     model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False).eval()
@@ -51,16 +51,15 @@ def swin_tiny():
 
 
 def mini():
-    from models import families, registry
-
-    return families.load(next(s for s in registry.specs("swin") if s.source == "mini"))
+    from models import families
+    return families.load(next(s for s in families.specs("swin") if s.source == "mini"))
 
 
 def speed(repeats: int) -> list[dict]:
     import torch
 
-    from models import swin_explain
     from models.analysis import attribution, faithfulness
+    from models.families.swin import explain as swin_explain
     from models.minis.swin_shapes import data
 
     rows = []
@@ -105,8 +104,8 @@ def speed(repeats: int) -> list[dict]:
 def shapes(images: int, ig_steps: int) -> dict:
     import torch
 
-    from models import swin_explain
     from models.analysis import attribution, faithfulness
+    from models.families.swin import explain as swin_explain
     from models.minis.swin_shapes import data
 
     small = mini()

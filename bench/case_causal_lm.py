@@ -3,7 +3,7 @@
 GPT-2-small shape (12 layers × 12 heads, d = 768, 50,257 tokens, random weights, seeded, so both paths hold the same
 model), n = 512, 1024, 2048 tokens by default:
 
-- ours: ``models.causal_lm.run`` with capture, then layer 0 head 0 and its mask (what the first head view draws);
+- ours: ``models.families.causal_lm.model.run`` with capture, then layer 0 head 0 and its mask (what the first head view draws);
 - baseline: the same model loaded with ``attn_implementation="sdpa"`` doing the same tokenisation, forward
   (``logits_to_keep=1``, as our path) and top-10.
 
@@ -24,7 +24,7 @@ def gpt2_small(attn_implementation: str, n_positions: int, device: str):
     import torch
     import transformers
 
-    from models import capture
+    from models.core import capture
 
     capture.register()
     config = transformers.GPT2Config(n_positions=max(1024, n_positions))
@@ -55,10 +55,10 @@ def causal_lm_paths(n: int, device: str, modes=("ours", "baseline")) -> dict:
     """``{mode: fn(prompt, n)}`` for our capture path and the plain SDPA forward, on the same random weights."""
     import torch
 
-    from models import causal_lm
-    from models.inputs import TextInput
-    from models.loading import LoadedModel
-    from models.registry import ModelSpec
+    from models.core.inputs import TextInput
+    from models.core.loading import LoadedModel
+    from models.core.specs import ModelSpec
+    from models.families.causal_lm import model as causal_lm
 
     tokenizer = word_tokenizer()
     paths = {}

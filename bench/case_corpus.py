@@ -78,12 +78,12 @@ def part_throughput(count: int, memory_documents: int, rounds: int = 2) -> dict:
     import transformers
 
     from bench.measure import rss_bytes
-    from models import families, registry
-    from models.causal_lm import smollm2_folder
+    from models import families
     from models.corpus import engine, statistics
+    from models.families.causal_lm.model import smollm2_folder
 
     torch.set_num_threads(1)
-    spec = registry.default("causal_lm")
+    spec = families.default_spec("causal_lm")
     dtypes = ["bfloat16", "float32"] if bf16_is_fast() else ["float32"]
     loaded = {dtype: families.load(spec, "cpu", dtype) for dtype in dtypes}
     eager = {dtype: transformers.AutoModelForCausalLM.from_pretrained(
@@ -152,11 +152,11 @@ def part_ray(count: int) -> dict:
     import ray
     import torch
 
-    from models import families, registry
+    from models import families
     from models.corpus import engine
 
     torch.set_num_threads(2)
-    loaded = families.load(registry.default("causal_lm"))
+    loaded = families.load(families.default_spec("causal_lm"))
     corpus = _documents(count)
     engine.run_corpus(_documents(2), loaded, tempfile.mkdtemp(), max_tokens=256)  # warm
     with tempfile.TemporaryDirectory() as folder:
@@ -206,12 +206,14 @@ def part_long_side(side: str, n: int) -> dict:
 
     from bench.case_page import long_text
     from bench.measure import measure_memory
-    from models import causal_lm, families, memory, registry, text
-    from models.inputs import TextInput
+    from models import families
+    from models.core import memory, text
+    from models.core.inputs import TextInput
+    from models.families.causal_lm import model as causal_lm
 
     memory.use_fixed_mmap_threshold()
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
-    loaded = families.load(registry.default("causal_lm"))
+    loaded = families.load(families.default_spec("causal_lm"))
     inputs = TextInput(long_text(n, seed=0), n)
     if side == "ours":
         causal_lm.run(loaded, TextInput("warm up", 16))
@@ -224,7 +226,7 @@ def part_long_side(side: str, n: int) -> dict:
                 "tokens": len(result.tokens), "qk_dtype": str(maps.queries[0].dtype)}
     import transformers
 
-    from models.causal_lm import smollm2_folder
+    from models.families.causal_lm.model import smollm2_folder
 
     model = transformers.AutoModelForCausalLM.from_pretrained(smollm2_folder(), attn_implementation="sdpa").eval()
     ids = torch.tensor([text.tokenize(loaded.tokenizer, inputs.text, n).ids])
@@ -261,7 +263,7 @@ def part_long(n: int) -> dict:
 
 def part_memory(count: int, batch_documents: int = 8) -> dict:
     """RSS, the Python heap (``tracemalloc``) and pyarrow's pool after each written batch of a local run over
-    ``count`` bundled documents, in a process set up as the app and the CLI set theirs up (models/memory.py)."""
+    ``count`` bundled documents, in a process set up as the app and the CLI set theirs up (models/core/memory.py)."""
     import gc
     import tracemalloc
 
@@ -269,12 +271,13 @@ def part_memory(count: int, batch_documents: int = 8) -> dict:
     import torch
 
     from bench.measure import rss_bytes
-    from models import families, memory, registry
+    from models import families
+    from models.core import memory
     from models.corpus import engine
 
     torch.set_num_threads(1)
     memory.use_fixed_mmap_threshold()
-    loaded = families.load(registry.default("causal_lm"))
+    loaded = families.load(families.default_spec("causal_lm"))
     tracemalloc.start()
     samples = []
 

@@ -20,12 +20,12 @@ def _median(samples: list[float]) -> float:
 
 def task_lens(job: dict) -> dict:
     from bench.case_page import long_text
-    from models import families, registry
+    from models import families
     from models.analysis import lens
-    from models.inputs import TextInput
+    from models.core.inputs import TextInput
     from viz.figures.lens import LensOptions
 
-    loaded = families.load(registry.default("causal_lm"), job["device"])
+    loaded = families.load(families.default_spec("causal_lm"), job["device"])
     inputs = TextInput(long_text(job["n"], seed=0), job["n"])
     families.run(loaded, TextInput("warm up", 16))
     forward, result = [], None
@@ -58,12 +58,12 @@ ABLATION_PROMPT = "The Eiffel Tower is in the city of Paris, and the Colosseum i
 
 
 def task_ablation(job: dict) -> dict:
-    from models import families, registry
+    from models import families
     from models.analysis import ablation
-    from models.inputs import TextInput
+    from models.core.inputs import TextInput
     from viz.figures.ablation import AblationOptions
 
-    loaded = families.load(registry.default("causal_lm"), job["device"])
+    loaded = families.load(families.default_spec("causal_lm"), job["device"])
     result = families.run(loaded, TextInput(ABLATION_PROMPT, 64))
     forward, samples = [], []
     for _ in range(job["repeats"]):
@@ -93,12 +93,12 @@ PATCHING_PAIR = ("Everyone knows that the Eiffel Tower is in the city of",
 
 
 def task_patching(job: dict) -> dict:
-    from models import families, registry
+    from models import families
     from models.analysis import patching
-    from models.inputs import TextInput
+    from models.core.inputs import TextInput
     from viz.figures.patching import PatchingOptions
 
-    loaded = families.load(registry.default("causal_lm"), job["device"])
+    loaded = families.load(families.default_spec("causal_lm"), job["device"])
     result = families.run(loaded, TextInput(PATCHING_PAIR[0], 64))
     samples = []
     for _ in range(job["repeats"]):

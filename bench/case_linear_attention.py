@@ -3,8 +3,8 @@
     OMP_NUM_THREADS=1 nice -n 10 python -m bench.case_linear_attention --out sample_data/measured/linear_attention.json
 
 One head, d_k = d_v = 64, float32 numpy, one thread, random Q, K, V. Softmax materialises the N × N scores
-(``models.linear_attention.softmax_attention``'s order); linear attention sums φ(K)ᵀV first
-(``models.linear_attention.linear_attention``'s order), so nothing grows like N². Time: median of ``--repeats`` calls;
+(``models.lessons.linear_attention.softmax_attention``'s order); linear attention sums φ(K)ᵀV first
+(``models.lessons.linear_attention.linear_attention``'s order), so nothing grows like N². Time: median of ``--repeats`` calls;
 memory: the peak of numpy's allocations during one call (``tracemalloc`` sees every numpy buffer), above the inputs.
 The mechanics page draws the shipped file; this command rewrites it.
 """

@@ -28,8 +28,8 @@ import asyncio
 import json
 import os
 import re
-import statistics
 import stat
+import statistics
 import sys
 import tempfile
 import time
@@ -91,7 +91,8 @@ class Tokenizers:
 def load_tokenizers() -> Tokenizers:
     import transformers
 
-    from models import causal_lm, loading
+    from models.core import loading
+    from models.families.causal_lm import model as causal_lm
 
     return Tokenizers(transformers.AutoTokenizer.from_pretrained(str(causal_lm.smollm2_folder())),
                       transformers.AutoTokenizer.from_pretrained(

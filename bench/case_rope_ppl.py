@@ -66,7 +66,7 @@ def position_losses(model, ids: torch.Tensor, chunk: int = 1024) -> torch.Tensor
 def main(argv: list[str] | None = None) -> dict:
     import transformers
 
-    from models.causal_lm import smollm2_folder
+    from models.families.causal_lm.model import smollm2_folder
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)

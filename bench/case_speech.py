@@ -8,7 +8,7 @@ The clip: the English sample clips (sample_data/speech) joined with 0.3 s of sil
   teacher-forced decoder forward that records decoder and cross-attention, next-token candidates, and word
   timestamps by DTW over the alignment heads;
 - baseline: the same weights loaded with ``attn_implementation="sdpa"``: log-mel, encoder, the same greedy decoding
-  with its KV cache (``models.speech.decode``), no capture.
+  with its KV cache (``models.families.speech.model.decode``), no capture.
 
 Both are timed alternately in one fresh process (``bench/measure.py``); ratio = the median of the per-repeat ratios.
 Target (issue 20): ratio ≤ 1.5 on CPU.
@@ -24,7 +24,8 @@ TARGET = {"ratio": 1.5, "seconds": 10}
 def ten_second_clip():
     import numpy as np
 
-    from models import audio, speech
+    from models.core import audio
+    from models.families.speech import model as speech
 
     pieces = []
     for name in [n for n in speech.samples() if n.startswith("en ")] * 3:
@@ -37,11 +38,13 @@ def task_speech(job: dict) -> dict:
     import torch
     from transformers import WhisperForConditionalGeneration
 
-    from models import audio, families, registry, speech
-    from models.inputs import AudioInput
+    from models import families
+    from models.core import audio
+    from models.core.inputs import AudioInput
+    from models.families.speech import model as speech
 
     device = job["device"]
-    loaded = families.load(registry.get("speech", "whisper-tiny.en"), device)
+    loaded = families.load(families.spec("speech", "whisper-tiny.en"), device)
     plain = WhisperForConditionalGeneration.from_pretrained(loaded.model.name_or_path, attn_implementation="sdpa")
     plain = plain.to(device).eval().requires_grad_(False)
     plain_loaded = type(loaded)(loaded.spec, plain, loaded.tokenizer, device, loaded.dtype)

@@ -15,8 +15,8 @@ def vit_paths(device: str, modes=("ours", "baseline")) -> dict:
     import timm
     import torch
 
-    from models import capture_timm
     from models.analysis import rollout
+    from models.core import capture_timm
 
     paths = {}
     torch.manual_seed(0)

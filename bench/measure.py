@@ -41,7 +41,7 @@ def measure_memory(fn, device: str) -> tuple[dict, object]:
     """Run ``fn()`` once; peak memory above the level before it (MB), and what stays held while its result lives."""
     import torch
 
-    from models import memory
+    from models.core import memory
 
     gc.collect()
     # freed heap back to the OS first: memory freed while the model was built would otherwise be reused without

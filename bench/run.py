@@ -33,13 +33,23 @@ from pathlib import Path
 if str(Path(__file__).resolve().parent.parent) not in sys.path:  # `python bench/run.py` as well as `-m bench.run`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.case_causal_lm import case_causal_lm, task_causal_lm_memory, task_causal_lm_time  # noqa: E402
-from bench.case_lens import (case_ablation, case_lens, case_patching, task_ablation, task_lens,  # noqa: E402
-                             task_patching)
+from bench.case_causal_lm import (  # noqa: E402
+    case_causal_lm,
+    task_causal_lm_memory,
+    task_causal_lm_time,
+)
+from bench.case_lens import (  # noqa: E402
+    case_ablation,
+    case_lens,
+    case_patching,
+    task_ablation,
+    task_lens,
+    task_patching,
+)
 from bench.case_page import case_page, task_page  # noqa: E402
+from bench.case_speech import case_speech, task_speech  # noqa: E402
 from bench.case_startup import case_startup  # noqa: E402
 from bench.case_vit import case_vit_rollout, task_vit_memory, task_vit_time  # noqa: E402
-from bench.case_speech import case_speech, task_speech  # noqa: E402
 
 CASES = ("causal_lm", "view_bytes", "rerender", "vit_rollout", "startup", "lens", "ablation", "patching")
 CASES += ("speech",)
@@ -51,7 +61,7 @@ TASKS["speech"] = task_speech
 
 
 def allocator() -> str:
-    """``app`` (default): workers set glibc's allocator up as the app does (models/memory.py); ``default``: glibc's
+    """``app`` (default): workers set glibc's allocator up as the app does (models/core/memory.py); ``default``: glibc's
     defaults (``ATTN_BENCH_ALLOCATOR=default``), to see what that set-up changes."""
     return os.environ.get("ATTN_BENCH_ALLOCATOR", "app")
 
@@ -59,7 +69,7 @@ def allocator() -> str:
 def run_worker(job: dict) -> None:
     import torch
 
-    from models import memory
+    from models.core import memory
 
     torch.set_num_threads(job.get("threads", 1))
     if allocator() == "app":  # the app's process set-up (app/main.py), for ours and the baseline alike

@@ -4,10 +4,10 @@
 over ``repeats`` alternating runs after a warm-up (the machine is shared; the minimum is the least disturbed run):
 
 - ``baseline_s``: timm's own fused forward (``F.scaled_dot_product_attention``) + softmax + top-5;
-- ``ours_s``: our path: eager attention captured at ``attn_drop`` (models/capture_timm.py), kept on the device,
+- ``ours_s``: our path: eager attention captured at ``attn_drop`` (models/core/capture_timm.py), kept on the device,
   every layer's [CLS] row per head, attention rollout (Abnar & Zuidema 2020, head mean) computed on the device,
   then the [CLS] maps, the rollout and the top-5 brought to the CPU; target ``ratio = ours_s / baseline_s <= 1.3``;
-- ``page_s``: what the page's ``models.vit.run`` does on top: every layer's full ``(heads, 197, 197)`` maps copied to
+- ``page_s``: what the page's ``models.families.vit.model.run`` does on top: every layer's full ``(heads, 197, 197)`` maps copied to
   the CPU as float32 (22 MB for ViT-B/16) for the other views.
 
 Random weights (``pretrained=False``): speed does not depend on the values. Run: ``python -m bench.vit_rollout``.
@@ -36,8 +36,8 @@ def measure(device: str = "cpu", repeats: int = 10, model_name: str = "vit_base_
     import timm
     import torch
 
-    from models import capture_timm
     from models.analysis import rollout
+    from models.core import capture_timm
 
     if threads:
         torch.set_num_threads(threads)

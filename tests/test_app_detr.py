@@ -14,7 +14,8 @@ TIMEOUT = 120
 
 @pytest.fixture
 def tiny_detr(tmp_path, monkeypatch):
-    from models import detr, families, registry
+    from models import families
+    from models.families.detr import model as detr
     from models.minis.detr_shapes.train import build_model
 
     torch.manual_seed(0)
@@ -25,9 +26,9 @@ def tiny_detr(tmp_path, monkeypatch):
     real_load = families.load
 
     def fake_load(spec, device="cpu", dtype="float32", progress=lambda step, fraction: None):
-        if spec.family != "detr" or spec not in registry.specs("detr"):
+        if spec.family != "detr" or spec not in families.specs("detr"):
             return real_load(spec, device, dtype, progress)
-        loaded = detr.load(registry.custom("detr", str(tmp_path / "tiny")), device, dtype, progress)
+        loaded = detr.load(families.custom("detr", str(tmp_path / "tiny")), device, dtype, progress)
         loaded.spec = spec
         return loaded
 

@@ -64,11 +64,11 @@ def heatmap_weights(at: AppTest) -> np.ndarray:
 
 def test_gpt_page_layer_and_head_controls_redraw_the_chosen_head(patched_loader):
     """Moving the layer slider and the head picker redraws the heatmap with exactly that head's weights."""
-    from models import families, registry
-    from models.inputs import TextInput
+    from models import families
+    from models.core.inputs import TextInput
 
     at = _page("gpt").run()
-    loaded = families.load(registry.default("causal_lm"))  # the same tiny model the page was given
+    loaded = families.load(families.default_spec("causal_lm"))  # the same tiny model the page was given
     maps = families.run(loaded, TextInput(at.text_area(key="gpt_text").value, 512)).maps("self")
     first = heatmap_weights(at)
     np.testing.assert_allclose(first, maps.head(0, 0), atol=1e-6)
@@ -100,8 +100,8 @@ def test_unknown_local_model_is_a_message_not_a_traceback(patched_loader):
 def test_gpt_page_long_input_shows_the_overview_and_zooms_cell_by_cell(patched_loader):
     """Past 64 tokens a side the head is an image of the whole map beside a 64 × 64 region drawn cell by cell; the
     zoom sliders move the region and the region's cells are the model's weights there."""
-    from models import families, registry
-    from models.inputs import TextInput
+    from models import families
+    from models.core.inputs import TextInput
 
     prompt = " ".join(f"word{i % 37}" for i in range(150))
     at = _page("gpt")
@@ -110,7 +110,7 @@ def test_gpt_page_long_input_shows_the_overview_and_zooms_cell_by_cell(patched_l
     assert not at.exception, at.exception
     assert at.slider(key="gpt_zoom_q") is not None and at.slider(key="gpt_zoom_k") is not None
     assert any("Drag a rectangle" in c.value for c in at.caption)
-    loaded = families.load(registry.default("causal_lm"))
+    loaded = families.load(families.default_spec("causal_lm"))
     maps = families.run(loaded, TextInput(prompt, 512)).maps("self")
     n = len(maps.query_tokens)
     assert n > 64

@@ -13,7 +13,8 @@ TIMEOUT = 120
 @pytest.fixture
 def tiny_vits(tmp_path, monkeypatch):
     """Registry ViTs load tiny local checkpoints instead: classifier (3 classes, 4 registers) / backbone (no head)."""
-    from models import families, registry, vit
+    from models import families
+    from models.families.vit import model as vit
 
     monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tmp_path))
     save_tiny_vit(tmp_path / "classifier", reg_tokens=4)
@@ -21,7 +22,7 @@ def tiny_vits(tmp_path, monkeypatch):
     real_load = families.load
 
     def fake_load(spec, device="cpu", dtype="float32", progress=lambda step, fraction: None):
-        if spec.family != "vit" or spec not in registry.specs("vit"):  # typed names and folders load for real
+        if spec.family != "vit" or spec not in families.specs("vit"):  # typed names and folders load for real
             return real_load(spec, device, dtype, progress)
         folder = tmp_path / ("backbone" if spec.source == "package" else "classifier")
         loaded = vit.load(vit.custom_spec(str(folder)), device, dtype, progress)

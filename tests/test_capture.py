@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from models import capture
-from models.results import attention_probabilities
+from models.core import capture
+from models.core.results import attention_probabilities
 from tests.conftest import tiny_model
 
 TOL = 1e-5

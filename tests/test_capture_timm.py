@@ -6,7 +6,7 @@ import pytest
 import timm
 import torch
 
-from models import capture_timm
+from models.core import capture_timm
 
 
 def tiny_vit(reg_tokens: int = 0, seed: int = 0):

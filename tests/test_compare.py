@@ -10,9 +10,9 @@ import pytest
 import torch
 from scipy.spatial.distance import jensenshannon
 
-from models import families, registry
+from models import families
 from models.analysis import compare, heads
-from models.inputs import TextInput
+from models.core.inputs import TextInput
 from tests.conftest import check_files, save_tiny, tiny_model
 from viz import figures
 from viz.figures.compare import CompareOptions
@@ -36,7 +36,7 @@ def tiny(tmp_path_factory):
                         parameter.mul_(8)
             model.save_pretrained(path)
         patch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(base))
-        loaded = families.load(registry.custom("causal_lm", str(folder)))
+        loaded = families.load(families.custom("causal_lm", str(folder)))
         yield loaded, families.run(loaded, TextInput(FIRST, 64)), other
 
 
@@ -103,7 +103,7 @@ def test_bad_input_is_a_message(tiny, options, says):
 def test_models_whose_heads_do_not_pair_are_a_message(tiny):
     from dataclasses import replace
 
-    from models.results import StoredAttention
+    from models.core.results import StoredAttention
 
     _, result, _ = tiny
     maps = result.maps("self")

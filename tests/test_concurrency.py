@@ -21,8 +21,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from models import capture, causal_lm, encoder
-from models.inputs import TextInput
+from models.core import capture
+from models.core.inputs import TextInput
+from models.families.causal_lm import model as causal_lm
+from models.families.encoder import model as encoder
 from tests import tiny_text_models
 
 WORKERS = 8

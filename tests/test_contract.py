@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from app import catalog
-from models import families, images, registry
-from models.inputs import AudioInput, ImageInput, TextInput
+from models import families
+from models.core import images
+from models.core.inputs import AudioInput, ImageInput, TextInput
 from viz import export, figures
 
 
@@ -25,13 +26,13 @@ def _inputs(family):
     if family.input is ImageInput:
         return ImageInput(images.load_sample(page.sample), f"sample {page.sample}")
     if family.input is AudioInput:
-        from models import speech
+        from models.families.speech import model as speech
 
         return speech.sample_input(page.sample)
     return TextInput(page.sample, 128 if family.name == "translation" else 64)
 
 
-OFFLINE = [(spec.family, spec.key) for name in sorted(families.FAMILIES) for spec in registry.specs(name)
+OFFLINE = [(spec.family, spec.key) for name in sorted(families.FAMILIES) for spec in families.specs(name)
            if spec.offline]
 
 
@@ -43,7 +44,7 @@ def runs():
     def get(family_name: str, key: str):
         if (family_name, key) not in cache:
             family = families.get(family_name)
-            loaded = families.load(registry.get(family_name, key))
+            loaded = families.load(families.spec(family_name, key))
             cache[family_name, key] = family, loaded, families.run(loaded, _inputs(family))
         return cache[family_name, key]
 
@@ -58,7 +59,7 @@ def family_run(request, runs):
 
 def test_every_family_has_an_offline_model_and_a_page():
     for name in families.FAMILIES:
-        assert registry.default(name).offline
+        assert families.default_spec(name).offline
         assert _page_of(name).file.is_file()
 
 

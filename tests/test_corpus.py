@@ -10,7 +10,12 @@ import pytest
 import torch
 
 from models.corpus import engine, readers, statistics
-from models.corpus.analysis import query_key_embedding, search_heads, summarize, top_examples
+from models.corpus.analysis import (
+    query_key_embedding,
+    search_heads,
+    summarize,
+    top_examples,
+)
 from models.corpus.readers import Corpus, Document
 from models.corpus.store import ResultStore, stacked
 
@@ -27,7 +32,7 @@ def tiny_lm(tmp_path_factory):
     from transformers import LlamaForCausalLM
 
     from models import families
-    from models.registry import ModelSpec
+    from models.core.specs import ModelSpec
     from tests.tiny_text_models import save_tiny_causal_lm
 
     folder = save_tiny_causal_lm(tmp_path_factory.mktemp("corpus") / "llama")
@@ -193,7 +198,7 @@ def test_search_ranks_the_head_that_attends_from_a_to_b(tiny_lm):
     # direct: the eager maps of the one document with both tokens
     runner = statistics.StatisticsRunner(loaded, 64)
     ids = runner.tokenize(corpus.documents[0])
-    from models import text
+    from models.core import text
 
     tokens = [t.strip() for t in text.display_tokens(loaded.tokenizer, ids)]
     a = [i for i, t in enumerate(tokens) if t == "sat"]
@@ -222,11 +227,12 @@ def test_joint_embedding_keeps_scores_and_shares_one_space(tiny_lm):
 
 
 def test_moe_expert_load_coactivation_and_entropy_equal_the_moe_page(tmp_path):
-    from models import families, moe, registry
+    from models import families
     from models.analysis import routing as routing_stats
-    from models.inputs import TextInput
+    from models.core.inputs import TextInput
+    from models.families.moe import model as moe
 
-    loaded = families.load(registry.default("moe"))
+    loaded = families.load(families.default_spec("moe"))
     texts = ["The old man walked to the harbour.", "def f(x):\n    return x + 1", "3 + 4 = 7"]
     corpus = corpus_of(texts)
     store = engine.run_corpus(corpus, loaded, tmp_path / "moe", max_tokens=64)

@@ -13,7 +13,7 @@ ray = pytest.importorskip("ray")
 
 def test_ray_engine_equals_local_engine(tmp_path, monkeypatch):
     from models import families
-    from models.registry import ModelSpec
+    from models.core.specs import ModelSpec
     from tests.tiny_text_models import save_tiny_causal_lm
 
     folder = save_tiny_causal_lm(tmp_path / "llama")

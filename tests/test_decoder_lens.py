@@ -7,16 +7,17 @@ import numpy as np
 import pytest
 import torch
 
-from models import families, registry, translation
+from models import families
 from models.analysis import lens
-from models.inputs import TextInput
+from models.core.inputs import TextInput
+from models.families.translation import model as translation
 from viz import figures
 from viz.figures.lens import LensOptions
 
 
 @pytest.fixture(scope="module")
 def transformer():
-    loaded = families.load(registry.default("translation"))
+    loaded = families.load(families.default_spec("translation"))
     sentence = list(translation.samples().values())[1]
     return loaded, families.run(loaded, TextInput(sentence, 64))
 
@@ -53,7 +54,7 @@ def test_the_last_layer_is_the_runs_output_and_a_middle_layer_its_own(transforme
 
 
 def test_the_gru_has_no_decoder_layers_to_read():
-    loaded = families.load(registry.get("translation", "mini GRU + additive attention en→fr"))
+    loaded = families.load(families.spec("translation", "mini GRU + additive attention en→fr"))
     result = families.run(loaded, TextInput(list(translation.samples().values())[1], 64))
     with pytest.raises(ValueError, match="GRU"):
         lens.decoder_logit_lens(loaded, result, LensOptions())

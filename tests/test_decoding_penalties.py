@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from models import decoding, families
+from models import families
 from models.analysis import penalties
-from models.causal_lm import GenerationSettings
-from models.inputs import TextInput
-from models.registry import ModelSpec
+from models.core import decoding
+from models.core.inputs import TextInput
+from models.core.specs import ModelSpec
+from models.families.causal_lm.model import GenerationSettings
 from viz.figures import build
 from viz.figures.decoding import LengthOptions, PenaltyOptions
 

@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from models import detr, images, registry
-from models.inputs import ImageInput
+from models import families
+from models.core import images
+from models.core.inputs import ImageInput
+from models.families.detr import model as detr
 from models.minis.detr_shapes import data, metrics
 from models.minis.detr_shapes.train import Config, build_model
 from viz import figures
@@ -26,7 +28,7 @@ def tiny(tmp_path_factory):
     model.eval().save_pretrained(folder)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(folder.parent))
-        loaded = detr.load(registry.custom("detr", str(folder)))
+        loaded = detr.load(families.custom("detr", str(folder)))
     picture = images.load_sample("astronaut")
     return folder, loaded, detr.run(loaded, ImageInput(picture, "sample astronaut")), picture
 
@@ -150,7 +152,7 @@ def test_a_hub_style_detr_with_a_timm_backbone_loads_from_a_folder(tmp_path, mon
     torch.manual_seed(0)
     DetrForObjectDetection(config).eval().save_pretrained(tmp_path / "hub_like")
     monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tmp_path))
-    loaded = detr.load(registry.custom("detr", str(tmp_path / "hub_like")))
+    loaded = detr.load(families.custom("detr", str(tmp_path / "hub_like")))
     assert loaded.data_config["input_size"] == (3, detr.HUB_IMAGE_SIZE, detr.HUB_IMAGE_SIZE)
     assert loaded.data_config["mean"] == detr.IMAGENET_MEAN and loaded.label_names == ("cat", "dog")
     result = detr.run(loaded, ImageInput(images.load_sample("cat"), "sample cat"))
@@ -161,7 +163,7 @@ def test_a_hub_style_detr_with_a_timm_backbone_loads_from_a_folder(tmp_path, mon
 
         BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
                    intermediate_size=8).save_pretrained(tmp_path / "bert")
-        detr.load(registry.custom("detr", str(tmp_path / "bert")))
+        detr.load(families.custom("detr", str(tmp_path / "bert")))
 
 
 def test_cli_draws_the_pages_generated_scene(tiny, tmp_path, monkeypatch):

@@ -9,15 +9,18 @@ import numpy as np
 import pytest
 import torch
 
-from models import explainable, families, registry, vit, vit_explain
+from models import families
 from models.analysis import attribution, faithfulness, rollout
-from models.inputs import ImageInput
+from models.analysis import explanations as explainable
+from models.core.inputs import ImageInput
+from models.families.vit import explain as vit_explain
+from models.families.vit import model as vit
 from models.minis.vit_shapes import data
 
 
 @pytest.fixture(scope="module")
 def loaded():
-    spec = next(s for s in registry.specs("vit") if s.source == "mini" and s.id == "vit_shapes")
+    spec = next(s for s in families.specs("vit") if s.source == "mini" and s.id == "vit_shapes")
     return families.load(spec)
 
 
@@ -193,7 +196,7 @@ def test_bad_input_gets_a_message(loaded, sample, ex):
     with pytest.raises(ValueError, match="mini ViT shapes"):
         vit_explain.localisation(replace(loaded, spec=replace(loaded.spec, id="other")), images=1)
     with pytest.raises(ValueError, match="not available for the moe family"):
-        explainable.adapter(replace(loaded, spec=registry.default("moe")))
+        explainable.adapter(replace(loaded, spec=families.default_spec("moe")))
 
 
 def test_views_draw_from_a_run(loaded, sample):

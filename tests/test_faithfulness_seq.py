@@ -1,6 +1,6 @@
 """The shared explanations and faithfulness curves on the encoder (packaged MiniLM, target: the sentence embedding;
-models/encoder_explain.py) and the encoder–decoder translator (the mini Transformer en→fr, target: one output token,
-teacher-forced; models/translation_explain.py), each against an independent computation: the eager differentiable
+models/families/encoder/explain.py) and the encoder–decoder translator (the mini Transformer en→fr, target: one output token,
+teacher-forced; models/families/translation/explain.py), each against an independent computation: the eager differentiable
 attention equals the capture's maps, Σ_j α_ij f(x_j) + b is the attention's own output, Chefer's encoder–decoder
 rollout equals a by-hand version (and its gradient form with ones equals the plain form), IG is complete, the curves
 start at the run's own score, and bad targets or a one-token text are messages."""
@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from models import explainable, families, registry, translation_explain
+from models import families
 from models.analysis import attribution, faithfulness
-from models.inputs import TextInput
+from models.analysis import explanations as explainable
+from models.core.inputs import TextInput
+from models.families.translation import explain as translation_explain
 
 SENTENCE = "The cat sat quietly on the warm mat."
 SOURCE = "The national green plan has adopted an international commission."
@@ -23,13 +25,13 @@ SOURCE = "The national green plan has adopted an international commission."
 
 @pytest.fixture(scope="module")
 def encoder():
-    loaded = families.load(registry.default("encoder"))
+    loaded = families.load(families.default_spec("encoder"))
     return loaded, families.run(loaded, TextInput(SENTENCE, 64))
 
 
 @pytest.fixture(scope="module")
 def translator():
-    loaded = families.load(next(s for s in registry.specs("translation") if s.id == "translation/transformer"))
+    loaded = families.load(next(s for s in families.specs("translation") if s.id == "translation/transformer"))
     return loaded, families.run(loaded, TextInput(SOURCE, 64))
 
 
@@ -202,7 +204,7 @@ def test_translation_bad_input(translator):
                                          [loaded.tokenizer.eos_token_id]))
     with pytest.raises(ValueError, match="single token"):
         explainable.explainable(loaded, one, 0)
-    gru = families.load(next(s for s in registry.specs("translation") if s.id == "translation/gru-attention"))
+    gru = families.load(next(s for s in families.specs("translation") if s.id == "translation/gru-attention"))
     with pytest.raises(ValueError, match="GRU"):
         explainable.explainable(gru, families.run(gru, TextInput(SOURCE, 64)), 0)
 

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from models import capture_timm, swin_explain
 from models.analysis import attribution
+from models.core import capture_timm
+from models.families.swin import explain as swin_explain
 
 SIZE, PATCH, WINDOW = 32, 4, 4
 
@@ -252,12 +253,14 @@ def test_swin_page_faithfulness_tab():
 
 def test_vit_raw_attention_reads_the_chosen_layer_and_head():
     """The flat path too: the mini ViT's raw attention at layer 0, head 1 is the run's captured [CLS] row."""
-    from models import families, registry, vit_explain
-    from models.inputs import ImageInput
-    from models.minis.vit_shapes import data
     from PIL import Image
 
-    loaded = families.load(next(s for s in registry.specs("vit") if s.source == "mini" and s.id == "vit_shapes"))
+    from models import families
+    from models.core.inputs import ImageInput
+    from models.families.vit import explain as vit_explain
+    from models.minis.vit_shapes import data
+
+    loaded = families.load(next(s for s in families.specs("vit") if s.source == "mini" and s.id == "vit_shapes"))
     sample = data.make_sample(np.random.default_rng(5))
     result = families.run(loaded, ImageInput(Image.fromarray(sample.image), "shape"))
     ex = vit_explain.from_result(loaded, result, sample.label)

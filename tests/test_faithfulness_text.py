@@ -1,4 +1,4 @@
-"""The shared explanations and faithfulness curves on causal LMs (models/text_explain.py), on tiny random Llama (GQA,
+"""The shared explanations and faithfulness curves on causal LMs (models/families/causal_lm/explain.py), on tiny random Llama (GQA,
 RoPE) and GPT-2 models saved and loaded like a user's folder: the eager, differentiable attention equals the
 capture's maps, Σ_j α_ij f(x_j) is the attention's own output, IG is complete, the curves start at the run's own
 probability, and bad targets or a one-token text are messages."""
@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from models import explainable, families, registry
+from models import families
 from models.analysis import attribution, faithfulness
+from models.analysis import explanations as explainable
 from models.analysis.ablation import output_projections
-from models.inputs import TextInput
+from models.core.inputs import TextInput
 from tests.conftest import save_tiny
 
 TEXT = "the cat sat on the mat and the dog sat on the"
@@ -25,7 +26,7 @@ def tiny(request, tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         folder = save_tiny(request.param, tmp_path_factory.mktemp("explain") / request.param)
         patch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(folder.parent))
-        loaded = families.load(registry.custom("causal_lm", str(folder)))
+        loaded = families.load(families.custom("causal_lm", str(folder)))
         yield loaded, families.run(loaded, TextInput(TEXT, 64)), folder
 
 

@@ -20,7 +20,9 @@ import pytest
 import safetensors.torch
 import torch
 
-from models import cache_files, causal_lm, families, loading, memory_fit, registry
+from models import families
+from models.core import cache_files, loading, memory_fit
+from models.families.causal_lm import model as causal_lm
 from tests import tiny_text_models
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,7 +86,7 @@ def test_a_kill_half_way_through_a_conversion_leaves_nothing_that_is_used(cache)
     process = run_until("""
         import time
         from pathlib import Path
-        from models import loading
+        from models.core import loading
 
         def build(folder: Path) -> None:
             with open(folder / "model.safetensors", "wb") as file:
@@ -300,7 +302,7 @@ def test_a_model_too_large_for_the_memory_is_refused_with_its_size_before_loadin
     (folder / "config.json").write_text(json.dumps(HUGE_LLAMA))
     start = time.perf_counter()
     with pytest.raises(ValueError) as refused:
-        families.load(registry.custom("causal_lm", str(folder)), "cpu", "float32")
+        families.load(families.custom("causal_lm", str(folder)), "cpu", "float32")
     message = str(refused.value)
     assert "does not fit in memory" in message and "70.55 billion parameters" in message
     assert "262.8 GB in float32" in message and "GB free" in message
@@ -309,7 +311,7 @@ def test_a_model_too_large_for_the_memory_is_refused_with_its_size_before_loadin
 
 def test_the_size_comes_from_the_checkpoint_headers_and_matches_the_model(allowed_dirs):
     folder = tiny_text_models.save_tiny_causal_lm(allowed_dirs / "tiny-lm")
-    loaded = families.load(registry.custom("causal_lm", str(folder)), "cpu", "float32")
+    loaded = families.load(families.custom("causal_lm", str(folder)), "cpu", "float32")
     # every tensor in the checkpoint (tied embeddings are stored once) and the model built on the meta device agree
     true_count = sum(p.numel() for p in loaded.model.parameters())
     assert memory_fit.parameter_count(type(loaded.model), loaded.model.config, folder) == true_count
@@ -318,7 +320,7 @@ def test_the_size_comes_from_the_checkpoint_headers_and_matches_the_model(allowe
 
 def test_a_tiny_model_is_refused_only_when_memory_is_short(allowed_dirs, monkeypatch):
     folder = tiny_text_models.save_tiny_causal_lm(allowed_dirs / "tiny-lm")
-    spec = registry.custom("causal_lm", str(folder))
+    spec = families.custom("causal_lm", str(folder))
     monkeypatch.setattr(memory_fit, "free_bytes", lambda device: 1000)
     with pytest.raises(ValueError, match=r"does not fit in memory: .* and cpu has 0.0 GB free"):
         families.load(spec, "cpu", "float32")

@@ -1,7 +1,7 @@
 """Hostile and odd input, each case its own test, at the level where it is handled.
 
-Text (models/text.py, and a full run on tiny random models loaded through the real loader), model ids and paths
-(models/registry.py + models/loading.py), images (models/images.py), and the GPT / encoder pages as AppTest runs with
+Text (models/core/text.py, and a full run on tiny random models loaded through the real loader), model ids and paths
+(models/core/registry.py + models/core/loading.py), images (models/core/images.py), and the GPT / encoder pages as AppTest runs with
 the loader patched to the tiny models: every case gives a message a user can act on — a ``ValueError`` in models/,
 ``st.error`` / ``st.info`` / ``st.warning`` on the page — and never an exception; the next normal input still works.
 """
@@ -23,9 +23,12 @@ import torch
 from PIL import Image
 
 from app import catalog
-from models import causal_lm, encoder, families, loading, registry, text
-from models.inputs import ImageInput, TextInput
-from models.registry import ModelSpec
+from models import families
+from models.core import loading, text
+from models.core.inputs import ImageInput, TextInput
+from models.core.specs import ModelSpec
+from models.families.causal_lm import model as causal_lm
+from models.families.encoder import model as encoder
 from tests import tiny_text_models
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -215,12 +218,12 @@ def test_generation_never_exceeds_the_context(lm):
 # --- model ids and paths ------------------------------------------------------------------------------------------
 
 def load_typed(family: str, typed: str):
-    return families.load(registry.custom(family, typed))
+    return families.load(families.custom(family, typed))
 
 
 def test_empty_model_id_asks_for_one():
     with pytest.raises(ValueError, match="Type a model id"):
-        registry.custom("causal_lm", "   ")
+        families.custom("causal_lm", "   ")
 
 
 def test_nonexistent_hub_id_offline_says_so():
@@ -290,7 +293,7 @@ def test_relative_path_without_dot_cannot_escape(model_root, tmp_path, monkeypat
 
 def test_timm_local_dir_scheme_is_a_checked_folder(tmp_path):
     """timm.create_model('local-dir:/any/folder') loads a folder: a typed one must pass the allowed-folder check."""
-    from models import vit
+    from models.families.vit import model as vit
 
     spec = vit.custom_spec(f"local-dir:{tmp_path}")
     assert spec.source == "local" and spec.id == str(tmp_path)
@@ -361,7 +364,7 @@ def test_an_allowed_folder_typed_relative_still_loads(model_root, monkeypatch):
     assert causal_lm.run(loaded, TextInput("the cat")).tokens
 
 
-# --- images (models/images.py) --------------------------------------------------------------------------------
+# --- images (models/core/images.py) --------------------------------------------------------------------------------
 
 def encode(image: Image.Image, fmt: str, **options) -> bytes:
     buffer = io.BytesIO()
@@ -376,7 +379,7 @@ def gradient(width: int, height: int) -> Image.Image:
 
 
 def decode(data: bytes):
-    from models import images
+    from models.core import images
 
     return images.decode_image(data, "The uploaded file")
 
@@ -439,7 +442,7 @@ def test_one_by_one_image_is_refused():
 
 
 def test_huge_photo_is_downscaled_in_bounded_time():
-    from models import images
+    from models.core import images
 
     ramp = Image.linear_gradient("L").resize((8000, 6000), Image.Resampling.BILINEAR)
     photo = Image.merge("RGB", (ramp, ramp.transpose(Image.Transpose.FLIP_LEFT_RIGHT), ramp.transpose(
@@ -649,12 +652,12 @@ def test_gpt_page_out_of_memory_shows_advice_and_recovers(tiny_loader, lm, monke
     assert any(" tokens · " in str(caption.value) for caption in at.caption)
 
 
-# --- limits (.streamlit/config.toml and models/limits.py) -----------------------------------------------------------
+# --- limits (.streamlit/config.toml and models/core/limits.py) -----------------------------------------------------------
 
 def test_upload_limit_is_one_number_in_streamlit_and_in_the_app():
     import tomllib
 
-    from models import images, limits
+    from models.core import images, limits
 
     config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
     assert config["server"]["maxUploadSize"] * 2**20 == limits.MAX_UPLOAD_BYTES == images.MAX_FILE_BYTES
@@ -701,14 +704,14 @@ def test_a_bad_limit_stops_the_app_with_the_variable_named(value):
 
 
 def test_token_limit_above_the_server_limit_is_refused(lm):
-    from models import limits
+    from models.core import limits
 
     with pytest.raises(ValueError, match="token limit on this server"):
         text.tokenize(lm.tokenizer, "hello", limits.MAX_TOKENS + 1)
 
 
 def test_generation_length_limit_comes_from_the_settings(lm):
-    from models import limits
+    from models.core import limits
 
     with pytest.raises(ValueError, match=f"between 1 and {limits.MAX_NEW_TOKENS}"):
         causal_lm.run(lm, TextInput("the cat"), causal_lm.GenerationSettings(max_new_tokens=limits.MAX_NEW_TOKENS + 1))
@@ -719,7 +722,8 @@ def tiny_vision(tmp_path, monkeypatch):
     """A tiny timm ViT and Swin saved as a user saves them, loaded through the pages' loaders."""
     import timm
 
-    from models import swin, vit
+    from models.families.swin import model as swin
+    from models.families.vit import model as vit
     from tests.test_swin import tiny_swin
     from tests.test_vit import save_tiny_vit
 

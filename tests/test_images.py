@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from models import images
+from models.core import images
 
 
 def encode(image: Image.Image, fmt: str, **options) -> bytes:

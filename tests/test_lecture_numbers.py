@@ -1,7 +1,7 @@
 """The lecture's own numbers for ViT-B/16 at 224 px, computed by the cost tab, beside the page's with-[CLS] count."""
 from __future__ import annotations
 
-from models import cost
+from models.lessons import cost
 
 
 def test_the_lectures_patch_only_count_beside_the_with_cls_count():

@@ -10,10 +10,17 @@ import numpy as np
 import pytest
 import torch
 
-from models import families, registry, text
+from models import families
 from models.analysis import lens
-from models.inputs import TextInput
-from tests.conftest import MODEL_CLASSES, ROOT, check_files, minilm_tokenizer, tiny_model
+from models.core import text
+from models.core.inputs import TextInput
+from tests.conftest import (
+    MODEL_CLASSES,
+    ROOT,
+    check_files,
+    minilm_tokenizer,
+    tiny_model,
+)
 from viz import figures
 from viz.figures.lens import LensOptions
 
@@ -36,7 +43,7 @@ def tiny(request, tmp_path_factory, monkeypatch_module):
     model.save_pretrained(folder)
     minilm_tokenizer().save_pretrained(folder)
     monkeypatch_module.setenv("ATTN_EXPLORER_MODEL_DIRS", str(folder.parent))
-    loaded = families.load(registry.custom("causal_lm", str(folder)))
+    loaded = families.load(families.custom("causal_lm", str(folder)))
     result = families.run(loaded, TextInput(TEXT, 64))
     reference = getattr(transformers, MODEL_CLASSES[request.param]).from_pretrained(
         folder, attn_implementation="sdpa").eval()
@@ -111,7 +118,7 @@ def test_a_bad_window_is_a_message(tiny, positions, last, says):
 
 
 def test_a_run_without_its_residual_stream_is_a_message(tiny):
-    from models.causal_lm import GenerationSettings
+    from models.families.causal_lm.model import GenerationSettings
 
     loaded, _, _ = tiny
     generated = families.run(loaded, TextInput(TEXT, 64), GenerationSettings(max_new_tokens=2))

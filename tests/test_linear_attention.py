@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models import linear_attention as la
+from models.lessons import linear_attention as la
 from viz.figures import build
 from viz.figures.linear_attention import RecurrentOptions
 
@@ -110,7 +110,7 @@ def test_mechanics_page_linear_tab_offers_the_figures_and_keeps_its_step_in_the_
                                                                                     fresh_caches):
     from streamlit.testing.v1 import AppTest
 
-    from models import cost, mechanics
+    from models.lessons import cost, mechanics
     from tests.conftest import ROOT, check_files, url_param
 
     published = cost.published_kv_specs()

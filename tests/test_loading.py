@@ -8,9 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from models import causal_lm, encoder, families, loading, registry
-from models.inputs import TextInput
-from models.registry import ModelSpec
+from models import families
+from models.core import loading
+from models.core.inputs import TextInput
+from models.core.specs import ModelSpec
+from models.families.causal_lm import model as causal_lm
+from models.families.encoder import model as encoder
 from tests.conftest import save_tiny
 
 
@@ -30,7 +33,7 @@ def test_hub_path_loads_a_saved_model_through_the_same_code(tiny_folders):
 
 def test_local_folder_inside_the_allowed_folders_loads(allowed_dirs):
     folder = save_tiny("bert", allowed_dirs / "my-bert")
-    spec = registry.custom("encoder", str(folder))
+    spec = families.custom("encoder", str(folder))
     assert spec.source == "local"
     result = encoder.run(families.load(spec), TextInput("hello world"))
     assert result.tokens[0] == "[CLS]" and result.tokens[-1] == "[SEP]"
@@ -39,13 +42,13 @@ def test_local_folder_inside_the_allowed_folders_loads(allowed_dirs):
 def test_dotdot_path_outside_the_allowed_folders_is_refused(allowed_dirs, tiny_folders):
     sneaky = allowed_dirs / ".." / ".." / tiny_folders["bert"].name
     with pytest.raises(ValueError, match="outside the folders"):
-        families.load(registry.custom("encoder", str(sneaky)))
+        families.load(families.custom("encoder", str(sneaky)))
 
 
 def test_folder_without_a_model_is_explained(allowed_dirs):
     (allowed_dirs / "empty").mkdir()
     with pytest.raises(ValueError, match="no config.json"):
-        families.load(registry.custom("encoder", str(allowed_dirs / "empty")))
+        families.load(families.custom("encoder", str(allowed_dirs / "empty")))
 
 
 def test_model_needing_remote_code_is_refused(allowed_dirs):
@@ -54,14 +57,14 @@ def test_model_needing_remote_code_is_refused(allowed_dirs):
     config["auto_map"] = {"AutoModel": "modeling_evil.EvilModel"}
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="never runs code"):
-        families.load(registry.custom("encoder", str(folder)))
+        families.load(families.custom("encoder", str(folder)))
 
 
 def test_corrupt_weights_give_a_message_naming_the_folder_without_a_traceback(allowed_dirs):
     folder = save_tiny("bert", allowed_dirs / "corrupt")
     (folder / "model.safetensors").write_bytes(b"\x00garbage" * 10)
     with pytest.raises(ValueError) as caught:
-        families.load(registry.custom("encoder", str(folder)))
+        families.load(families.custom("encoder", str(folder)))
     message = str(caught.value)  # what the page shows with st.error
     assert str(folder) in message, message
     assert re.search(r"damaged|do not match", message), message
@@ -70,7 +73,7 @@ def test_corrupt_weights_give_a_message_naming_the_folder_without_a_traceback(al
 
 def test_unreachable_hub_id_offline_says_what_to_do():
     with pytest.raises(ValueError, match="offline models"):
-        families.load(registry.custom("causal_lm", "someone/does-not-exist-anywhere"))
+        families.load(families.custom("causal_lm", "someone/does-not-exist-anywhere"))
 
 
 def test_device_choices_always_include_cpu():
@@ -80,7 +83,7 @@ def test_device_choices_always_include_cpu():
 
 
 def test_packaged_minilm_loads_and_produces_attention():
-    loaded = families.load(registry.default("encoder"))
+    loaded = families.load(families.default_spec("encoder"))
     result = encoder.run(loaded, TextInput("The cat sat on the mat."))
     maps = result.maps("self")
     assert (maps.num_layers, maps.num_heads) == (6, 12)
@@ -92,7 +95,7 @@ def test_packaged_smollm2_converts_once_and_matches_the_gguf(tmp_path_factory):
     """The dequantised safetensors copy gives the same logits as transformers' own GGUF loading."""
     import transformers
 
-    loaded = families.load(registry.default("causal_lm"))
+    loaded = families.load(families.default_spec("causal_lm"))
     assert loaded.model.config.num_key_value_heads == 3 and loaded.model.config.num_attention_heads == 9
     result = causal_lm.run(loaded, TextInput("The capital of France is"))
     assert result.maps("self").num_layers == 30

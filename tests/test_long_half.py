@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from models import capture
+from models.core import capture
 
 
 def test_beyond_the_threshold_q_and_k_are_half_precision_and_the_maps_stay_close(monkeypatch):

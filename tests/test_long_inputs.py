@@ -10,9 +10,9 @@ import pytest
 import torch
 from PIL import Image
 
-from models import capture
 from models.analysis import heads
-from models.results import RecomputedAttention, StoredAttention
+from models.core import capture
+from models.core.results import RecomputedAttention, StoredAttention
 from viz import heatmap
 
 # --- summary statistics ------------------------------------------------------------------------------------------
@@ -234,7 +234,7 @@ def test_overview_saturates_at_the_median_row_maximum():
 def test_a_long_map_is_one_overview_image_named_by_its_head(head, named):
     """Past 64 tokens the head view draws the whole map as one image; its caption names the head as the page always
     has ("layer 0, head 3: all 100 × 100"), which the browser test of the 2,048-token page reads."""
-    from models.results import ModelInfo, TextResult
+    from models.core.results import ModelInfo, TextResult
     from viz import figures
     from viz.figures.attention import HeadOptions
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models import capture, causal_lm, families, registry
+from models import families
 from models.analysis import lens
-from models.inputs import TextInput
-from models.results import CausalMask
+from models.core import capture
+from models.core.inputs import TextInput
+from models.core.results import CausalMask
+from models.families.causal_lm import model as causal_lm
 from tests.conftest import save_tiny
 from viz.figures.lens import LensOptions
 
@@ -25,7 +27,7 @@ def runs(request, tmp_path_factory):
     folder = save_tiny(request.param, tmp_path_factory.mktemp("long") / request.param)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(folder.parent))
-        loaded = families.load(registry.custom("causal_lm", str(folder)))
+        loaded = families.load(families.custom("causal_lm", str(folder)))
         short = families.run(loaded, TextInput(TEXT, 64))
         patch.setattr(capture, "HALF_PRECISION_TOKENS", 8)
         patch.setattr(causal_lm, "RESIDUAL_FULL_TOKENS", 8)

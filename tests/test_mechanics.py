@@ -10,8 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models import cost, mechanics, swin_geometry
-from models.gguf import gguf_attention_config
+from models.core.gguf import gguf_attention_config
+from models.families.swin import geometry as swin_geometry
+from models.lessons import cost, mechanics
 from tests.conftest import ROOT
 
 SENTENCE = "The animal didn't cross the street because it was too tired to walk."

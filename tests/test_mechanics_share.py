@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 
-from models import cost, mechanics
+from models.lessons import cost, mechanics
 from tests.conftest import ROOT, check_files
 from tests.conftest import url_param as _param
 from viz import export

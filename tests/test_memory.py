@@ -1,4 +1,4 @@
-"""Allocator set-up (models/memory.py): with the app's fixed mmap threshold, a long input's freed activations go back
+"""Allocator set-up (models/core/memory.py): with the app's fixed mmap threshold, a long input's freed activations go back
 to the operating system instead of staying pinned in the heap, and ``release_freed_heap`` returns what small blocks
 left free in the heap."""
 import subprocess
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from models import memory
+from models.core import memory
 
 MB = 1 << 20
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +28,7 @@ def mapping_of(address: int) -> tuple[int, str] | None:
 PROBE = """
 import sys, torch
 sys.path.insert(0, {root!r})
-from models import memory
+from models.core import memory
 from tests.test_memory import MB, mapping_of
 if {fixed}:
     assert memory.use_fixed_mmap_threshold()
@@ -77,7 +77,7 @@ def heap_resident() -> int:
 TRIM_PROBE = """
 import ctypes, sys
 sys.path.insert(0, {root!r})
-from models import memory
+from models.core import memory
 from tests.test_memory import heap_resident
 memory.use_fixed_mmap_threshold()  # as the app runs: blocks under 1 MB still come from the heap
 libc = ctypes.CDLL("libc.so.6")

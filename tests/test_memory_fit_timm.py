@@ -1,4 +1,4 @@
-"""The memory-fit check (models/memory_fit.py) for timm models, the ViT and Swin pages' loader: a model too large for
+"""The memory-fit check (models/core/memory_fit.py) for timm models, the ViT and Swin pages' loader: a model too large for
 the memory free is refused with its size and the memory free, before a weight is read or downloaded."""
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ import timm
 import torch
 from streamlit.testing.v1 import AppTest
 
-from models import loading, memory_fit, registry, swin, vit
+from models import families
+from models.core import loading, memory_fit
+from models.families.swin import model as swin
+from models.families.vit import model as vit
 from tests.conftest import ROOT
 from tests.test_app_vit import tiny_vits  # noqa: F401  (a fixture: the page's listed models load tiny ViTs)
 from tests.test_vit import save_tiny_vit
@@ -59,7 +62,7 @@ def test_a_huge_swin_is_refused(no_weights_read, monkeypatch):
     monkeypatch.setattr(memory_fit, "free_bytes", lambda device: 100 * 2**20)  # 100 MB free
     with pytest.raises(ValueError, match=r"'swin_large_patch4_window7_224' does not fit in memory: its 0\.20 billion "
                                          r"parameters need about 0\.7 GB in float32, and cpu has 0\.1 GB free"):
-        swin.load(registry.custom("swin", "swin_large_patch4_window7_224"), "cpu", "float32")
+        swin.load(families.custom("swin", "swin_large_patch4_window7_224"), "cpu", "float32")
 
 
 def test_a_local_folder_claiming_a_huge_tensor_is_refused_from_its_header(monkeypatch, tmp_path):

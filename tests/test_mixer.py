@@ -5,8 +5,11 @@ import pytest
 import torch
 from timm.models.mlp_mixer import MlpMixer
 
-from models import families, images, mixer, registry
-from models.inputs import ImageInput
+from models import families
+from models.core import images
+from models.core.inputs import ImageInput
+from models.core.specs import ModelSpec
+from models.families.mixer import model as mixer
 from viz import figures
 from viz.figures.mixer import MatrixOptions, MixingOptions
 
@@ -22,7 +25,7 @@ def tiny():
     with torch.no_grad():
         for block in model.blocks:
             block.mlp_tokens.fc1.bias.normal_(0, 1.0)
-    spec = registry.ModelSpec("mixer", "tiny", "local", "tiny", "test", "nothing", library="timm")
+    spec = ModelSpec("mixer", "tiny", "local", "tiny", "test", "nothing", library="timm")
     loaded = mixer.LoadedMixer(spec, model, None, "cpu", "float32", data_config=DATA_CONFIG,
                                label_names=("a", "b", "c"))
     picture = images.load_sample("coffee")
@@ -90,7 +93,7 @@ def test_figures_draw_the_map(tiny):
 
 
 def test_the_shipped_mini_mixer_runs_and_is_fixed_across_images():
-    loaded = families.load(registry.default("mixer"))
+    loaded = families.load(families.default_spec("mixer"))
     cat = families.run(loaded, ImageInput(images.load_sample("cat"), "sample cat"))
     rocket = families.run(loaded, ImageInput(images.load_sample("rocket"), "sample rocket"))
     assert cat.image.patch_grid == (8, 8) and cat.fixed_mixing.shape == (6, 64, 64)
@@ -98,4 +101,4 @@ def test_the_shipped_mini_mixer_runs_and_is_fixed_across_images():
     assert not np.allclose(cat.input_mixing, rocket.input_mixing)
     assert len(cat.predictions) == 5 and cat.predictions[0].token in loaded.label_names
     with pytest.raises(ValueError, match="not an MLP-Mixer"):
-        mixer._check_is_mixer(torch.nn.Linear(2, 2), registry.default("mixer"))
+        mixer._check_is_mixer(torch.nn.Linear(2, 2), families.default_spec("mixer"))

@@ -11,9 +11,10 @@ import pytest
 import torch
 import transformers
 
-from models import families, moe, registry
+from models import families
 from models.analysis import routing as stats
-from models.inputs import TextInput
+from models.core.inputs import TextInput
+from models.families.moe import model as moe
 
 ROOT = Path(__file__).resolve().parents[1]
 MINI = ROOT / "sample_data" / "moe"
@@ -243,7 +244,7 @@ def saved_mixtral(tmp_path_factory, tiny_tokenizer):
 
 def _load_local(folder: Path, monkeypatch):
     monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(folder.parent))
-    return families.load(registry.custom("moe", str(folder)), "cpu", "float32")
+    return families.load(families.custom("moe", str(folder)), "cpu", "float32")
 
 
 def test_run_on_a_saved_model_through_the_loader(saved_mixtral, monkeypatch):
@@ -375,7 +376,7 @@ def test_code_line_heuristic_agrees_with_the_generator():
 @pytest.mark.skipif(not (MINI / "model.safetensors").exists(), reason="mini MoE not trained")
 def test_the_mini_loads_routes_and_has_its_card():
     assert (MINI / "model.safetensors").stat().st_size < 20 * 2**20
-    spec = next(s for s in registry.specs("moe") if s.source == "mini")
+    spec = next(s for s in families.specs("moe") if s.source == "mini")
     loaded = families.load(spec, "cpu", "float32")
     config = loaded.model.config
     assert config.num_local_experts >= 4 and config.num_experts_per_tok == 2 and config.num_hidden_layers >= 3
@@ -424,7 +425,7 @@ def routed(saved_mixtral):
     mp = pytest.MonkeyPatch()
     mp.setenv("ATTN_EXPLORER_MODEL_DIRS", str(saved_mixtral.parent))
     try:
-        loaded = families.load(registry.custom("moe", str(saved_mixtral)))
+        loaded = families.load(families.custom("moe", str(saved_mixtral)))
     finally:
         mp.undo()
     return loaded, moe.run(loaded, TextInput("def add(a, b):\n    return a + b\n\nThe cat sat on 12 mats."))
@@ -485,7 +486,11 @@ def test_routing_gate_and_strip_figures_hold_the_models_numbers(routed):
 
 def test_balance_and_layer_figures_hold_the_models_numbers(routed):
     from viz import figures
-    from viz.figures.moe import CoactivationOptions, ConsistencyOptions, SpecialisationOptions
+    from viz.figures.moe import (
+        CoactivationOptions,
+        ConsistencyOptions,
+        SpecialisationOptions,
+    )
 
     loaded, result = routed
     routing = result.routing
@@ -534,7 +539,12 @@ def test_two_prompts_from_cached_runs_and_from_the_analysis_agree(routed):
 
 def test_a_bad_layer_or_token_is_a_message(routed):
     from viz import figures
-    from viz.figures.moe import CoactivationOptions, GateOptions, RoutedOptions, StripOptions
+    from viz.figures.moe import (
+        CoactivationOptions,
+        GateOptions,
+        RoutedOptions,
+        StripOptions,
+    )
 
     _, result = routed
     with pytest.raises(ValueError, match=r"MoE layer 2 does not exist.*0\.\.1"):
@@ -550,7 +560,7 @@ def test_a_bad_layer_or_token_is_a_message(routed):
 def test_a_model_without_experts_is_refused_when_it_loads(tiny_folders, monkeypatch):
     monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tiny_folders["llama"].parent))
     with pytest.raises(ValueError, match="no mixture-of-experts layers"):
-        families.load(registry.custom("moe", str(tiny_folders["llama"])))
+        families.load(families.custom("moe", str(tiny_folders["llama"])))
 
 
 # --- the command line (the page's offline mini, as a user runs it) ---------------------------------------------------
@@ -563,7 +573,7 @@ def test_cli_default_view_writes_the_minis_routing(tmp_path, capsys):
     assert [p.rsplit(".", 1)[1] for p in written] == ["csv", "json", "npz", "png"]
     assert written[0].startswith("mini-moe-8-experts-top-2_the-old-man-walked-slowly-to-the-harbour_routing_block-0")
     saved = np.load(tmp_path / written[2])
-    loaded = families.load(registry.default("moe"))
+    loaded = families.load(families.default_spec("moe"))
     routing = moe.run(loaded, TextInput(moe.SAMPLES["Prose"])).routing
     np.testing.assert_allclose(saved["probs"], routing.probs[0], atol=1e-6)
     np.testing.assert_array_equal(saved["top_experts"], routing.top_experts[0])
@@ -584,12 +594,12 @@ def moe_page(saved_mixtral, monkeypatch):
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
-    from models.registry import ModelSpec
+    from models.core.specs import ModelSpec
 
     real_load = families.load
 
     def fake_load(spec, device="cpu", dtype="float32", progress=lambda step, fraction: None):
-        if spec.family != "moe" or spec.source == "hub" or spec not in registry.specs("moe"):
+        if spec.family != "moe" or spec.source == "hub" or spec not in families.specs("moe"):
             return real_load(spec, device, dtype, progress)
         tiny = ModelSpec("moe", spec.key, "mini", str(saved_mixtral), spec.licence, spec.trained_on)
         return moe.load(tiny, device, dtype, progress)
@@ -633,7 +643,7 @@ def test_page_draws_the_models_routing_for_the_picked_layer_and_token(moe_page):
     """The coloured text and the gate bars the page sends to the browser are the model's routing of the page's text,
     for the layer and token picked."""
     at = moe_page.run()
-    loaded = families.load(registry.default("moe"))  # the same tiny model the page was given
+    loaded = families.load(families.default_spec("moe"))  # the same tiny model the page was given
     routing = moe.run(loaded, TextInput(at.text_area(key="moe_text").value, 512)).routing
     at.selectbox(key="moe_layer").set_value("block 1").run()
     at.slider(key="moe_token").set_value(5).run()

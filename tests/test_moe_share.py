@@ -12,9 +12,10 @@ import json
 
 import numpy as np
 
-from models import families, moe, registry
+from models import families
 from models.analysis import routing as stats
-from models.inputs import TextInput
+from models.core.inputs import TextInput
+from models.families.moe import model as moe
 from tests.conftest import check_files, url_param
 from tests.test_moe import moe_page, saved_mixtral, tiny_tokenizer  # noqa: F401  (the page on a tiny Mixtral)
 
@@ -33,7 +34,7 @@ def test_moe_url_round_trip_and_the_offered_numbers_are_the_pages(moe_page, offe
     at.slider(key="moe_token").set_value(2).run()
     assert url_param(at, "moe_token") == "2" and url_param(at, "moe_text") == text
     assert set(offered) == DOWNLOADS  # every tab offers its figure; the legend, strip and prompt texts do not
-    routing = moe.run(families.load(registry.default("moe")), TextInput(text, 512)).routing  # the page's tiny model
+    routing = moe.run(families.load(families.default_spec("moe")), TextInput(text, 512)).routing  # the page's tiny model
     index = routing.layer_labels.index("block 1")
     np.testing.assert_allclose(offered["moe_gate"].arrays["probs"], routing.probs[index, 2], atol=1e-6)
     np.testing.assert_array_equal(offered["moe_routed"].table()["top-1 expert"], routing.top1[index])
@@ -56,7 +57,7 @@ def test_two_prompt_downloads_hold_both_prompts_loads(moe_page, offered):
     at.text_area(key="moe_prompt_a").set_value("the dog ran to the mat")
     at.text_area(key="moe_prompt_b").set_value("def f(x):\n    return x + 1").run()
     assert not at.exception, at.exception
-    loaded = families.load(registry.default("moe"))
+    loaded = families.load(families.default_spec("moe"))
     loads = [stats.expert_load(moe.run(loaded, TextInput(t, 512)).routing.top_experts, 4)
              for t in ("the dog ran to the mat", "def f(x):\n    return x + 1")]
     figure = offered["moe_two"]

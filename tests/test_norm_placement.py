@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from models import norm_placement as npl
+from models.lessons import norm_placement as npl
 from viz.figures import build
 from viz.figures.norm_placement import NormOptions
 
@@ -119,7 +119,7 @@ def test_view_and_mistakes():
 def test_mechanics_page_norm_tab(monkeypatch, offered, fresh_caches):
     from streamlit.testing.v1 import AppTest
 
-    from models import cost
+    from models.lessons import cost
     from tests.conftest import ROOT, check_files
 
     published = cost.published_kv_specs()

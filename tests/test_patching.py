@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from models import families, registry, text
+from models import families
 from models.analysis import ablation, patching
-from models.inputs import TextInput
+from models.core import text
+from models.core.inputs import TextInput
 from tests.conftest import ROOT, check_files, save_tiny
 from viz import figures
 from viz.figures.patching import PatchingOptions
@@ -25,7 +26,7 @@ def tiny(request, tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         folder = save_tiny(request.param, tmp_path_factory.mktemp("patching") / request.param)
         patch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(folder.parent))
-        loaded = families.load(registry.custom("causal_lm", str(folder)))
+        loaded = families.load(families.custom("causal_lm", str(folder)))
         result = families.run(loaded, TextInput(CLEAN, 64))
         yield loaded, result, patching.activation_patching(loaded, result, OPTIONS)
 

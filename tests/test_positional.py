@@ -9,13 +9,14 @@ import pytest
 import torch
 import transformers
 
-from models import positional as pe
-
+from models.lessons import positional as pe
 
 # --- sinusoidal --------------------------------------------------------------------------------------------------
 
 def test_sinusoidal_matches_distilbert_and_the_formula():
-    from transformers.models.distilbert.modeling_distilbert import create_sinusoidal_embeddings
+    from transformers.models.distilbert.modeling_distilbert import (
+        create_sinusoidal_embeddings,
+    )
 
     reference = torch.empty(60, 32)
     create_sinusoidal_embeddings(60, 32, reference)
@@ -99,7 +100,10 @@ def test_rope_relative_property():
 
 
 def test_rope_half_pairing_matches_transformers_llama():
-    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+    from transformers.models.llama.modeling_llama import (
+        LlamaRotaryEmbedding,
+        apply_rotary_pos_emb,
+    )
 
     config = transformers.LlamaConfig(hidden_size=64, num_attention_heads=2,
                                       rope_parameters={"rope_type": "default", "rope_theta": 5000.0})
@@ -308,8 +312,8 @@ def test_hub_cache_check_needs_config_and_weights(tmp_path):
 # --- the page's analyses and figures -------------------------------------------------------------------------------
 
 def _loaded(model, key="tiny", family="encoder", notes=(), tokenizer=None):
-    from models.loading import LoadedModel
-    from models.registry import ModelSpec
+    from models.core.loading import LoadedModel
+    from models.core.specs import ModelSpec
 
     return LoadedModel(ModelSpec(family, key, "local", key, "-", "-"), model, tokenizer, "cpu", "float32",
                        notes=tuple(notes))
@@ -438,7 +442,7 @@ def positional_page(patched_loader, tiny_folders, tiny_vit, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
     from models import families
-    from models.loading import LoadedModel
+    from models.core.loading import LoadedModel
 
     monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tiny_folders["bert"].parent))  # the tiny models' folder
     text_load = families.load

@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 
-from models import positional as pe
+from models.lessons import positional as pe
 from tests.conftest import check_files, url_param
 from tests.test_positional import positional_page, tiny_vit  # noqa: F401  (the page with tiny models)
 
@@ -47,8 +47,8 @@ def test_positional_url_round_trip_and_downloads(positional_page, offered):  # n
     assert alibi["causal"] is False and alibi["bias"][0][3][5] == -0.5 * 2  # −m·|i − j|, both ways
     t5 = np.load(io.BytesIO(files["t5"]["npz"]))
     relative = np.arange(200)[None, :] - np.arange(200)[:, None]
-    from transformers.models.t5.modeling_t5 import T5Attention
     import torch
+    from transformers.models.t5.modeling_t5 import T5Attention
 
     np.testing.assert_array_equal(t5["bidirectional"], T5Attention._relative_position_bucket(
         torch.from_numpy(relative), bidirectional=True, num_buckets=32, max_distance=128).numpy())

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from models import families, registry
+from models import families
 from models.analysis import heads, roles
-from models.inputs import TextInput
+from models.core.inputs import TextInput
 from tests.conftest import save_tiny
 from viz import figures
 from viz.figures.attention import GridOptions, StatisticsOptions
@@ -20,7 +20,7 @@ def tiny(request, tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         folder = save_tiny(request.param, tmp_path_factory.mktemp("roles") / request.param)
         patch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(folder.parent))
-        loaded = families.load(registry.custom("causal_lm", str(folder)))
+        loaded = families.load(families.custom("causal_lm", str(folder)))
         yield folder, loaded, families.run(loaded, TextInput("the cat sat on the mat and the dog sat on the", 64))
 
 

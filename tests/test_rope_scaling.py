@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from models.positional import scaling
+from models.lessons.positional import scaling
 from viz.figures import build
 from viz.figures.rope_scaling import ScalingOptions
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app import http_guard
-from models import limits, loading, memory_fit
+from models.core import limits, loading, memory_fit
 from tests.aio import run_coroutine
 
 SESSION = "0c8f3e4e-6a7b-4d39-9b8c-1f2e3d4c5b6a"

@@ -11,8 +11,9 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 from app import cli
-from models import causal_lm, families, registry
-from models.inputs import TextInput
+from models import families
+from models.core.inputs import TextInput
+from models.families.causal_lm import model as causal_lm
 from tests.conftest import ROOT, check_files, url_param
 from viz import export
 
@@ -46,7 +47,7 @@ def test_cli_writes_valid_files_with_the_model_numbers(tiny_llama, tmp_path):
     image = Image.open(files[".png"])
     assert image.format == "PNG" and min(image.size) > 300  # print resolution
     assert files[".svg"].read_text().lstrip().startswith("<svg")
-    expected = causal_lm.run(families.load(registry.custom("causal_lm", tiny_llama)), TextInput(text)).maps("self")
+    expected = causal_lm.run(families.load(families.custom("causal_lm", tiny_llama)), TextInput(text)).maps("self")
     payload = json.loads(files[".json"].read_text())
     np.testing.assert_allclose(payload["weights"], expected.head(1, 2), atol=1e-6)
     assert payload["query_tokens"] == expected.query_tokens
@@ -95,7 +96,7 @@ def test_page_downloads_carry_the_page_numbers(patched_loader, offered):
     assert not at.exception, at.exception
     layer, head = at.slider(key="gpt_layer").value, int(at.selectbox(key="gpt_head").value.split()[1])
     prompt = at.text_area(key="gpt_text").value
-    loaded = families.load(registry.default("causal_lm"))  # the patched tiny model, as the page loaded it
+    loaded = families.load(families.default_spec("causal_lm"))  # the patched tiny model, as the page loaded it
     expected = causal_lm.run(loaded, TextInput(prompt)).maps("self").head(layer, head)
     figure = offered["gpt"]
     files = check_files(figure)

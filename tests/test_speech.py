@@ -13,14 +13,17 @@ import numpy as np
 import pytest
 import torch
 
-from models import audio, families, registry, speech, whisper_ct2
+from models import families
+from models.core import audio
+from models.families.speech import model as speech
+from models.families.speech import whisper_ct2
 
 ENGLISH = [name for name in speech.samples() if name.startswith("en ")]
 
 
 @pytest.fixture(scope="module")
 def tiny():
-    return families.load(registry.get("speech", "whisper-tiny.en"))
+    return families.load(families.spec("speech", "whisper-tiny.en"))
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +116,7 @@ def test_converted_model_decodes_and_scores_as_ctranslate2(tiny, tiny_runtime, n
 def test_multilingual_base_detects_translates_and_times_as_ctranslate2():
     """The two-part package joined and converted: language detection, the English translation of a French clip and
     its word timestamps agree with the ctranslate2 runtime."""
-    base = families.load(registry.get("speech", "whisper-base"))
+    base = families.load(families.spec("speech", "whisper-base"))
     runtime = speech.ctranslate2_model(str(speech.ct2_folder(base.spec)))
     inputs = speech.sample_input("fr pangrama")
     result = families.run(base, inputs, speech.SpeechSettings(task="translate"))
@@ -348,7 +351,7 @@ def test_a_saved_whisper_folder_loads_and_runs_through_the_same_code(tiny, allow
     WhisperForConditionalGeneration(config).save_pretrained(folder)
     for source in Path(tiny.model.name_or_path).glob("*token*"):  # tokenizer.json, tokenizer_config.json, ...
         shutil.copy(source, folder / source.name)
-    loaded = families.load(registry.custom("speech", str(folder)))
+    loaded = families.load(families.custom("speech", str(folder)))
     result = families.run(loaded, speech.sample_input("en hello_world"), speech.SpeechSettings(max_new_tokens=5))
     assert result.alignment_heads == ((1, 0), (1, 1))
     assert len(result.output.output_ids) <= 5 and result.maps("cross").num_layers == 2
@@ -359,4 +362,4 @@ def test_a_saved_whisper_folder_loads_and_runs_through_the_same_code(tiny, allow
 
         BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
                   ).save_pretrained(bad)
-        families.load(registry.custom("speech", str(bad)))
+        families.load(families.custom("speech", str(bad)))

@@ -6,10 +6,12 @@ import pytest
 import timm
 import torch
 
-from models import capture_timm, loading, swin
-from models import swin_geometry as geometry
-from models.inputs import ImageInput
-from models.registry import ModelSpec
+from models import families
+from models.core import capture_timm, loading
+from models.core.inputs import ImageInput
+from models.core.specs import ModelSpec
+from models.families.swin import geometry
+from models.families.swin import model as swin
 
 
 def tiny_swin(seed: int = 0, **overrides):
@@ -270,7 +272,7 @@ def test_run_local_checkpoint_through_the_load_path(tmp_path, monkeypatch):
     assert result.image.image.shape == (32, 32, 3) and result.image.patch_grid == (16, 16)
     assert [p.token for p in result.predictions][:1] and {p.token for p in result.predictions} <= set("abcde")
     assert result.label_source == "the checkpoint's label_names" and result.input_name == "photo"
-    from models import images
+    from models.core import images
 
     pixels = images.preprocess(photo, images.data_config(loaded.model)).tensor
     _, windows = swin.capture_windows(model, pixels)  # the in-memory model before saving
@@ -329,7 +331,7 @@ def tiny_result(model):
     """The tiny Swin run through the family's ``run`` on a photo, with the pixels it saw."""
     from PIL import Image
 
-    from models import images, loading
+    from models.core import images, loading
 
     photo = Image.fromarray(np.random.default_rng(2).integers(0, 255, (40, 52, 3), dtype=np.uint8))
     loaded = loading.LoadedModel(ModelSpec("swin", "tiny", "local", "tiny", "", "", library="timm"), model, None,
@@ -391,13 +393,11 @@ def test_cli_writes_the_default_view_and_refuses_a_stage_without_shift(tmp_path,
     import json
 
     from app import cli
-    from models import registry
-
     assert cli.main(["--page", "swin", "--out", str(tmp_path), "--format", "png,json"]) == 0
     written = sorted(p.name for p in tmp_path.iterdir())
     assert written == ["mini-swin-shapes_sample-cat_stages.json", "mini-swin-shapes_sample-cat_stages.png"]
     stages = json.loads((tmp_path / written[0]).read_text())["stages"]
-    mini = swin.read_structure(swin.load(registry.default("swin")).model)
+    mini = swin.read_structure(swin.load(families.default_spec("swin")).model)
     assert stages == json.loads(json.dumps(mini.stage_rows()))
     assert cli.main(["--page", "swin", "--view", "cyclic_shift", "--stage", "2", "--out", str(tmp_path)]) == 2
     assert "Stage 3 has no shifted block" in capsys.readouterr().err
@@ -419,7 +419,8 @@ def patched_swin(monkeypatch):
     """Every mini Swin the page loads is ``tiny_page_swin()``; typed names still go through the real checks."""
     import streamlit as st
 
-    from models import families, loading
+    from models import families
+    from models.core import loading
 
     real_load = families.load
 
@@ -473,10 +474,9 @@ def test_page_typed_non_swin_name_is_a_message(patched_swin):
 
 def test_shipped_mini_swin_reproduces_its_measured_accuracy():
     """The weights in sample_data load through the registry path, and the accuracy the page shows is what they do."""
-    from models import registry
     from models.minis.swin_shapes import train
 
-    spec = registry.default("swin")
+    spec = families.default_spec("swin")
     assert spec.source == "mini"
     loaded = swin.load(spec)
     card, metrics = loading.mini_card(spec)

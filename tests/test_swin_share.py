@@ -12,9 +12,11 @@ import io
 import numpy as np
 from PIL import Image
 
-from models import images, swin
-from models import swin_geometry as geometry
-from tests.conftest import check_files, url_param as _param
+from models.core import images
+from models.families.swin import geometry
+from models.families.swin import model as swin
+from tests.conftest import check_files
+from tests.conftest import url_param as _param
 from tests.test_swin import _swin_page, patched_swin, tiny_page_swin  # noqa: F401  (a tiny random Swin, not the mini)
 
 

@@ -1,7 +1,7 @@
 """Text input: limits, odd Unicode shown visibly, uploads decoded or refused with a message."""
 import pytest
 
-from models import text
+from models.core import text
 from tests.conftest import minilm_tokenizer
 
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from models import families, registry
+from models import families
 from models.analysis import ablation, lens
-from models.inputs import TextInput
+from models.core.inputs import TextInput
 from tests.conftest import save_tiny
 from viz.figures.ablation import AblationOptions
 from viz.figures.lens import LensOptions
@@ -26,7 +26,7 @@ def both(request, tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         folder = save_tiny(request.param, tmp_path_factory.mktemp("tl") / request.param)
         patch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(folder.parent))
-        loaded = families.load(registry.custom("causal_lm", str(folder)))
+        loaded = families.load(families.custom("causal_lm", str(folder)))
         result = families.run(loaded, TextInput(TEXT, 64))
         hf = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
         bridge = TransformerBridge.boot_transformers(str(folder), hf_model=hf, tokenizer=loaded.tokenizer,

@@ -9,14 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from models import families, registry, translation
+from models import families
 from models.analysis import alignment
+from models.core.inputs import TextInput
+from models.core.loading import SAMPLE_DATA
+from models.core.specs import ModelSpec
+from models.families.translation import model as translation
 from models.minis.translation import grammar
 from models.minis.translation.rnn import AdditiveAttention, GRUConfig, GRUTranslator
 from models.minis.translation.tokenizer import build_vocabulary, make_tokenizer, pieces
-from models.inputs import TextInput
-from models.loading import SAMPLE_DATA
-from models.registry import ModelSpec
 
 MINIS = {name: SAMPLE_DATA / "translation" / name for name in ("transformer", "gru-attention", "gru-fixed")}
 
@@ -47,7 +48,7 @@ def tiny_marian_folder(tmp_path_factory, word_tokenizer):
 @pytest.fixture
 def tiny_marian(tiny_marian_folder, monkeypatch):
     monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tiny_marian_folder.parent))
-    spec = registry.custom("translation", str(tiny_marian_folder))
+    spec = families.custom("translation", str(tiny_marian_folder))
     return families.load(spec)
 
 
@@ -98,7 +99,7 @@ def test_capture_equals_eager_for_t5_and_bart(architecture, word_tokenizer, tmp_
     model.save_pretrained(tmp_path / architecture)
     word_tokenizer.save_pretrained(tmp_path / architecture)
     monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tmp_path))
-    loaded = families.load(registry.custom("translation", str(tmp_path / architecture)))
+    loaded = families.load(families.custom("translation", str(tmp_path / architecture)))
     result = families.run(loaded, TextInput("The council approved the report."),
                              translation.TranslationSettings("beam search", num_beams=3, max_new_tokens=6))
     out = result.output
@@ -256,7 +257,7 @@ def test_bad_input_gives_messages(tiny_marian):
 
 
 def test_suggestions_for_unknown_words_of_a_mini():
-    loaded = families.load(registry.get("translation", "mini GRU + additive attention en→fr"))
+    loaded = families.load(families.spec("translation", "mini GRU + additive attention en→fr"))
     with pytest.raises(translation.UnknownWordsError) as caught:
         families.run(loaded, TextInput("The comission approved THE <b>report</b>."))
     assert caught.value.words == ["comission", "THE", "<b>report</b>."]
@@ -269,7 +270,7 @@ def test_suggestions_for_unknown_words_of_a_mini():
 @pytest.mark.parametrize("key", ["mini Transformer en→fr", "mini GRU + additive attention en→fr",
                                  "mini GRU, fixed context en→fr"])
 def test_minis_load_and_translate_a_known_sentence(key):
-    spec = registry.get("translation", key)
+    spec = families.spec("translation", key)
     folder = SAMPLE_DATA / spec.id
     assert (folder / "model.safetensors").stat().st_size <= 20 * 2**20
     loaded = families.load(spec)
@@ -301,7 +302,7 @@ BAHDANAU = grammar.example_pair()  # the page's first sample: the grammar's gold
 
 @pytest.fixture(scope="module")
 def mini_transformer():
-    return families.load(registry.get("translation", "mini Transformer en→fr"))
+    return families.load(families.spec("translation", "mini Transformer en→fr"))
 
 
 @pytest.fixture(scope="module")
@@ -408,7 +409,7 @@ def test_quality_figures_are_the_measured_metrics():
 def test_fixed_context_model_has_no_alignment_but_its_steps_have_candidates():
     from viz import figures
 
-    loaded = families.load(registry.get("translation", "mini GRU, fixed context en→fr"))
+    loaded = families.load(families.spec("translation", "mini GRU, fixed context en→fr"))
     result = families.run(loaded, TextInput(BAHDANAU.english))
     with pytest.raises(ValueError, match="no attention"):
         figures.build("alignment", result)
@@ -512,7 +513,7 @@ def test_page_charts_are_the_models_numbers(fresh_caches, offered, bahdanau_resu
     at.session_state["tr_view"] = "Transformer vs GRU"
     at.run()
     assert not at.exception, at.exception
-    gru = families.run(families.load(registry.get("translation", "mini GRU + additive attention en→fr")),
+    gru = families.run(families.load(families.spec("translation", "mini GRU + additive attention en→fr")),
                        TextInput(BAHDANAU.english))
     left, right = alignment_maps(at)
     np.testing.assert_allclose(left, translation.word_attention(cross.head(1, None), out), atol=1e-6)

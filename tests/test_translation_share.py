@@ -13,8 +13,9 @@ import pytest
 from PIL import Image
 
 from app import cli
-from models import families, registry, translation
-from models.inputs import TextInput
+from models import families
+from models.core.inputs import TextInput
+from models.families.translation import model as translation
 from tests.conftest import check_files, url_param
 from tests.test_translation import _translation_page  # the minis from sample_data
 
@@ -23,7 +24,7 @@ SENTENCE = "The national green plan has adopted an international commission."  #
 
 @pytest.fixture(scope="module")
 def mini_result():
-    loaded = families.load(registry.get("translation", "mini Transformer en→fr"))
+    loaded = families.load(families.spec("translation", "mini Transformer en→fr"))
     return families.run(loaded, TextInput(SENTENCE, translation.DEFAULT_MAX_SOURCE_TOKENS))
 
 
@@ -54,7 +55,7 @@ def test_cli_translation_run_options_and_units(mini_result, tmp_path):
                      str(tmp_path)]) == 0
     (written,) = tmp_path.iterdir()
     assert written.name.endswith("_cross_all-layers_head-0_tokens.json")
-    loaded = families.load(registry.get("translation", "mini Transformer en→fr"))
+    loaded = families.load(families.spec("translation", "mini Transformer en→fr"))
     beam = families.run(loaded, TextInput(SENTENCE), translation.TranslationSettings("beam search", 3))
     payload = json.loads(written.read_text())
     cross = beam.maps("cross")

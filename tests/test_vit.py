@@ -6,9 +6,12 @@ import timm
 import torch
 from PIL import Image
 
-from models import families, images, registry, vit, vit_attribution
-from models.inputs import ImageInput
-from models.registry import ModelSpec
+from models import families
+from models.core import images
+from models.core.inputs import ImageInput
+from models.core.specs import ModelSpec
+from models.families.vit import attribution as vit_attribution
+from models.families.vit import model as vit
 
 
 def save_tiny_vit(folder, reg_tokens: int = 0, num_classes: int = 3, seed: int = 0, img_size: int = 32):
@@ -43,7 +46,7 @@ def run(loaded, name: str = "coffee"):
 
 def test_local_checkpoint_loads_and_runs(model_dirs):
     original = save_tiny_vit(model_dirs / "tiny")
-    loaded = families.load(registry.custom("vit", str(model_dirs / "tiny")))  # typed: read by timm all the same
+    loaded = families.load(families.custom("vit", str(model_dirs / "tiny")))  # typed: read by timm all the same
     assert loaded.spec.library == "timm"
     assert loaded.label_names == ("red", "green", "blue") and loaded.data_config["input_size"] == (3, 32, 32)
     assert not any(getattr(m, "fused_attn", False) for m in loaded.model.modules())

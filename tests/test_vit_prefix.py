@@ -6,8 +6,9 @@ import pytest
 import timm
 import torch
 
-from models import images, vit
-from models.inputs import ImageInput
+from models.core import images
+from models.core.inputs import ImageInput
+from models.families.vit import model as vit
 from viz import figures
 from viz.figures.vit import ClsOptions, InputOptions, PrefixQueryOptions
 

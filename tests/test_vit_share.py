@@ -13,20 +13,22 @@ import pytest
 from PIL import Image
 
 from app import cli
-from models.inputs import ImageInput
-from tests.conftest import check_files, url_param as _param
-from tests.test_app_vit import _page as _vit_page, tiny_vits  # noqa: F401  (tiny timm ViTs in the registry's place)
+from models.core.inputs import ImageInput
+from tests.conftest import check_files
+from tests.conftest import url_param as _param
+from tests.test_app_vit import _page as _vit_page  # noqa: F401  (tiny timm ViTs in the registry's place)
+from tests.test_app_vit import tiny_vits
 
 
 @pytest.fixture(scope="module")
 def mini_vit():
-    from models import families, registry
-
-    return families.load(registry.get("vit", "mini ViT shapes"))
+    from models import families
+    return families.load(families.spec("vit", "mini ViT shapes"))
 
 
 def _run(loaded, sample: str):
-    from models import images, vit
+    from models.core import images
+    from models.families.vit import model as vit
 
     return vit.run(loaded, ImageInput(images.load_sample(sample), f"sample {sample}"))
 
@@ -79,7 +81,7 @@ def test_cli_default_view_and_mistakes(tmp_path, capsys):
 
 
 def test_vit_url_round_trip_and_the_offered_numbers_are_the_pages(tiny_vits, offered):  # noqa: F811
-    from models import families, registry
+    from models import families
     from models.analysis import rollout
     from viz import figures
     from viz.figures.vit import RolloutOptions
@@ -99,7 +101,7 @@ def test_vit_url_round_trip_and_the_offered_numbers_are_the_pages(tiny_vits, off
     assert _param(at, "vit_layer") == "1" and _param(at, "vit_head") == "head 1"
     assert set(offered) == {"vit_cls", "vit_query", "vit_rollout", "vit_distance"}  # the backbone: no attributions
 
-    result = _run(families.load(registry.default("vit")), "rocket")  # the page's default model: the tiny backbone
+    result = _run(families.load(families.default_spec("vit")), "rocket")  # the page's default model: the tiny backbone
     maps, info = result.maps("self"), result.image
     prefix, grid = info.num_prefix_tokens, info.patch_grid
     cls = offered["vit_cls"]

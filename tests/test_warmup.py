@@ -92,9 +92,8 @@ def test_load_hands_out_the_preloaded_model_without_loading(monkeypatch):
     import streamlit as st
 
     from app import resources
-    from models import families, registry
-
-    key = (registry.specs("causal_lm")[0], "cpu", "float32")
+    from models import families
+    key = (families.specs("causal_lm")[0], "cpu", "float32")
     process = warmup.WarmUp(import_modules=lambda: None, pick_key=lambda: key, load=lambda k: "the preloaded model")
     process.start()
     process.thread.join(5)
@@ -112,10 +111,10 @@ def test_load_hands_out_the_preloaded_model_without_loading(monkeypatch):
 def test_the_default_key_is_what_a_new_session_asks_for():
     """The key the server preloads equals the GPT page's first load in a fresh session (else it is never claimed)."""
     from app import sidebar
-    from models import registry
+    from models import families
 
     spec, device, dtype = warmup.default_model_key()
-    assert spec == registry.specs("causal_lm")[0]
+    assert spec == families.specs("causal_lm")[0]
     assert (device, dtype) == sidebar.device_choice()
 
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import torch
 
-from models import families, loading
-from models.registry import ModelSpec
+from models import families
+from models.core import loading
+from models.core.specs import ModelSpec
 
 CORPUS = ["the cat sat on the mat. the dog sat on the log.", "a quick brown fox jumps over the lazy dog!",
           "def add(a, b):\n    return a + b", "one two three four five six seven eight nine ten"] * 25
@@ -21,7 +22,14 @@ EOS = "<|endoftext|>"
 
 def byte_level_tokenizer():
     """GPT-2-style byte-level BPE: any Unicode string is encodable (unknown bytes are single-byte tokens)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = Tokenizer(models.BPE())
@@ -37,7 +45,15 @@ def byte_level_tokenizer():
 
 def wordpiece_tokenizer():
     """BERT-style WordPiece with [CLS] … [SEP]; unknown words become [UNK]."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))

@@ -1,4 +1,4 @@
-"""Charts and images for the positional-encodings page (arrays from models/positional/ in, Altair / PIL out).
+"""Charts and images for the positional-encodings page (arrays from models/lessons/positional/ in, Altair / PIL out).
 
 Matrices up to ``MAX_CHART_CELLS`` cells are Altair rects with a tooltip per cell; bigger ones (a 512 × 384 position
 table, a 512 × 512 similarity matrix) are rendered to a PNG that an Altair image mark stretches over the same

@@ -1,6 +1,6 @@
 """Pictures of Swin's windows, cyclic shift, masks and relative position bias (Liu et al. 2021, Fig. 2 and Fig. 4).
 
-Pure: arrays and ``models.swin_geometry`` objects in, ``PIL.Image`` or ``alt.Chart`` out; nothing here loads or runs a
+Pure: arrays and ``models.families.swin.geometry`` objects in, ``PIL.Image`` or ``alt.Chart`` out; nothing here loads or runs a
 model or calls Streamlit. Everything is drawn from the arrays it is given (the model's ``attn_mask``, index and table
 buffers, the captured windows); the only geometry computed here is where a token's pixels are: token (r, c) of a stage
 with ``token_px`` pixels per token covers ``[r·p, (r+1)·p) × [c·p, (c+1)·p)`` of the crop.
@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image, ImageDraw, ImageFont
 
-from models import swin_geometry as geometry
+from models.families.swin import geometry
 from viz import heatmap, image_overlay
 
 # nine region colours (tab10 without grey), region 0 (the untouched interior) light so the photo stays visible

@@ -9,7 +9,7 @@ import time
 import streamlit as st
 
 from app import display, resources, widgets
-from models import loading
+from models.core import loading
 from models.corpus import analysis, engine, readers
 from models.corpus.statistics import STATISTICS
 from models.corpus.store import ResultStore
@@ -164,7 +164,7 @@ def embedding_tab(summary, loaded, corpus) -> None:
 def document_map(loaded, corpus, embedding, layer: int, head: int, max_tokens: int) -> None:
     """The attention map of head ``layer.head`` on one embedded document: the one whose point was clicked (the
     previous run's selection), or picked from the list; the clicked query (or key) position is named."""
-    from models.inputs import TextInput
+    from models.core.inputs import TextInput
     from viz.figures.attention import HeadOptions
 
     documents = list(dict.fromkeys(embedding.doc_id))

@@ -1,6 +1,6 @@
 """The "Faithfulness" section of a page (issue 17): every explanation of one target side by side, their deletion and
 insertion curves against random orders in a sortable table, and on the mini ViT shapes the pointing game and IoU
-against the generator's masks. Widgets only: the numbers come from ``models.explainable`` through the cached views.
+against the generator's masks. Widgets only: the numbers come from ``models.analysis.explanations`` through the cached views.
 
 Progress: the analysis runs in a worker thread (with this session's script context, so the caches are the page's)
 while this thread moves a progress bar from what the analysis reports (``explainable.reporting``); nothing is drawn
@@ -16,10 +16,11 @@ from PIL import Image
 from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
 
 from app import display, resources, url_state, widgets
-from models import explainable, vit_explain
+from models.analysis import explanations as explainable
 from models.analysis.attribution import METHODS
 from models.analysis.faithfulness import PROBABILITY, measure_symbol
-from models.inputs import ImageInput
+from models.core.inputs import ImageInput
+from models.families.vit import explain as vit_explain
 from viz.figures.faithfulness import FaithfulnessOptions, LocalisationOptions
 
 MINI = "vit_shapes"
@@ -214,7 +215,7 @@ def class_names(loaded, result) -> list[str]:
     """The classifier's class names (a ViT's from its load, a Swin's from its head)."""
     if hasattr(loaded, "label_names"):
         return list(loaded.label_names)
-    from models import swin
+    from models.families.swin import model as swin
 
     names = swin.class_names(loaded.model)[0]
     return list(names) if names else [f"class {i}" for i in range(int(loaded.model.num_classes))]

@@ -3,9 +3,9 @@ side by side over the input tokens, and their deletion and insertion curves agai
 pages use ``app/sections/faithfulness.py``, whose table, curves and progress bar this reuses).
 
 - Encoder: the target is the sentence embedding (the packaged MiniLM has no masked-LM head, so no [MASK] fill):
-  its cosine to the sentence's own embedding, or to a sentence the user types (``models/encoder_explain.py``).
+  its cosine to the sentence's own embedding, or to a sentence the user types (``models/families/encoder/explain.py``).
 - Translation: the target is one output token, teacher-forced; the source tokens are removed
-  (``models/translation_explain.py``).
+  (``models/families/translation/explain.py``).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import streamlit as st
 
 from app import display, url_state, widgets
 from app.sections import faithfulness as shared
-from models import translation_explain
+from models.families.translation import explain as translation_explain
 from viz.figures.faithfulness import FaithfulnessOptions
 
 OWN, OTHER = "its own embedding (unperturbed)", "the embedding of another sentence"

@@ -7,8 +7,8 @@ import streamlit as st
 
 from app import url_state
 from app.sections import decoding_penalties
-from models import limits
-from models.causal_lm import STRATEGIES, GenerationSettings
+from models.core import limits
+from models.families.causal_lm.model import STRATEGIES, GenerationSettings
 
 # widget key -> (GenerationSettings field, URL coercer); each form widget is keyed so its submitted value has a state
 FIELDS = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import display, url_state, widgets
-from models import norm_placement as npl
+from models.lessons import norm_placement as npl
 from viz.figures.norm_placement import NormOptions
 
 KEYS = ["ln_layers", "ln_d", "ln_group", "ln_seeds"]

@@ -1,7 +1,7 @@
 """The speech page's widgets: the audio picker (a sample, a recording in the browser, an upload) and the words of a
 transcript as buttons that play their span of the audio.
 
-Decoding and every check live in ``models.audio`` (formats, channels, rates, 30 s cut, 0 s, damaged files); this
+Decoding and every check live in ``models.core.audio`` (formats, channels, rates, 30 s cut, 0 s, damaged files); this
 module reads the choice and shows what was changed or what went wrong. A recording or an upload is named
 ``recording`` / ``upload`` in file names, never by its own file name, and never goes into a link.
 """
@@ -10,8 +10,9 @@ from __future__ import annotations
 import streamlit as st
 
 from app.widgets import plain, show_error
-from models import audio, speech
-from models.inputs import AudioInput
+from models.core import audio
+from models.core.inputs import AudioInput
+from models.families.speech import model as speech
 
 SOURCES = ("Sample", "Record", "Upload")
 SHARED = ["sp_source", "sp_sample"]  # a link carries the source and the sample's name, never audio

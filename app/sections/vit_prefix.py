@@ -3,7 +3,7 @@ token looks over the patches (it has no pixels, so it is never drawn in the grid
 import streamlit as st
 
 from app import display, widgets
-from models import vit
+from models.families.vit import model as vit
 from viz.figures.vit import PrefixQueryOptions
 
 SHARED = ["vit_prefix"]

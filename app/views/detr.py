@@ -5,7 +5,7 @@ import streamlit as st
 from PIL import Image
 
 from app import display, image_input, resources, url_state, widgets
-from models.inputs import ImageInput
+from models.core.inputs import ImageInput
 from models.minis.detr_shapes import data as scenes
 from viz.figures.detr import BoxesOptions, QueriesOptions, QueryOptions
 from viz.figures.vit import HEAD_AVERAGE

@@ -3,7 +3,7 @@ import streamlit as st
 
 from app import attention_view, display, presentation, url_state, widgets
 from app.sections import faithfulness_text
-from models.inputs import TextInput
+from models.core.inputs import TextInput
 from viz.figures.attention import ShareOptions
 
 PRESETS = {

@@ -3,14 +3,13 @@ import streamlit as st
 
 from app import attention_view, display, presentation, url_state, widgets
 from app.sections import compare as compare_section
+from app.sections import decoding_penalties, generation
+from app.sections import faithfulness as faithfulness_section
 from app.sections import knockout as knockout_section
 from app.sections import patching as patching_section
-from app.sections import faithfulness as faithfulness_section
-from app.sections import decoding_penalties
-from app.sections import generation
-from models.inputs import TextInput
-from viz.figures.attention import StepOptions
+from models.core.inputs import TextInput
 from viz.figures.ablation import AblationOptions
+from viz.figures.attention import StepOptions
 from viz.figures.lens import LensOptions
 
 PRESETS = {

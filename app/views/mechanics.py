@@ -8,9 +8,17 @@ import streamlit as st
 
 from app import display, presentation, resources, url_state, widgets
 from app.sections import linear_attention, norm_placement
-from models import cost, mechanics
-from viz.figures.mechanics import (EntropyOptions, HeadsOptions, KVOptions, MaskOptions, MemoryOptions, StepsOptions,
-                                   SwinOptions, ZooOptions)
+from models.lessons import cost, mechanics
+from viz.figures.mechanics import (
+    EntropyOptions,
+    HeadsOptions,
+    KVOptions,
+    MaskOptions,
+    MemoryOptions,
+    StepsOptions,
+    SwinOptions,
+    ZooOptions,
+)
 from viz.mechanics import unique_labels
 
 PRESETS = {

@@ -3,7 +3,7 @@ map — fixed by the weights, the same on every image — beside a ViT's attenti
 import streamlit as st
 
 from app import display, image_input, url_state, widgets
-from models import registry
+from models import families
 from viz.figures.mixer import MAPS, MatrixOptions, MixingOptions
 from viz.figures.vit import QueryOptions
 
@@ -41,7 +41,7 @@ col = c3.slider("Patch column", 0, cols - 1, cols // 2, key="mixer_col")
 which = c4.radio("Mixer map", list(MAPS), key="mixer_map", format_func=lambda m: {"fixed": "fixed (weights)",
                                                                                     "input": "at this image"}[m])
 
-vit_specs = registry.specs("vit")
+vit_specs = families.specs("vit")
 vit_labels = [s.label for s in vit_specs]
 mini_vit = next((i for i, s in enumerate(vit_specs) if s.source == "mini"), 0)  # the same shapes, the same 8 × 8 grid
 vit_choice = st.selectbox("ViT to compare with (same image, same patch, head average)", vit_labels, index=mini_vit,

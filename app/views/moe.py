@@ -4,12 +4,19 @@ import streamlit as st
 
 from app import display, presentation, resources, url_state, widgets
 from models.analysis import routing as stats
-from models.inputs import TextInput
-from models.moe import SAMPLES, PromptPair
+from models.core.inputs import TextInput
+from models.families.moe.model import SAMPLES, PromptPair
 from viz import figures
 from viz.figure import Figure
-from viz.figures.moe import (CoactivationOptions, ConsistencyOptions, GateOptions, LoadDifferenceOptions,
-                             RoutedOptions, SpecialisationOptions, StripOptions)
+from viz.figures.moe import (
+    CoactivationOptions,
+    ConsistencyOptions,
+    GateOptions,
+    LoadDifferenceOptions,
+    RoutedOptions,
+    SpecialisationOptions,
+    StripOptions,
+)
 
 
 def show(figure: Figure | None, key: str, downloads: bool = True) -> None:

@@ -10,12 +10,21 @@ from streamlit.errors import StreamlitPageNotFoundError
 
 from app import display, presentation, resources, sidebar, url_state, widgets
 from app.sections import rope_scaling
-from models import positional as pe
-from models import registry
+from models import families
+from models.lessons import positional as pe
 from viz.figure import Figure, resolved
-from viz.figures.positional import (SENTENCE, AlibiOptions, EquivarianceMapsOptions, EquivarianceOptions,
-                                    GridOptions, ResizedGridOptions, RopeOptions, Sinusoidal2DOptions,
-                                    SinusoidalOptions, T5Options)
+from viz.figures.positional import (
+    SENTENCE,
+    AlibiOptions,
+    EquivarianceMapsOptions,
+    EquivarianceOptions,
+    GridOptions,
+    ResizedGridOptions,
+    RopeOptions,
+    Sinusoidal2DOptions,
+    SinusoidalOptions,
+    T5Options,
+)
 
 ROPE_DIMS = [8, 16, 32, 64, 96, 128, 256]
 # widget keys each tab keeps in the URL (a fragment publishes its own: it reruns without the rest of the page)
@@ -97,7 +106,7 @@ def sinusoidal_tab() -> None:
 @st.fragment
 def grid_tab() -> None:
     st.subheader("Image patches: a ViT's position grid (ViT paper, Fig. 7)")
-    choices = {spec.label: spec for spec in registry.specs("vit") if spec.offline}
+    choices = {spec.label: spec for spec in families.specs("vit") if spec.offline}
     choices |= {"2-D sinusoidal (formula)": "sinusoidal", f"timm {pe.UNTRAINED_VIT}, untrained (random init)":
                 "untrained"}
     picked = choices[st.radio("Grid", list(choices), horizontal=True, key="learned_grid")]
@@ -201,20 +210,20 @@ if beyond.open is not False:
     with beyond:
         rope_scaling.show()
 # the views below read tensors out of loaded models; they come last so the formulas show while the models load
-encoder = load(registry.default("encoder"))
+encoder = load(families.default_spec("encoder"))
 with why:
     if encoder is not None:
         equivariance_tab(encoder)
 with learned:
-    spec = st.radio("Text model", [registry.default("encoder"), registry.get("causal_lm", "gpt2")], horizontal=True,
+    spec = st.radio("Text model", [families.default_spec("encoder"), families.spec("causal_lm", "gpt2")], horizontal=True,
                     format_func=lambda choice: choice.label, key="learned_text")
     if spec.source == "hub" and not pe.hub_model_cached(spec.id):
         st.info(f"{spec.key} comes from the hub and is not in this machine's Hugging Face cache, so its position table "
                 f"cannot be shown offline. With internet, open it once on the GPT page (or run `huggingface-cli "
                 f"download {spec.id}`) and it appears here.")
-    elif (model := encoder if spec == registry.default("encoder") else load(spec)) is not None:
+    elif (model := encoder if spec == families.default_spec("encoder") else load(spec)) is not None:
         show(widgets.figure_or_none("learned_text_table", None, None, model), "learned_text_table", columns=2)
     grid_tab()
 with rope:
-    if (causal_lm := load(registry.default("causal_lm"))) is not None:
+    if (causal_lm := load(families.default_spec("causal_lm"))) is not None:
         rope_model_view(causal_lm)

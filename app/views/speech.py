@@ -4,7 +4,7 @@ import streamlit as st
 
 from app import attention_view, display, url_state, widgets
 from app.sections import speech as sections
-from models import speech
+from models.families.speech import model as speech
 from viz.figures.speech import SpeechCrossOptions, SpeechStepOptions
 
 HEADS = {"alignment": "alignment heads (mean)", "all": "all heads (mean)", "one": "one head"}

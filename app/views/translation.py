@@ -5,8 +5,9 @@ import streamlit as st
 
 from app import attention_view, display, resources, sidebar, url_state, widgets
 from app.sections import decoder_lens, faithfulness_text
-from models import registry, translation
-from models.inputs import TextInput
+from models import families
+from models.core.inputs import TextInput
+from models.families.translation import model as translation
 from models.minis.translation import card
 from viz.figures.translation import AlignmentOptions, DecodingStepOptions
 
@@ -149,7 +150,7 @@ def self_attention_tab():
 
 
 def compare_tab():
-    candidates = [s for s in registry.specs("translation") if s.key != spec.key]
+    candidates = [s for s in families.specs("translation") if s.key != spec.key]
     preferred = ("mini GRU + additive attention en→fr" if out.architecture == "transformer"
                  else "mini Transformer en→fr")
     default = next((i for i, s in enumerate(candidates) if s.key == preferred), 0)

@@ -5,11 +5,20 @@ import streamlit as st
 from app import display, image_input, presentation, url_state, widgets
 from app.sections import faithfulness as faithfulness_section
 from app.sections import vit_prefix
-from models import vit_attribution
 from models.analysis.rollout import HEAD_FUSIONS
+from models.families.vit import attribution as vit_attribution
 from viz import image_overlay
-from viz.figures.vit import (HEAD_AVERAGE, AttributionOptions, ClsHeadsOptions, ClsOptions, InputOptions, PrefixOptions,
-                             QueryOptions, RolloutOptions, SaliencyOptions)
+from viz.figures.vit import (
+    HEAD_AVERAGE,
+    AttributionOptions,
+    ClsHeadsOptions,
+    ClsOptions,
+    InputOptions,
+    PrefixOptions,
+    QueryOptions,
+    RolloutOptions,
+    SaliencyOptions,
+)
 
 # what a link carries: model, sample (never an upload), layer, head, tab and the view options
 SHARED = ["model_vit", *image_input.shared_keys("vit"), "vit_layer", "vit_head", "vit_view", "vit_opacity", "vit_cmap",

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models import text
-from models.hooks import this_thread_only
-from models.results import RunResult
+from models.core import text
+from models.core.hooks import this_thread_only
+from models.core.results import RunResult
 
 MODES = ("zero", "mean")
 BATCH_TOKENS = 4096  # prompt copies per forward × prompt length, at most

@@ -101,7 +101,7 @@ class LayerRecord:
 
 @dataclass
 class Explainable:
-    """What a family gives the shared methods for one input and one target (models/vit_explain.py for the ViT).
+    """What a family gives the shared methods for one input and one target (models/families/vit/explain.py for the ViT).
 
     ``logits(embeddings (B, N, D)) -> (B, C)``: the target's distribution read at ``query``; ``record()`` a context
     manager yielding a list that the forwards run inside fill with one ``LayerRecord`` per layer."""
@@ -149,7 +149,7 @@ class Explainable:
 
 @dataclass
 class Layout:
-    """Where a windowed, hierarchical model's per-layer matrices live (Swin; built by models/swin_explain.py).
+    """Where a windowed, hierarchical model's per-layer matrices live (Swin; built by models/families/swin/explain.py).
 
     Layer ``l`` has ``tokens[l]`` tokens (its stage's grid, row-major) and computes attention in ``len(window_ids[l])``
     windows: ``window_ids[l]`` (nW, Nw) long holds, for each window position as the model saw it (rolled by the

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.analysis import heads
-from models.results import RunResult
+from models.core.results import RunResult
 
 DISTANCES = {"js": "Jensen–Shannon divergence (bits)", "tv": "total variation ½Σ|Δ|"}
 MAX_TOKENS = 512  # two runs' heads are recomputed layer by layer: bounded work per comparison
@@ -95,8 +95,8 @@ def compare_runs(loaded, result: RunResult, options) -> Comparison:
     """``result`` against a second run: ``options.text2`` (empty: the same prompt) on ``options.model2`` (empty: the
     same model; else a registry key, hub id or folder whose tokenizer is the same), compared by
     ``options.distance``."""
-    from models import families, registry
-    from models.inputs import TextInput
+    from models import families
+    from models.core.inputs import TextInput
 
     text2, model2 = (options.text2 or "").strip(), (options.model2 or "").strip()
     if not text2 and not model2:
@@ -109,8 +109,8 @@ def compare_runs(loaded, result: RunResult, options) -> Comparison:
         raise ValueError(f"comparing runs works on prompts of up to {MAX_TOKENS} tokens, not {len(ids)}")
     other = loaded
     if model2:
-        known = {spec.key: spec for spec in registry.specs("causal_lm")}
-        other = families.load(known.get(model2) or registry.custom("causal_lm", model2), loaded.device, loaded.dtype)
+        known = {spec.key: spec for spec in families.specs("causal_lm")}
+        other = families.load(known.get(model2) or families.custom("causal_lm", model2), loaded.device, loaded.dtype)
         if other.tokenizer.get_vocab() != loaded.tokenizer.get_vocab():
             raise ValueError(f"{model2} does not share {result.model.short_name}'s tokenizer: the two runs' tokens "
                              "would not line up. Pick a model with the same tokenizer (a fine-tune of it)")

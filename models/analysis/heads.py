@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from models.results import AttentionMaps, RunResult
+from models.core.results import AttentionMaps, RunResult
 
 STATISTICS = {
     "entropy_bits": "Entropy (bits)",

@@ -2,7 +2,7 @@
 models", sec. 5): cut chosen query → key edges of the attention in chosen layers, and see what the prediction after
 the prompt becomes.
 
-An edge is cut by removing it from the attention mask the layer applies (``models.capture.knocked_out``: a per-call
+An edge is cut by removing it from the attention mask the layer applies (``models.core.capture.knocked_out``: a per-call
 mask in our capture attention function, so the model itself is never changed and other sessions see nothing): the
 query renormalises its attention over the keys it still sees, exactly as if the score were −∞. The standard sweep
 (the paper's Fig. 5 over every source position): for each layer ``l`` a window of layers centred on it, and for
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models import capture, text
 from models.analysis import ablation
-from models.results import RunResult
+from models.core import capture, text
+from models.core.results import RunResult
 
 BATCH_TOKENS = 4096  # prompt copies per forward × prompt length, at most
 MAX_SWEEP_TOKENS = 48  # the sweep runs layers × positions forwards

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models import text
-from models.results import RunResult
+from models.core import text
+from models.core.results import RunResult
 
 MAX_POSITIONS = 64  # a readable grid, and a bounded cost per layer
 TOP_K = 5  # candidates per cell (the tooltip)
@@ -62,7 +62,9 @@ def window(n: int, last: int, count: int) -> range:
 
 def final_norm_and_unembedding(model):
     """The causal LM's final norm and its unembedding (LM head), found by the names transformers uses."""
-    from models.causal_lm import final_norm  # imported here, as logit_lens imports causal_lm
+    from models.families.causal_lm.model import (
+        final_norm,  # imported here, as logit_lens imports causal_lm
+    )
 
     norm = final_norm(model)
     unembed = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -83,7 +85,7 @@ def logit_lens(loaded, result: RunResult, options) -> Lens:
     if positions.start >= start:  # kept by the run: no second forward
         stream, kept = residual, range(positions.start - start, positions.stop - start)
     else:  # a long prompt's run kept only its last positions: re-run the model up to this window's end
-        from models import causal_lm
+        from models.families.causal_lm import model as causal_lm
 
         if len(result.token_ids) != start + residual.shape[1]:
             raise ValueError("this run kept the residual stream of its last positions only, and not the token ids "

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models import text
 from models.analysis import ablation
-from models.hooks import this_thread_only
-from models.results import RunResult
+from models.core import text
+from models.core.hooks import this_thread_only
+from models.core.results import RunResult
 
 BATCH_TOKENS = 4096
 MAX_TOKENS = 64  # layers × positions patches: a long prompt would take minutes

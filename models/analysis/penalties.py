@@ -1,4 +1,4 @@
-"""What each decoding penalty does, on a real generation (``models/decoding.py`` has the processors).
+"""What each decoding penalty does, on a real generation (``models/core/decoding.py`` has the processors).
 
 ``penalty_effect``: at one generated step, the model's raw next-token distribution (the context up to that step
 through the model once) before and after each of the presence, frequency and repetition penalties.
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from models import decoding, text
-from models.results import TextResult
+from models.core import decoding, text
+from models.core.results import TextResult
 
 
 def _generation(result: TextResult) -> tuple[int, ...]:

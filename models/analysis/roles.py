@@ -75,7 +75,7 @@ def head_roles(loaded) -> HeadRoles:
     """The four role scores of every head of ``loaded`` (a causal LM loaded with capture attention)."""
     import torch
 
-    from models import capture
+    from models.core import capture
 
     model, tokenizer = loaded.model, loaded.tokenizer
     config = model.config

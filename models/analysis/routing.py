@@ -1,4 +1,4 @@
-"""Routing statistics of a mixture-of-experts model on one input: pure numpy on ``models.moe.Routing`` arrays.
+"""Routing statistics of a mixture-of-experts model on one input: pure numpy on ``models.families.moe.model.Routing`` arrays.
 
 - Expert load ``f_{l,i}``: share of layer l's token→expert assignments that went to expert i (each token makes k
   assignments); uniform load is ``1/E``.
@@ -236,13 +236,13 @@ SHUFFLES = 100  # shuffled routings behind the page's specialisation baseline (a
 class RunSpecialisation:
     """The specialisation view's data: ``specialisation`` of ``result``'s routing against ``shuffles`` shuffles."""
 
-    result: Any  # the models.moe.RoutingResult (models.moe imports this module, so it is not imported here)
+    result: Any  # the models.families.moe.model.RoutingResult (models.families.moe.model imports this module, so it is not imported here)
     specialisation: Specialisation
     shuffles: int
 
 
 def specialisation_of_run(loaded, result, options) -> RunSpecialisation:
-    """The specialisation view's analysis: ``specialisation`` of a ``models.moe.RoutingResult`` with
+    """The specialisation view's analysis: ``specialisation`` of a ``models.families.moe.model.RoutingResult`` with
     ``options.shuffles`` shuffles (seed 0, so the baseline is the same on every rerun); ``loaded`` is not used."""
     if options.shuffles < 1:
         raise ValueError("the shuffled baseline needs at least 1 shuffle")
@@ -270,5 +270,5 @@ def summarise(probs: np.ndarray, top_experts: np.ndarray, kept: np.ndarray) -> R
 
 
 def summarise_routing(routing) -> RoutingSummary:
-    """``summarise`` of a ``models.moe.Routing``."""
+    """``summarise`` of a ``models.families.moe.model.Routing``."""
     return summarise(routing.probs, routing.top_experts, routing.kept)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from models import capture, text
+from models.core import capture, text
 from models.corpus.readers import Document
 from models.corpus.statistics import STATISTICS, attention_weights
 from models.corpus.store import ResultStore, RunInfo, stacked

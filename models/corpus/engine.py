@@ -45,8 +45,8 @@ class Progress:
 
 
 def run_info(loaded, corpus: Corpus, max_tokens: int) -> RunInfo:
-    from models import moe
     from models.corpus.statistics import _shape
+    from models.families.moe import model as moe
 
     layers, heads = _shape(loaded.model)
     experts = moe_layers = 0

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from models import capture, text
+from models.core import capture, text
 from models.corpus.readers import Document
 
 STATISTICS = {
@@ -252,7 +252,7 @@ class StatisticsRunner:
         routing = None
         with torch.inference_mode(), capture.observing(self.loaded.model, recorder):
             if self.is_moe:
-                from models import moe
+                from models.families.moe import model as moe
 
                 with moe.recording(self.loaded.model) as routing:
                     self.base(input_ids=ids, attention_mask=attention_mask, **self.extra)
@@ -275,8 +275,8 @@ class StatisticsRunner:
 
 def _add_routing(item: DocumentStatistics, recorder, row: int, width: int, length: int) -> None:
     """Expert load, co-activation and router entropy of one document of the batch (its tokens, not the padding)."""
-    from models import moe
     from models.analysis import routing as stats
+    from models.families.moe import model as moe
 
     sites = [s for s in recorder.sites if s.name in recorder.calls]
     calls = [recorder.calls[s.name][-1] for s in sites]
@@ -297,7 +297,7 @@ def _add_routing(item: DocumentStatistics, recorder, row: int, width: int, lengt
 
 
 def _is_moe(model) -> bool:
-    from models import moe
+    from models.families.moe import model as moe
 
     return moe.is_moe_model(model)
 

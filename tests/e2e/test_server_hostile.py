@@ -19,10 +19,16 @@ from pathlib import Path
 import pytest
 
 from bench import live_server
-from models import registry
+from models import families
 from tests import tiny_text_models
-from tests.e2e.conftest import (MARKUP, assert_healthy, assert_nothing_injected, charts_visible, screenshot,
-                                wait_until_idle)
+from tests.e2e.conftest import (
+    MARKUP,
+    assert_healthy,
+    assert_nothing_injected,
+    charts_visible,
+    screenshot,
+    wait_until_idle,
+)
 from tests.e2e.test_hostile import alert_text, choose_model, submit_text, wait_for_alert
 
 HUGE_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8192,
@@ -274,7 +280,7 @@ def test_a_model_too_large_for_the_memory_is_refused_and_everyone_else_is_served
     assert_healthy(page)
     screenshot(page, "server-hostile-too-large")
     new_visitor_sees_charts(browser, server)  # another visitor, meanwhile
-    choose_model(page, registry.default("causal_lm").label)  # and this one, back on a listed model
+    choose_model(page, families.default_spec("causal_lm").label)  # and this one, back on a listed model
     assert_healthy(page)
     assert charts_visible(page) >= 2
     assert server.alive() and "Traceback" not in server.log_text()

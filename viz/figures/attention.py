@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from models.analysis import heads
-from models.results import RunResult, TextResult
+from models.core.results import RunResult, TextResult
 from viz import export, heatmap
 from viz.figure import Figure, NoOptions, view
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from models import decoding
 from models.analysis import penalties
+from models.core import decoding
 from viz import export, lines
 from viz.figure import Figure, combined, view
 

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from models.detr import DetrResult
+from models.families.detr.model import DetrResult
 from viz import detr as draw
 from viz import export, image_overlay
 from viz.figure import Figure, view

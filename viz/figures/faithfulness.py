@@ -1,4 +1,4 @@
-"""Explanations side by side and how faithful each is (``models.explainable``, ``models.analysis.faithfulness``):
+"""Explanations side by side and how faithful each is (``models.analysis.explanations``, ``models.analysis.faithfulness``):
 every method's map on the input, the deletion and insertion curves against random orders with their AUCs, and on
 the mini ViT shapes the pointing game and IoU against the generator's masks."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image, ImageDraw, ImageFont
 
-from models import explainable
+from models.analysis import explanations as explainable
 from models.analysis.attribution import ALL_METHODS as METHODS
 from models.analysis.faithfulness import AUC_NOTE, Faithfulness, measure_symbol
 from viz import export, image_overlay

@@ -1,4 +1,4 @@
-"""Figures of the mechanics page's linear-attention tab (``models/linear_attention.py``): softmax, linear and flow
+"""Figures of the mechanics page's linear-attention tab (``models/lessons/linear_attention.py``): softmax, linear and flow
 attention on the same Q, K, V of the page's sentence; causal linear attention as an RNN, step by step; and the
 measured time and memory against N. Formula views (``data="options"``); defaults are what the page shows first.
 """
@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from models import linear_attention as la
-from models import mechanics
+from models.lessons import linear_attention as la
+from models.lessons import mechanics
 from viz import export, lines
 from viz import mechanics as charts
 from viz.figure import Figure, NoOptions, combined, view
@@ -19,7 +19,7 @@ from viz.figures.mechanics import PAGE, SENTENCE
 
 @dataclass(frozen=True)
 class LinearOptions:
-    """One head of the page's toy layer (``models.mechanics``): its Q, K, V feed all three attentions."""
+    """One head of the page's toy layer (``models.lessons.mechanics``): its Q, K, V feed all three attentions."""
 
     sentence: str = SENTENCE
     source: str = "minilm"

@@ -1,8 +1,8 @@
 """Figures of the mechanics page ("how attention works — and what it costs"), one builder per figure.
 
 No model family: every view draws from its options alone (``data="options"``). The layer views compute the toy layer
-through ``models.mechanics`` (a real sentence's MiniLM embeddings, seeded weights, float64, a few milliseconds), the
-cost views through ``models.cost``; only the KV-cache comparison reads something slow (the app's models' configs),
+through ``models.lessons.mechanics`` (a real sentence's MiniLM embeddings, seeded weights, float64, a few milliseconds), the
+cost views through ``models.lessons.cost``; only the KV-cache comparison reads something slow (the app's models' configs),
 as an analysis the app caches once. Every option's default is what the page shows first.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from models import cost, mechanics
+from models.lessons import cost, mechanics
 from viz import export
 from viz import mechanics as charts
 from viz.figure import Figure, NoOptions, combined, view
@@ -27,7 +27,7 @@ MASK_SETTINGS = ("real_tokens", "prefix", "window", "causal", "stride", "global_
 
 @dataclass(frozen=True)
 class LayerOptions:
-    """The toy layer: a sentence, its embeddings, the layer's sizes and the mask (models/mechanics.py)."""
+    """The toy layer: a sentence, its embeddings, the layer's sizes and the mask (models/lessons/mechanics.py)."""
 
     sentence: str = SENTENCE
     source: str = "minilm"  # "minilm": MiniLM's word embeddings × a seeded projection; "random": a seeded table
@@ -36,7 +36,7 @@ class LayerOptions:
     d_head: int = 4  # d_k, independent of D to show why √d_k matters
     seed: int = 0
     scaled: bool = True  # divide the scores by √d_k
-    mask: str = "none"  # one of models.mechanics.MASK_KINDS
+    mask: str = "none"  # one of models.lessons.mechanics.MASK_KINDS
     # the mask's settings; None: the page's first choice for the sentence's length (mechanics.mask_parameters)
     real_tokens: int | None = None  # padding
     prefix: int | None = None  # prefix LM
@@ -53,7 +53,7 @@ class LayerOptions:
 class StepsOptions(LayerOptions):
     other: str | None = None  # None: self-attention; a sentence: cross-attention, keys and values from it
     head: int = 0
-    step: str = ""  # a step's key (models.mechanics.step_outline); "": the first matrix multiplication
+    step: str = ""  # a step's key (models.lessons.mechanics.step_outline); "": the first matrix multiplication
     all_steps: bool = False
 
 
@@ -265,7 +265,7 @@ def mask_zoo(_, options: ZooOptions) -> Figure:
 class MemoryOptions:
     heads: int = 12  # ViT-B/16's
     layers: int = 12
-    dtype: str = "float32"  # one of models.cost.DTYPE_BYTES
+    dtype: str = "float32"  # one of models.lessons.cost.DTYPE_BYTES
     batch: int = 1
 
 

@@ -1,5 +1,5 @@
 """Figures of the MLP-Mixer page (Tolstikhin et al. 2021): a Mixer's token-mixing MLP drawn as a tokens × tokens map
-(models/mixer.py: its Jacobian at 0, ``W₂ · diag(GELU′(b₁)) · W₁``, or at this image), one patch's row of it over the
+(models/families/mixer/model.py: its Jacobian at 0, ``W₂ · diag(GELU′(b₁)) · W₁``, or at this image), one patch's row of it over the
 crop — the picture a ViT's attention row gives, but fixed by the weights — and the whole signed map.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from models.mixer import MixerResult
+from models.families.mixer.model import MixerResult
 from viz import export, image_overlay
 from viz import mixer as draw
 from viz.figure import Figure, view

@@ -2,7 +2,7 @@
 top-1 expert, the expert colours, every layer's choice per token, one token's gate, expert load and balance,
 co-activation, cross-layer consistency, specialisation by token category, and two prompts' load difference.
 
-Builders read a ``models.moe.RoutingResult`` (or an analysis of one: the specialisation baseline, a pair of runs)
+Builders read a ``models.families.moe.model.RoutingResult`` (or an analysis of one: the specialisation baseline, a pair of runs)
 and draw with ``viz.moe``; the statistics come from ``models.analysis.routing``. Layers are numbered 0.. in model
 order among the MoE layers; titles and files name them as the page does ("block 3", the transformer block).
 """
@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from models import limits
 from models.analysis import routing as stats
-from models.moe import SAMPLES, PromptPair, RoutingResult, prompt_pair
+from models.core import limits
+from models.families.moe.model import SAMPLES, PromptPair, RoutingResult, prompt_pair
 from viz import export
 from viz import moe as draw
 from viz.figure import Figure, NoOptions, view

@@ -1,4 +1,4 @@
-"""Figure of the mechanics page's Pre-LN vs Post-LN tab (``models/norm_placement.py``): every layer's gradient norm at
+"""Figure of the mechanics page's Pre-LN vs Post-LN tab (``models/lessons/norm_placement.py``): every layer's gradient norm at
 initialisation in each placement (Xiong et al. 2020, Fig. 3, recomputed on a small stack), and the last layer's
 against the stack's depth (their Theorem 1). A formula view: it builds the small stacks from its options."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from models import norm_placement as npl
+from models.lessons import norm_placement as npl
 from viz import export, lines
 from viz.figure import Figure, combined, view
 from viz.figures.mechanics import PAGE
@@ -22,7 +22,7 @@ COLOURS = {"Post-LN": "#d62728", "Pre-LN": "#1f77b4"}
 class NormOptions:
     layers: int = 12  # N: the stack's depth
     d_model: int = 128
-    group: str = "ffn_w2"  # whose gradient: one of models.norm_placement.PARAMETERS
+    group: str = "ffn_w2"  # whose gradient: one of models.lessons.norm_placement.PARAMETERS
     seeds: int = 2  # stacks averaged (each its own initialisation and batch)
     seed: int = 0
 

@@ -1,6 +1,6 @@
 """Figures of the positional-encodings page, one builder per figure (registered with ``viz.figure.view``).
 
-The formulas (sinusoidal 1-D and 2-D, RoPE, ALiBi, T5 buckets; ``models.positional.formulas``) need nothing but their
+The formulas (sinusoidal 1-D and 2-D, RoPE, ALiBi, T5 buckets; ``models.lessons.positional.formulas``) need nothing but their
 options (``data="options"``). The figures of tensors read out of a loaded model are analysis views: the analysis in
 ``models/positional`` reads the model named by ``family`` (MiniLM's embeddings and learned table, a ViT's patch
 grid, SmolLM2's RoPE), the builder only draws. Every option's default is what the page shows first.
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from models import positional as pe
+from models.lessons import positional as pe
 from viz import export, heatmap
 from viz import positional as vp
 from viz.figure import Figure, NoOptions, combined, view

@@ -1,4 +1,4 @@
-"""Figures of the positional page's "beyond the training length" tab (``models/positional/scaling.py``): RoPE's
+"""Figures of the positional page's "beyond the training length" tab (``models/lessons/positional/scaling.py``): RoPE's
 wavelengths against the context under each scaling, the score against relative distance with ALiBi's bias beside it,
 and SmolLM2's measured perplexity against length (the shipped ``bench/case_rope_ppl.py`` result)."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from models.positional import scaling
+from models.lessons.positional import scaling
 from viz import export, lines
 from viz.figure import Figure, NoOptions, combined, view
 

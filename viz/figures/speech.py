@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from models import speech
-from models.audio import SECONDS_PER_ENCODER_FRAME
-from models.speech import SpeechResult
+from models.core.audio import SECONDS_PER_ENCODER_FRAME
+from models.families.speech import model as speech
+from models.families.speech.model import SpeechResult
 from viz import export, heatmap
 from viz import speech as drawing
 from viz.figure import Figure, NoOptions, view

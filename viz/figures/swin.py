@@ -1,7 +1,7 @@
 """Figures of the Swin page (Liu et al. 2021): the stage hierarchy, the cyclic shift, the shifted-window masks, the
 relative position bias, the captured window attention and what windows save.
 
-Every builder reads a ``models.swin.SwinResult``: the structure read from the model's own buffers
+Every builder reads a ``models.families.swin.model.SwinResult``: the structure read from the model's own buffers
 (``result.structure``), the captured per-window maps (``result.windows``) and the crop the model saw
 (``result.image``). Options number stages from 0 (the page calls them stage 1, 2, …) and blocks over the whole
 model (``BlockGeometry.index``); ``block=None`` is the stage's shifted (SW-MSA) block, else its first. The drawing
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from models import swin_geometry as geometry
-from models.swin import SwinResult
+from models.families.swin import geometry
+from models.families.swin.model import SwinResult
 from viz import export, heatmap, image_overlay
 from viz import swin as draw
 from viz.figure import Figure, NoOptions, combined, view

@@ -9,7 +9,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from models import explainable
+from models.analysis import explanations as explainable
 from models.analysis.attribution import ALL_METHODS as METHODS
 from viz import export
 from viz.figure import Figure, view

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from models import translation
+from models.families.translation import model as translation
+from models.families.translation.model import TranslationResult
 from models.minis.translation import card
-from models.translation import TranslationResult
 from viz import alignment as charts
 from viz import export, heatmap
 from viz.figure import Figure, NoOptions, view

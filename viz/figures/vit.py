@@ -13,10 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from models import vit
-from models.results import ImageInfo
-from models.vit import ViTResult
-from models.vit_attribution import ExplainedClass, all_methods, explain, rank_correlation
+from models.core.results import ImageInfo
+from models.families.vit import model as vit
+from models.families.vit.attribution import (
+    ExplainedClass,
+    all_methods,
+    explain,
+    rank_correlation,
+)
+from models.families.vit.model import ViTResult
 from viz import export, heatmap, image_overlay, vit_charts
 from viz.figure import Figure, NoOptions, view
 
@@ -287,7 +292,7 @@ def saliency(result: ViTResult, options: SaliencyOptions) -> Figure:
 @dataclass(frozen=True)
 class AttributionOptions(OverlayOptions):
     target: int | None = None  # the class explained (its index); None: the top prediction
-    method: str = "integrated_gradients"  # one of models.vit_attribution.all_methods() (pixel and shared methods)
+    method: str = "integrated_gradients"  # one of models.families.vit.attribution.all_methods() (pixel and shared methods)
     steps: int = 16  # integration points (IG) or samples (GradientSHAP): more is slower and more accurate
     fusion: str = "mean"  # the rollout the attribution is compared with
     discard: float = 0.0

@@ -7,7 +7,7 @@
 - Specialisation: mutual information between token category and dispatched expert, against routing shuffled
   across tokens; both for the heuristic categories the page uses (word/code/number/punctuation) and for the
   generator's gold segment kind (prose/code/numbers).
-Routing is read through ``models.moe.run``, the same capture code the page uses for hub models.
+Routing is read through ``models.families.moe.model.run``, the same capture code the page uses for hub models.
 """
 from __future__ import annotations
 
@@ -17,11 +17,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models import families, loading, moe
+from models import families
 from models.analysis import routing as stats
-from models.inputs import TextInput
+from models.core import loading
+from models.core.inputs import TextInput
+from models.core.specs import ModelSpec
+from models.families.moe import model as moe
 from models.minis.moe.data import KINDS, Segment
-from models.registry import ModelSpec
 
 MAX_CHUNK_CHARS = 1200  # a few segments per run, well under the page's 512-token limit
 MAX_CHUNK_TOKENS = 512  # a chunk is never cut: the page's limit, and well above what 1,200 characters make

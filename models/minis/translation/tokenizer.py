@@ -7,14 +7,22 @@ and counts are copied digit by digit and the minis have real multi-piece words; 
 apostrophe and the next word continues without "▁" ("L'accord" → "▁L'" "accord").
 
 The files load with ``transformers.AutoTokenizer.from_pretrained(folder)`` (a ``PreTrainedTokenizerFast``), which is
-how ``models.loading.load_transformers`` reads every translation model.
+how ``models.core.loading.load_transformers`` reads every translation model.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
 
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers import (
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+)
 
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
 SPECIALS = (PAD, EOS, UNK)  # ids 0, 1, 2; the decoder starts from <pad>, as Marian's decoder_start_token_id does

@@ -22,7 +22,7 @@ from functools import lru_cache
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-from models import images
+from models.core import images
 
 CLASSES = ("circle", "square", "triangle", "cross", "ring", "star")
 HUE_STEP = 360.0 / len(CLASSES)  # degrees between the classes' hue bands

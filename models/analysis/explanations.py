@@ -1,0 +1,79 @@
+"""The analyses of the explanation views, for any family with an adapter: which module turns a family's loaded model
+and run into an ``Explainable`` (models/analysis/attribution.py), and the ``f(loaded, result, options)`` functions
+the views name (docs/ARCHITECTURE.md, "Add a view").
+
+Adapters: each family declares its own (``Family.explainer``: ``models/families/<name>/explain.py``). The shared
+methods never know which library a family uses.
+
+Progress: ``with reporting(callback):`` around a call makes the long analyses report ``callback(step, fraction)``
+(the page draws a progress bar from it; nothing here imports Streamlit).
+"""
+from __future__ import annotations
+
+import contextvars
+from contextlib import contextmanager
+from typing import Callable
+
+from models.analysis import faithfulness as faithfulness_analysis
+from models.analysis.attribution import Explainable
+
+_progress: contextvars.ContextVar[Callable[[str, float], None] | None] = contextvars.ContextVar("progress",
+                                                                                                default=None)
+
+
+@contextmanager
+def reporting(callback: Callable[[str, float], None]):
+    """Route the analyses' progress (``step`` in words, ``fraction`` 0..1) to ``callback`` inside the block."""
+    token = _progress.set(callback)
+    try:
+        yield
+    finally:
+        _progress.reset(token)
+
+
+def report(step: str, fraction: float) -> None:
+    callback = _progress.get()
+    if callback is not None:
+        callback(step, fraction)
+
+
+def adapter(loaded):
+    """The family's explanation adapter (``Family.explainer``, declared in its folder's ``__init__.py``)."""
+    from models import families
+
+    family = families.get(loaded.spec.family)
+    if family.explainer is None:
+        explained = [name for name, other in families.FAMILIES.items() if other.explainer is not None]
+        raise ValueError(f"explanations and faithfulness curves are not available for the {family.name} family yet "
+                         f"(they are for: {', '.join(explained)})")
+    return family.explainer
+
+
+def explainable(loaded, result, target, replacement: str = "mean") -> Explainable:
+    return adapter(loaded).from_result(loaded, result, target, replacement)
+
+
+def faithfulness(loaded, result, options) -> faithfulness_analysis.Faithfulness:
+    """The faithfulness view's analysis: every method's map for ``options.target`` and its deletion and insertion
+    curves against ``options.seeds`` random orders."""
+    ex = explainable(loaded, result, options.token or options.target, options.replacement)
+    return faithfulness_analysis.faithfulness(ex, result.model.key, result.input_name, steps=options.steps,
+                                              seeds=options.seeds, ig_steps=options.ig_steps, progress=report,
+                                              result=result, layer=getattr(options, "layer", -1),
+                                              head=getattr(options, "head", None))
+
+
+def localisation(loaded, result, options):
+    """The localisation view's analysis: the pointing game and IoU on held-out generated shapes (the mini ViT)."""
+    return adapter(loaded).localisation(loaded, options.images, options.seed, ig_steps=options.ig_steps,
+                                        progress=report)
+
+
+def attribution(loaded, result, options):
+    """The token attribution view's analysis: one method's map (``options.method``) for ``options.target`` /
+    ``options.token`` on a text family, with the adapter it was computed on (for its unit names and target)."""
+    from models.analysis import attribution as attribution_analysis
+
+    ex = explainable(loaded, result, options.token or options.target, options.replacement)
+    found = attribution_analysis.explain(ex, (options.method,), options.ig_steps, progress=report)
+    return ex, found, loaded.spec.key

