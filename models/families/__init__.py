@@ -20,7 +20,7 @@ from models.core.results import RunResult
 from models.core.specs import ModelSpec
 
 # the order the CLI and the docs list them in
-NAMES = ("causal_lm", "encoder", "translation", "vit", "swin", "moe", "speech", "mixer", "detr")
+NAMES = ("causal_lm", "encoder", "translation", "vit", "swin", "moe", "speech", "mixer", "detr", "captioning")
 FAMILIES: dict[str, Family] = {name: importlib.import_module(f"models.families.{name}").FAMILY for name in NAMES}
 for _name, _family in FAMILIES.items():
     if _family.name != _name or any(spec.family != _name for spec in _family.specs):

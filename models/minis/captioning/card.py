@@ -1,0 +1,96 @@
+"""The captioning minis' model cards, written from each model's ``metrics.json`` so every number is the measured one."""
+from __future__ import annotations
+
+from models.minis.captioning import scenes
+
+TITLES = {
+    "show-attend-tell": "Show, Attend and Tell (CNN grid + LSTM with additive attention; Xu et al. 2015)",
+    "encoder-decoder": "Encoder–decoder Transformer (ViT encoder, GPT-2 decoder with cross-attention)",
+    "decoder-only": "Decoder-only VLM in LLaVA's style (projected patch tokens before the text in one causal LM)",
+}
+SHORT_TITLES = {"show-attend-tell": "Show, Attend and Tell", "encoder-decoder": "Encoder–decoder Transformer",
+                "decoder-only": "Decoder-only VLM (LLaVA-style)"}
+ARCHITECTURE_TEXT = {
+    "show-attend-tell": (
+        "a CNN (3 × 3 convolutions, widths 32 → 64 → 96 → 128, stride 8) gives an 8 × 8 grid of 128-d annotation "
+        "vectors plus a learned position embedding; an LSTM (256) reads [word embedding; context] with additive "
+        "attention over the 64 cells (e = wᵀ tanh(W a + U h)), the gating scalar β and the deep output of eq. 7; "
+        "trained with the doubly stochastic regulariser (eq. 14, mean over the cells, λ = 1)."),
+    "encoder-decoder": (
+        "transformers `VisionEncoderDecoderModel`: a ViT (64 px, 8 px patches → 8 × 8 tokens + [CLS], 4 layers × 4 "
+        "heads, width 128) and a GPT-2 decoder (3 layers × 4 heads, width 128) whose every block cross-attends to the "
+        "65 encoder tokens."),
+    "decoder-only": (
+        "transformers `LlavaForConditionalGeneration`: the encoder–decoder mini's ViT as the vision tower "
+        "(**frozen**, as LLaVA keeps its pretrained CLIP encoder; its last layer, [CLS] dropped: 64 patch tokens), a "
+        "2-layer GELU MLP projector, and a Llama LM (3 layers × 4 heads, width 128) that reads the 64 projected patch "
+        "tokens, then `<bos>` and the caption, causally."),
+}
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def pointing_line(summary: dict, what: str) -> str:
+    line = (f"{what}: **{_percent(summary['default'])}** ± {_percent(summary['default_se'])} of "
+            f"{summary['words']:,} words hit their object (random cell: {_percent(summary['random'])})")
+    if "right_object" in summary:
+        line += (f"; in scenes with 2–3 objects the top cell lies mostly on the word's own object "
+                 f"{_percent(summary['right_object'])} of the time (random cell: "
+                 f"{_percent(summary['right_object_random'])})")
+    if len(summary.get("per_layer", [])) > 1:
+        layers = ", ".join(f"{i}: {_percent(v)}" for i, v in enumerate(summary["per_layer"]))
+        line += f". Per layer (heads averaged): {layers}"
+        if "best_layer" in summary:
+            line += (f"; the best layer on the validation stream is {summary['best_layer']}, "
+                     f"{_percent(summary['best_layer_test'])} on the test stream")
+    return line + "."
+
+
+def card_text(m: dict) -> str:
+    name = m["model"]
+    train = m.get("train", {})
+    minutes = m.get("train_cpu_seconds", 0) / 60
+    wall = m.get("train_wall_seconds", 0) / 60
+    lines = [
+        f"# captioning/{name} — {TITLES[name]}",
+        "",
+        "Trained by this project so the captioning page has three architectures to compare with no download. **It "
+        "describes generated scenes of coloured shapes, nothing else**: on a photo it still answers in the scene "
+        "grammar.",
+        "",
+        f"- Architecture: {ARCHITECTURE_TEXT[name]} {m['parameters']:,} parameters"
+        + (f" ({m['trained_parameters']:,} trained)" if m.get("trained_parameters") != m["parameters"] else "")
+        + f", {m['weights_bytes'] / 2**20:.1f} MB of weights.",
+        "- Input: 64 × 64 px, normalised with mean 0.5 and std 0.5 per channel.",
+        "- Data (`models/minis/captioning/scenes.py`): one to three of the DETR and ViT minis' shapes (circle, "
+        "square, triangle, cross, ring, star) in distinct cells of a 3 × 3 grid, **colour and shape drawn "
+        f"independently** (six hue names), on a flat greyish background or (up to {_percent(scenes.PAGE_CLUTTER)} of "
+        "scenes) a desaturated crop of the CC0 sample photos. The caption is fixed by the scene: objects in reading "
+        "order, `a <colour> <shape> at the <position>`, joined by `,` and `and`; every word knows the object it names "
+        "and every object its pixel mask.",
+        f"- Training: AdamW (lr {train.get('learning_rate', '?')}, weight decay {train.get('weight_decay', '?')}, "
+        f"warm-up {train.get('warmup_steps', '?')} steps, cosine decay), batch {train.get('batch_size', '?')}, "
+        f"{m.get('steps', 0):,} steps ({m.get('images_seen', 0):,} captions) drawn from a pool of "
+        f"{train.get('pool_size', '?'):,} scenes renewed by {train.get('pool_fresh', '?')} every step, each through "
+        f"one of the square's 8 symmetries; **{minutes:.1f} CPU minutes on one thread** ({wall:.1f} min wall clock "
+        "on a machine shared with other jobs).",
+        "",
+        f"## Measured on {m['test_scenes']:,} held-out scenes (a separate random stream)",
+        "",
+        f"- Caption exact match (greedy): **{_percent(m['exact_match'])}**; by objects in the scene: "
+        + ", ".join(f"{k}: {_percent(v)}" for k, v in m["exact_by_objects"].items())
+        + f". Objects described right (colour, shape and position): {_percent(m['objects_correct'])}. Next-word "
+        f"accuracy with the reference forced through the decoder: {_percent(m['word_accuracy'])}.",
+        "- Pointing game (the word's most-attended of the 8 × 8 cells touches the mask of the object it names; the "
+        "reference caption forced through the decoder; the map is the attention that produced the word"
+        + ("" if name == "show-attend-tell" else ", averaged over heads and layers") + "):",
+        "  - " + pointing_line(m["pointing"]["nouns"], "Nouns (shape words)"),
+        "  - " + pointing_line(m["pointing"]["colours"], "Colour words"),
+        "",
+        "Reproduce: `python -m models.minis.captioning.train --models " + name + "` (seed 0; the decoder-only model "
+        "needs the encoder–decoder's weights first). Licence: the weights are this project's; the photo "
+        "backgrounds are CC0 / public domain (`sample_data/images/LICENSES`).",
+    ]
+    return "\n".join(lines) + "\n"
