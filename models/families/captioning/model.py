@@ -87,6 +87,7 @@ class CaptionResult(ImageResult):
 
     caption: str
     words: tuple[str, ...]  # the produced tokens as labels: the rows of the word maps (ending with the end token)
+    word_ids: tuple[int, ...]  # their ids
     architecture: str  # one of ARCHITECTURES
     generation: tuple[GenerationStep, ...]  # one per word, with the candidates it was chosen from
     image_kind: str  # the attention kind that holds the word → image maps ("cross" or "self")
@@ -272,7 +273,7 @@ def _run_show_attend_tell(loaded: LoadedCaptioner, inputs: ImageInput, settings:
     return CaptionResult(
         model=loaded.info(), tokens=cells, attention=attention, input_name=inputs.name, notices=inputs.notes,
         image=_image_info(display_picture(picture), regions), caption=_caption(tokenizer, produced),
-        words=tuple(words), architecture="show-attend-tell",
+        words=tuple(words), word_ids=tuple(produced), architecture="show-attend-tell",
         generation=_steps(logits[0], produced, words, tokenizer, settings.candidates), image_kind="cross",
         image_columns=tuple(range(len(cells))), regions=regions, strategy=settings.strategy,
         num_beams=settings.beams, seconds=seconds)
@@ -315,7 +316,7 @@ def _run_encoder_decoder(loaded: LoadedCaptioner, inputs: ImageInput, settings: 
     return CaptionResult(
         model=loaded.info(), tokens=image_tokens, attention=attention, input_name=inputs.name, notices=inputs.notes,
         image=_image_info(display_picture(picture), regions, prefix_names), caption=_caption(tokenizer, produced),
-        words=tuple(words), architecture="encoder-decoder",
+        words=tuple(words), word_ids=tuple(produced), architecture="encoder-decoder",
         generation=_steps(logits, produced, words, tokenizer, settings.candidates), image_kind="cross",
         image_columns=tuple(range(prefix, encoder_tokens)), regions=regions, strategy=settings.strategy,
         num_beams=settings.beams, seconds=seconds)
@@ -389,7 +390,7 @@ def _run_decoder_only(loaded: LoadedCaptioner, inputs: ImageInput, settings: Cap
     return CaptionResult(
         model=loaded.info(), tokens=key_tokens, attention=attention, input_name=inputs.name, notices=tuple(notices),
         image=_image_info(display_picture(picture), regions), caption=_caption(tokenizer, produced),
-        words=tuple(words), architecture="decoder-only",
+        words=tuple(words), word_ids=tuple(produced), architecture="decoder-only",
         generation=_steps(logits, produced, words, tokenizer, settings.candidates), image_kind="self",
         image_columns=tuple(int(p) for p in image_positions), regions=regions, strategy=settings.strategy,
         num_beams=settings.beams, prompt=_folded_prompt(labels), sink_scores=scores, seconds=seconds)
