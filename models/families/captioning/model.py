@@ -97,11 +97,13 @@ class CaptionResult(ImageResult):
     num_beams: int
     prompt: str = ""  # a VLM's prompt as text (image tokens folded to one mark)
     sink_scores: np.ndarray | None = None  # (image tokens,) a VLM's massive-activation ratios; None: not measured
+    model_picture: np.ndarray | None = None  # uint8 (h, w, 3): the one frame a single-frame model saw (its crop)
     seconds: float = 0.0  # decoding with capture
 
     def __post_init__(self):
-        if self.sink_scores is not None:
-            self.sink_scores.setflags(write=False)
+        for array in (self.sink_scores, self.model_picture):
+            if array is not None:
+                array.setflags(write=False)
 
     @property
     def sinks(self) -> np.ndarray:
@@ -211,6 +213,16 @@ def _pixel_values(loaded: LoadedCaptioner, picture) -> torch.Tensor:
     return found.to(loaded.device, loading.torch_dtype(loaded.dtype))
 
 
+def frame_picture(image_processor, picture) -> np.ndarray | None:
+    """The uint8 frame a single-frame image processor makes of ``picture`` (resized, cropped, not normalised), or
+    None when it makes several frames or a padded one."""
+    settings = image_processor.to_dict()
+    if settings.get("do_pad") or "max_image_size" in settings or "merge_size" in settings:
+        return None
+    found = image_processor(images=picture, do_rescale=False, do_normalize=False, return_tensors="pt")["pixel_values"]
+    return found[0].permute(1, 2, 0).round().clamp(0, 255).to(torch.uint8).numpy().copy()
+
+
 def _caption(tokenizer, produced: list[int]) -> str:
     return tokenizer.decode(produced, skip_special_tokens=True).strip()
 
@@ -276,7 +288,7 @@ def _run_show_attend_tell(loaded: LoadedCaptioner, inputs: ImageInput, settings:
         words=tuple(words), word_ids=tuple(produced), architecture="show-attend-tell",
         generation=_steps(logits[0], produced, words, tokenizer, settings.candidates), image_kind="cross",
         image_columns=tuple(range(len(cells))), regions=regions, strategy=settings.strategy,
-        num_beams=settings.beams, seconds=seconds)
+        num_beams=settings.beams, seconds=seconds, model_picture=frame_picture(loaded.processor, picture))
 
 
 # --- encoder–decoder -------------------------------------------------------------------------------------------------
@@ -319,7 +331,7 @@ def _run_encoder_decoder(loaded: LoadedCaptioner, inputs: ImageInput, settings: 
         words=tuple(words), word_ids=tuple(produced), architecture="encoder-decoder",
         generation=_steps(logits, produced, words, tokenizer, settings.candidates), image_kind="cross",
         image_columns=tuple(range(prefix, encoder_tokens)), regions=regions, strategy=settings.strategy,
-        num_beams=settings.beams, seconds=seconds)
+        num_beams=settings.beams, seconds=seconds, model_picture=frame_picture(loaded.processor, picture))
 
 
 # --- decoder-only (LLaVA-style) -------------------------------------------------------------------------------------
@@ -393,7 +405,8 @@ def _run_decoder_only(loaded: LoadedCaptioner, inputs: ImageInput, settings: Cap
         words=tuple(words), word_ids=tuple(produced), architecture="decoder-only",
         generation=_steps(logits, produced, words, tokenizer, settings.candidates), image_kind="self",
         image_columns=tuple(int(p) for p in image_positions), regions=regions, strategy=settings.strategy,
-        num_beams=settings.beams, prompt=_folded_prompt(labels), sink_scores=scores, seconds=seconds)
+        num_beams=settings.beams, prompt=_folded_prompt(labels), sink_scores=scores, seconds=seconds,
+        model_picture=frame_picture(processor.image_processor, picture) if mini else None)
 
 
 def _ids(value) -> list[int]:

@@ -110,11 +110,12 @@ class ShowAttendTell(nn.Module):
                 torch.tanh(self.init_c(mean)))
 
     def step(self, previous: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor], annotations: torch.Tensor,
-             projected: torch.Tensor):
+             projected: torch.Tensor, alpha: torch.Tensor | None = None):
         """One word. previous (B,) = y_{t-1}; state (h, c) each (B, n). Returns logits (B, V), the new state,
-        α_t (B, L) and β_t (B,)."""
+        α_t (B, L) and β_t (B,). ``alpha``: α_t given (the attention computed by the caller, so the gradient of the
+        word with respect to it can be asked for), else computed from h_{t-1}."""
         hidden, cell = state
-        alpha = self.attention(hidden, projected)  # (B, L)
+        alpha = self.attention(hidden, projected) if alpha is None else alpha  # (B, L)
         beta = torch.sigmoid(self.gate(hidden))  # (B, 1)
         context = beta * torch.bmm(alpha[:, None], annotations).squeeze(1)  # ẑ_t (B, D)
         embedded = self.embedding(previous)  # (B, m)
