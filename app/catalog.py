@@ -44,6 +44,7 @@ PAGES = (
     Page("corpus", "Corpus statistics", ":material/library_books:"),
     Page("mixer", "MLP-Mixer", ":material/blender:", "mixer", "cat"),
     Page("detr", "Object detection (DETR)", ":material/center_focus_strong:", "detr", "cat"),
+    Page("captioning", "Image captioning", ":material/subtitles:", "captioning", "cat"),
 )
 
 

@@ -10,7 +10,7 @@ small overlays with each word under its map is the paper's figure. Pure: arrays 
 from __future__ import annotations
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFilter, ImageFont
+from PIL import Image, ImageDraw, ImageFont
 
 from viz import image_overlay
 
@@ -47,8 +47,9 @@ def smoothed(density: np.ndarray, radius: float) -> np.ndarray:
     """A Gaussian blur of ``radius`` pixels (0: unchanged)."""
     if radius <= 0:
         return density
-    picture = Image.fromarray(np.asarray(density, dtype=np.float32), mode="F")
-    return np.asarray(picture.filter(ImageFilter.GaussianBlur(radius)), dtype=np.float32)
+    from scipy.ndimage import gaussian_filter
+
+    return gaussian_filter(np.asarray(density, dtype=np.float32), sigma=radius, mode="nearest")
 
 
 def word_overlay(picture: np.ndarray, values: np.ndarray, boxes: np.ndarray, opacity: float = 0.6,
