@@ -11,8 +11,8 @@ Every page is covered: ``--page`` is one of the app's pages (app/catalog.py) and
 first by default). A view's options are flags named after its fields (``--layer 3 --head mean``; ``mean`` or
 ``none`` stand for an average or "not set" where the option allows it); a family's run options too (``--strategy
 "beam search" --num_beams 4``). ``--model`` takes a registry key (default: the page's offline model), a hub id or a
-folder; ``--text`` or ``--image`` (a sample name or a file; ``shapes:SEED`` for the DETR page's generated scene) the
-input (default: the page's sample). Nothing here
+folder; ``--text`` or ``--image`` (a sample name or a file; ``shapes:SEED`` for the DETR page's generated scene,
+``scene:SEED`` for the captioning page's) the input (default: the page's sample). Nothing here
 imports Streamlit: models run through ``models.families`` and figures come from ``viz.figures``.
 """
 from __future__ import annotations
@@ -38,8 +38,8 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[str, 
     parser.add_argument("--view", help="one of the page's views (default: the first); see --list")
     parser.add_argument("--model", help="registry key, hub id or local folder (default: the page's offline model)")
     parser.add_argument("--text", help="the input text (text pages; default: the page's sample)")
-    parser.add_argument("--image", help="a sample photo's name, an image file or shapes:SEED (DETR's generated scene; "
-                                        "image pages; default: cat)")
+    parser.add_argument("--image", help="a sample photo's name, an image file, shapes:SEED (DETR's generated scene) or "
+                                        "scene:SEED (captioning's); image pages; default: cat")
     parser.add_argument("--audio", help="a sample clip's name or an audio file (speech page; default: its sample)")
     parser.add_argument("--max-tokens", type=int, help="token limit of the input (default: the family's)")
     parser.add_argument("--device", default="cpu")
@@ -122,6 +122,11 @@ def make_inputs(family, page: catalog.Page, args: argparse.Namespace):
 
             from models.minis.detr_shapes import data
             return ImageInput(Image.fromarray(data.page_scene(int(name[7:])).image), f"shapes {int(name[7:])}")
+        if name.startswith("scene:") and name[6:].isdigit():  # the captioning page's generated scene of that seed
+            from PIL import Image
+
+            from models.minis.captioning import scenes
+            return ImageInput(Image.fromarray(scenes.page_scene(int(name[6:])).image), f"scene {int(name[6:])}")
         path = Path(name)
         if not path.is_file():
             raise ValueError(f"--image {name!r} is neither a sample ({', '.join(images.sample_names())}) nor a file")
