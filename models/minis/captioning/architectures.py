@@ -64,9 +64,10 @@ def build_encoder_decoder(sizes: TransformerSizes = TransformerSizes()):
     return model
 
 
-def build_decoder_only(sizes: TransformerSizes = TransformerSizes(), vision_state: dict | None = None):
-    """A LLaVA whose vision tower is a ViT of ``sizes`` (loaded from ``vision_state``, the encoder–decoder mini's
-    ``encoder.*`` weights, and frozen, when given)."""
+def build_decoder_only(sizes: TransformerSizes = TransformerSizes(), vision_state: dict | None = None,
+                       freeze_vision: bool = True):
+    """A LLaVA whose vision tower is a ViT of ``sizes``, loaded from ``vision_state`` (the encoder–decoder mini's
+    ``encoder.*`` weights) when given, and then frozen unless ``freeze_vision`` is False."""
     from transformers import LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
 
     text = LlamaConfig(vocab_size=len(vocabulary.WORDS), hidden_size=sizes.width, intermediate_size=sizes.mlp,
@@ -84,7 +85,7 @@ def build_decoder_only(sizes: TransformerSizes = TransformerSizes(), vision_stat
         if [m for m in missing if "pooler" not in m] or unexpected:
             raise ValueError(f"the vision tower did not take the encoder's weights: missing {missing}, "
                              f"unexpected {unexpected}")
-        model.model.vision_tower.requires_grad_(False)
+        model.model.vision_tower.requires_grad_(not freeze_vision)
     model.generation_config.update(bos_token_id=vocabulary.BOS_ID, eos_token_id=vocabulary.EOS_ID,
                                    pad_token_id=vocabulary.PAD_ID, do_sample=False, num_beams=1)
     return model

@@ -21,11 +21,22 @@ ARCHITECTURE_TEXT = {
         "heads, width 128) and a GPT-2 decoder (3 layers × 4 heads, width 128) whose every block cross-attends to the "
         "65 encoder tokens."),
     "decoder-only": (
-        "transformers `LlavaForConditionalGeneration`: the encoder–decoder mini's ViT as the vision tower "
-        "(**frozen**, as LLaVA keeps its pretrained CLIP encoder; its last layer, [CLS] dropped: 64 patch tokens), a "
-        "2-layer GELU MLP projector, and a Llama LM (3 layers × 4 heads, width 128) that reads the 64 projected patch "
-        "tokens, then `<bos>` and the caption, causally."),
+        "transformers `LlavaForConditionalGeneration`: a ViT vision tower initialised from the encoder–decoder "
+        "mini's encoder ({tower}; its last layer, [CLS] dropped: 64 patch tokens), a 2-layer GELU MLP projector, and "
+        "a Llama LM (3 layers × 4 heads, width 128) that reads the 64 projected patch tokens, then `<bos>` and the "
+        "caption, causally."),
 }
+
+
+def _tower(m: dict) -> str:
+    tower = m.get("vision_tower", {})
+    import re
+
+    source = tower.get("from", "encoder-decoder")
+    step = re.search(r"step(\d+)", source)
+    where = (f"its checkpoint after {int(step.group(1)):,} of its steps" if step else "its final weights")
+    return (f"{where}, trained further with the rest" if tower.get("trained") else
+            f"{where}, **frozen**, as LLaVA keeps its pretrained CLIP encoder")
 
 
 def _percent(value: float) -> str:
@@ -60,7 +71,7 @@ def card_text(m: dict) -> str:
         "describes generated scenes of coloured shapes, nothing else**: on a photo it still answers in the scene "
         "grammar.",
         "",
-        f"- Architecture: {ARCHITECTURE_TEXT[name]} {m['parameters']:,} parameters"
+        f"- Architecture: {ARCHITECTURE_TEXT[name].format(tower=_tower(m))} {m['parameters']:,} parameters"
         + (f" ({m['trained_parameters']:,} trained)" if m.get("trained_parameters") != m["parameters"] else "")
         + f", {m['weights_bytes'] / 2**20:.1f} MB of weights.",
         "- Input: 64 × 64 px, normalised with mean 0.5 and std 0.5 per channel.",

@@ -56,13 +56,16 @@ class Config:
 STEPS = {"show-attend-tell": 8000, "encoder-decoder": 8000, "decoder-only": 6000}
 
 
-def build(name: str, out: Path):
+def build(name: str, out: Path, vision_from: Path | None = None, train_vision: bool = False):
+    """A fresh model; the decoder-only one's vision tower from the encoder–decoder saved in ``vision_from`` (default:
+    ``out/encoder-decoder``), frozen unless ``train_vision``."""
     if name == "show-attend-tell":
         return ShowAttendTell(ShowAttendTellConfig(vocab_size=len(vocabulary.WORDS)))
     if name == "encoder-decoder":
         return architectures.build_encoder_decoder()
-    encoder = load_saved("encoder-decoder", out / "encoder-decoder")
-    return architectures.build_decoder_only(vision_state=architectures.encoder_state(encoder))
+    encoder = load_saved("encoder-decoder", vision_from or out / "encoder-decoder")
+    return architectures.build_decoder_only(vision_state=architectures.encoder_state(encoder),
+                                            freeze_vision=not train_vision)
 
 
 def loss_of(model, name: str, batch: list[scenes.Scene]) -> torch.Tensor:
@@ -133,10 +136,11 @@ def load_saved(name: str, folder: Path, attention: str = "eager"):
     return cls.from_pretrained(folder, attn_implementation=attention).eval()
 
 
-def train_one(name: str, config: Config, out: Path, log=print) -> tuple[object, dict]:
+def train_one(name: str, config: Config, out: Path, log=print, vision_from: Path | None = None,
+              train_vision: bool = False) -> tuple[object, dict]:
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
-    model = build(name, out)
+    model = build(name, out, vision_from, train_vision)
     model.train()
     trained = [p for p in model.parameters() if p.requires_grad]
     optimiser = torch.optim.AdamW(trained, lr=config.learning_rate, weight_decay=config.weight_decay)
@@ -194,6 +198,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--minutes", type=float, default=Config.minutes, help="cap per model in CPU minutes")
     parser.add_argument("--test-scenes", type=int, default=Config.test_scenes)
     parser.add_argument("--measure-only", action="store_true", help="measure the saved models without training")
+    parser.add_argument("--vision-from", type=Path, default=None,
+                        help="decoder-only: the encoder–decoder folder its vision tower comes from (default: OUT's)")
+    parser.add_argument("--train-vision", action="store_true",
+                        help="decoder-only: train the vision tower too (default: frozen, as LLaVA)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     for name in args.models:
@@ -204,16 +212,20 @@ def main(argv: list[str] | None = None) -> None:
         if args.measure_only:
             model = load_saved(name, folder)
             run = {k: previous[k] for k in ("steps", "images_seen", "train_cpu_seconds", "train_wall_seconds",
-                                            "final_loss", "train") if k in previous}
+                                            "final_loss", "train", "vision_tower", "runs") if k in previous}
         else:
-            model, run = train_one(name, config, args.out)
+            model, run = train_one(name, config, args.out, vision_from=args.vision_from,
+                                   train_vision=args.train_vision)
             run["train"] = asdict(config)
+            if name == "decoder-only":
+                run["vision_tower"] = {"from": str(args.vision_from or "encoder-decoder"),
+                                       "trained": bool(args.train_vision)}
         size = save(name, model, folder)
         started = time.time()
         quality = measure(name, model, config)
         result = {"model": name, **run, "parameters": sum(p.numel() for p in model.parameters()),
                   "trained_parameters": sum(p.numel() for n, p in model.named_parameters()
-                                            if name != "decoder-only" or "vision_tower" not in n),
+                                            if "vision_tower" not in n or run.get("vision_tower", {}).get("trained")),
                   "weights_bytes": size, "measure_seconds": round(time.time() - started, 1), **quality}
         (folder / "metrics.json").write_text(json.dumps(result, indent=2))
         (folder / "card.md").write_text(card.card_text(result))
