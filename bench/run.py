@@ -13,6 +13,8 @@ machine. What each case measures, and against what, is in its module:
   at every layer and position and for every head;
 - ``speech``: ``bench/case_speech.py``, a 10 s clip transcribed by Whisper tiny.en with every map captured against
   the plain SDPA transcription;
+- ``captioning``: ``bench/case_captioning.py``, the three captioning minis (caption + every word's maps) and a
+  SmolVLM-256M-shaped model (a 20-token caption with maps against plain generation, the maps' bytes);
 - ``load``: ``bench/case_load.py``, 8 headless Chromium sessions × 4 rounds on the real server's GPT page (the
   lecture hall: ``python -m bench.case_load --sessions 16 --minutes 5``).
 
@@ -33,6 +35,11 @@ from pathlib import Path
 if str(Path(__file__).resolve().parent.parent) not in sys.path:  # `python bench/run.py` as well as `-m bench.run`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.case_captioning import (  # noqa: E402
+    case_captioning,
+    task_captioning_minis,
+    task_captioning_vlm,
+)
 from bench.case_causal_lm import (  # noqa: E402
     case_causal_lm,
     task_causal_lm_memory,
@@ -53,11 +60,13 @@ from bench.case_vit import case_vit_rollout, task_vit_memory, task_vit_time  # n
 
 CASES = ("causal_lm", "view_bytes", "rerender", "vit_rollout", "startup", "lens", "ablation", "patching")
 CASES += ("speech",)
+CASES += ("captioning",)  # bench/case_captioning.py: the three minis, and a SmolVLM-256M-shaped model (2 threads)
 CASES = CASES + ("load",)  # bench/case_load.py: 8 Chromium sessions on the real server (more: python -m bench.case_load)
 TASKS = {"causal_lm_time": task_causal_lm_time, "causal_lm_memory": task_causal_lm_memory,
          "vit_time": task_vit_time, "vit_memory": task_vit_memory, "page": task_page,
          "lens": task_lens, "ablation": task_ablation, "patching": task_patching}
 TASKS["speech"] = task_speech
+TASKS.update(captioning_minis=task_captioning_minis, captioning_vlm=task_captioning_vlm)
 
 
 def allocator() -> str:
@@ -144,6 +153,9 @@ def run_case(case: str, args, devices: list[str]) -> None:
     elif case == "speech":
         for device in devices:
             print(json.dumps(case_speech(device, args.repeats, args.threads)), flush=True)
+    elif case == "captioning":  # the issue's targets are on 2 cores
+        for row in case_captioning(args.repeats, max(2, args.threads)):
+            print(json.dumps(row), flush=True)
     elif case == "startup":
         print(json.dumps(case_startup(max(1, min(args.repeats, 2)))), flush=True)
     elif case == "load":
