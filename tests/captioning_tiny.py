@@ -151,3 +151,29 @@ def paligemma(folder: Path, side: int = 56, patch: int = 14) -> Path:
 
 
 BUILDERS = {"smolvlm": smolvlm, "llava": llava, "qwen2_vl": qwen2_vl, "paligemma": paligemma}
+
+
+def minis(root: Path) -> dict[str, Path]:
+    """The three captioning minis' architectures at a tiny size, untrained, saved as the trainer saves them."""
+    from models.minis.captioning import architectures, train, vocabulary
+    from models.minis.captioning.show_attend_tell import ShowAttendTell, ShowAttendTellConfig
+
+    sizes = architectures.TransformerSizes(width=32, encoder_layers=2, decoder_layers=2, heads=2, mlp=64)
+    torch.manual_seed(0)
+    sat = ShowAttendTell(ShowAttendTellConfig(vocab_size=len(vocabulary.WORDS), channels=(8, 8, 16), feature_dim=16,
+                                              embed_dim=16, hidden_dim=32, attention_dim=16)).eval()
+    encoder_decoder = architectures.build_encoder_decoder(sizes).eval()
+    decoder_only = architectures.build_decoder_only(sizes, architectures.encoder_state(encoder_decoder)).eval()
+    folders = {}
+    for name, model in (("show-attend-tell", sat), ("encoder-decoder", encoder_decoder),
+                        ("decoder-only", decoder_only)):
+        train.save(name, model, root / name)
+        folders[name] = root / name
+    return folders
+
+
+def mini_spec(spec, folder: Path):
+    """``spec`` (a declared mini) pointing at ``folder`` instead of sample_data."""
+    import dataclasses
+
+    return dataclasses.replace(spec, id=str(folder))

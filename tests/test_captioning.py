@@ -16,9 +16,7 @@ from models.core.specs import ModelSpec
 from models.families.captioning import explain as caption_explain
 from models.families.captioning import model as captioning
 from models.minis.captioning import architectures, metrics, scenes, train, vocabulary
-from models.minis.captioning.show_attend_tell import ShowAttendTell, ShowAttendTellConfig
-
-TINY = architectures.TransformerSizes(width=32, encoder_layers=2, decoder_layers=2, heads=2, mlp=64)
+from tests import captioning_tiny
 
 
 # --- the grammar and its masks ------------------------------------------------------------------------------------
@@ -111,16 +109,9 @@ def test_right_object_needs_the_top_cell_mostly_on_the_words_object():
 @pytest.fixture(scope="module")
 def tiny_minis(tmp_path_factory):
     root = tmp_path_factory.mktemp("captioning_minis")
-    torch.manual_seed(0)
-    sat = ShowAttendTell(ShowAttendTellConfig(vocab_size=len(vocabulary.WORDS), channels=(8, 8, 16), feature_dim=16,
-                                              embed_dim=16, hidden_dim=32, attention_dim=16)).eval()
-    encoder_decoder = architectures.build_encoder_decoder(TINY).eval()
-    decoder_only = architectures.build_decoder_only(TINY, architectures.encoder_state(encoder_decoder)).eval()
     loaded = {}
-    for name, model in (("show-attend-tell", sat), ("encoder-decoder", encoder_decoder),
-                        ("decoder-only", decoder_only)):
-        train.save(name, model, root / name)
-        spec = ModelSpec("captioning", f"tiny {name}", "mini", str(root / name), "test", "nothing",
+    for name, folder in captioning_tiny.minis(root).items():
+        spec = ModelSpec("captioning", f"tiny {name}", "mini", str(folder), "test", "nothing",
                          library="project" if name == "show-attend-tell" else "transformers")
         loaded[name] = captioning.load(spec)
     return root, loaded

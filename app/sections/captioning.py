@@ -17,8 +17,19 @@ from viz.figures import captioning as caption_figures
 from viz.figures.captioning import CaptionFaithfulnessOptions, HeadsOptions, WordOptions
 
 SHARED = ["cap_word", "cap_heads_layer", "cap_faith_word", "cap_faith_steps"]
+def number_or_word(text: str) -> int | str:
+    """A layer or head from the URL: a number (``3``) or one of the averages' labels, as the selectbox holds it."""
+    return int(text) if text.strip().isdigit() else text
+
+
+def keep_valid(key: str, options: list) -> None:
+    """Drop a stale choice (another model with fewer layers, a link's value) so the widget falls back to its default."""
+    if key in st.session_state and st.session_state[key] not in options:
+        del st.session_state[key]
+
+
 COERCE = {"cap_word": url_state.within(0, 500), "cap_faith_word": url_state.within(0, 500),
-          "cap_faith_steps": url_state.within(5, 40)}
+          "cap_faith_steps": url_state.within(5, 40), "cap_heads_layer": number_or_word}
 EACH_LAYER = "every layer (heads averaged)"
 
 
@@ -116,6 +127,7 @@ def layers_and_heads(result, drawn: dict) -> None:
     c1, c2 = st.columns(2)
     with c1:
         word = _word_picker(result, "cap_heads_word")
+    keep_valid("cap_heads_layer", [EACH_LAYER, *range(layers)])
     choice = c2.selectbox("Layers or heads", [EACH_LAYER, *range(layers)], key="cap_heads_layer",
                           format_func=lambda c: c if isinstance(c, str) else f"every head of layer {c}")
     options = HeadsOptions(word=word, layer=None if isinstance(choice, str) else int(choice),
