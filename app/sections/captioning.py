@@ -31,6 +31,20 @@ def keep_valid(key: str, options: list) -> None:
 COERCE = {"cap_word": url_state.within(0, 500), "cap_faith_word": url_state.within(0, 500),
           "cap_faith_steps": url_state.within(5, 40), "cap_heads_layer": number_or_word}
 EACH_LAYER = "every layer (heads averaged)"
+SCENES = (11, 18, 8, 1, 25, 3)  # sample scenes to click: three objects first, then two, then one
+
+
+def scene_buttons() -> None:
+    """The sample scenes as small pictures to click (each sets the seed below)."""
+    from PIL import Image
+
+    current = st.session_state.get("cap_seed", SCENES[0])
+    for column, seed in zip(st.columns(len(SCENES)), SCENES):
+        scene = scenes.page_scene(seed)
+        column.image(Image.fromarray(scene.image).resize((96, 96), Image.Resampling.NEAREST))
+        column.button(f"scene {seed}", key=f"cap_scene_{seed}", width="stretch",
+                      type="primary" if current == seed else "secondary",
+                      on_click=lambda chosen=seed: st.session_state.update(cap_seed=chosen))
 
 
 def show(figure, key: str) -> None:

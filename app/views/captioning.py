@@ -38,7 +38,8 @@ st.markdown("“At each time step the decoder uses a different context vector to
 source = st.radio("Input", SOURCES, horizontal=True, key="cap_input")
 scene = None
 if source == SOURCES[0]:
-    seed = int(st.number_input("Scene (random seed)", 0, 9999, 7, key="cap_seed",
+    sections.scene_buttons()
+    seed = int(st.number_input("Scene (random seed)", 0, 9999, sections.SCENES[0], key="cap_seed",
                                help="1–3 shapes on a 3 × 3 grid; the grammar knows every object's mask"))
     scene = scenes.page_scene(seed)
     inputs = ImageInput(Image.fromarray(scene.image), f"scene {seed}")
