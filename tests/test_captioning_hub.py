@@ -175,3 +175,26 @@ def test_sink_scores_flag_massive_activations():
     scores = vlm.sink_scores(hidden, np.array([1, 2, 3, 4]))
     assert scores.tolist() == [1.0, 1.0, 50.0, 1.0]
     assert np.flatnonzero(scores >= vlm.SINK_RATIO).tolist() == [2]
+
+
+@pytest.mark.parametrize("name", ["smolvlm", "qwen2_vl"])
+def test_greying_a_vlms_regions_gives_curves_that_start_and_end_where_they_must(tiny, name):
+    from models.families.captioning import explain
+
+    loaded = tiny[name]
+    result = captioning.run(loaded, ImageInput(_picture(150, 100, (40, 30), 6), "marker"),
+                            captioning.CaptionSettings(max_new_tokens=3))
+    found = explain.word_faithfulness(loaded, result, 1, steps=3, seeds=2)
+    assert list(found.curves) == ["raw_attention"] and found.units == len(explain._finest_units(result.regions))
+    for curves in [*found.curves.values(), *found.random]:
+        assert curves.deletion[0] == pytest.approx(found.probability, abs=1e-5)
+        assert curves.insertion[-1] == pytest.approx(found.probability, abs=1e-5)
+    assert len({round(float(c.deletion[-1]), 6) for c in [*found.curves.values(), *found.random]}) == 1
+
+
+def test_a_thumbnail_tokens_attention_is_shared_among_the_units_it_covers():
+    from models.families.captioning import explain
+
+    boxes = np.array([[0, 0, 10, 10], [10, 0, 20, 10], [0, 0, 20, 10]], dtype=np.float32)  # two units, a cover
+    scores = explain.unit_scores(np.array([0.1, 0.2, 0.4], dtype=np.float32), boxes, np.array([0, 1]))
+    np.testing.assert_allclose(scores, [0.3, 0.4])

@@ -151,14 +151,21 @@ def layers_and_heads(result, drawn: dict) -> None:
 
 
 def faithfulness(result, loaded, layer, head, colormap: str) -> None:
-    if loaded.spec.source != "mini":
-        st.info("The faithfulness test greys out image regions and re-runs the model a few hundred times: it runs "
-                "on the three minis (a hub VLM would take minutes per word on a CPU). Pick a mini in the sidebar.")
+    hub = loaded.spec.source != "mini"
+    if hub and loaded.architecture != "decoder-only":
+        st.info("The faithfulness test runs on the three minis and on decoder-only VLMs.")
         return
     c1, c2 = st.columns([3, 1])
     with c1:
         word = _word_picker(result, "cap_faith_word", "Word to test")
-    steps = int(c2.slider("Curve steps", 5, 40, 16, key="cap_faith_steps"))
+    steps = int(c2.slider("Curve steps", 5, 40, 8 if hub else 16, key="cap_faith_steps"))
+    if hub:
+        runs = (1 + 5) * 2 * (steps + 1)
+        st.warning(f"On a hub VLM the test re-runs the model on about {runs} greyed pictures: minutes on a CPU "
+                   "(turn the tiles off above for a quicker test). Only raw attention is tested against random "
+                   "orders.")
+        if not st.toggle("Run the test", key="cap_faith_run"):
+            return
     options = CaptionFaithfulnessOptions(word=word, steps=steps, layer=layer, head=head, colormap=colormap)
     maps = faithfulness_section.figure("caption_explanations", result, options, loaded, "Explaining")
     if maps is None:

@@ -58,13 +58,6 @@ def word_target(result: captioning.CaptionResult, word: int) -> WordTarget:
     return WordTarget(word, int(result.word_ids[word]), f"{result.words[word]} (word {word})")
 
 
-def _mini_only(loaded) -> None:
-    if loaded.spec.source != "mini":
-        raise ValueError("the faithfulness test greys out image regions and re-runs the model a few hundred times; it "
-                         "runs on the three minis (a hub VLM would take minutes per word on a CPU). Pick a mini in "
-                         "the sidebar.")
-
-
 def _pixels(loaded, result) -> torch.Tensor:
     """The normalised image the mini saw (1, 3, 64, 64): its processor on the crop the run kept."""
     from PIL import Image
@@ -219,8 +212,11 @@ def word_faithfulness(loaded, result: captioning.CaptionResult, word: int, steps
                       layer: int | None = None, head: int | None = None,
                       progress=lambda step, fraction: None) -> faithfulness.Faithfulness:
     """Every explanation of word ``word`` and its deletion and insertion curves against ``seeds`` random orders."""
-    _mini_only(loaded)
     target = word_target(result, word)
+    if loaded.spec.source != "mini":
+        if loaded.architecture != "decoder-only":
+            raise ValueError("the faithfulness test runs on the minis and on decoder-only VLMs")
+        return _vlm_faithfulness(loaded, result, target, steps, seeds, layer, head, progress)
     started = time.perf_counter()
     pixels = _pixels(loaded, result)
     forward = _Forward(loaded, result, target)
@@ -248,3 +244,90 @@ def word_faithfulness(loaded, result: captioning.CaptionResult, word: int, steps
     return faithfulness.Faithfulness(result.model.key, result.input_name, target.token_id, target.label,
                                      probability, REPLACEMENT, len(units), steps, explanations, curves, random, names,
                                      time.perf_counter() - started, result, "a caption word, teacher-forced", notes)
+
+
+# --- a hub VLM: regions of the picture greyed out, raw attention against random ------------------------------------
+
+HUB_NOTE = ("On a hub VLM the test runs on the picture as the page draws it (at most "
+            f"{captioning.DISPLAY_SIDE} px a side), greyed region by region and processed again; its units are the "
+            "image tokens of the finest frames (the tiles, when there are tiles), and a thumbnail token's attention "
+            "is shared among the units it overlaps by area. Only raw attention is tested: rollout and gradients "
+            "through a hub VLM cost too much on a CPU.")
+
+
+def _finest_units(regions) -> np.ndarray:
+    """The tokens whose regions are units: every frame but a global thumbnail that tiles already cover."""
+    names = [f.name for f in regions.frames]
+    tiled = any(name.startswith("tile") for name in names)
+    keep = [i for i, name in enumerate(names) if not (tiled and name == "global thumbnail")]
+    tokens = np.flatnonzero(np.isin(regions.frame_of, keep))
+    return tokens[regions.areas()[tokens] > 0]
+
+
+def unit_scores(values: np.ndarray, boxes: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """Each unit's own value plus every other token's value shared by overlap area (a thumbnail token covering four
+    units gives each a quarter): (units,)."""
+    unit_boxes = boxes[units]
+    scores = values[units].astype(np.float64).copy()
+    others = np.setdiff1d(np.arange(len(values)), units)
+    for token in others:
+        x0, y0, x1, y1 = boxes[token]
+        area = max((x1 - x0) * (y1 - y0), 1e-12)
+        overlap = (np.clip(np.minimum(unit_boxes[:, 2], x1) - np.maximum(unit_boxes[:, 0], x0), 0, None) *
+                   np.clip(np.minimum(unit_boxes[:, 3], y1) - np.maximum(unit_boxes[:, 1], y0), 0, None))
+        scores += values[token] * overlap / area
+    return scores.astype(np.float32)
+
+
+def _vlm_faithfulness(loaded, result, target: WordTarget, steps: int, seeds: int, layer, head, progress):
+    from PIL import Image
+
+    started = time.perf_counter()
+    model, processor = loaded.model, loaded.processor
+    picture = np.asarray(result.image.image)
+    height, width = picture.shape[:2]
+    settings = result.settings
+    geometry_boxes = result.regions.scaled(width, height)
+    units = _finest_units(result.regions)
+    if len(units) < 2:
+        raise ValueError("there is only one image region: nothing to order")
+    grey = np.round(np.asarray(getattr(processor.image_processor, "image_mean", (0.5, 0.5, 0.5))) * 255)
+    words = list(result.word_ids[:target.position])
+    model_type = model.config.model_type
+
+    def pictures_for(removed: torch.Tensor) -> list:
+        made = []
+        for row in removed:
+            edited = picture.copy()
+            for x0, y0, x1, y1 in np.rint(geometry_boxes[units[row.numpy()]]).astype(int):
+                edited[y0:y1, x0:x1] = grey
+            made.append(Image.fromarray(edited))
+        return made
+
+    def logits_of(batch: torch.Tensor) -> torch.Tensor:
+        removed = batch[..., 0] > 0.5  # (b, units): the perturbation mask the curves asked for
+        found = []
+        for edited in pictures_for(removed):
+            inputs = captioning.vlm.processor_inputs(loaded, edited, settings.instruction, settings.tiles)
+            grown = captioning._extended(inputs, [*words, target.token_id], model_type)  # the words before it
+            found.append(model(**grown, use_cache=False).logits[:, -1].float())
+        return torch.cat(found)
+
+    scores = {"raw_attention": unit_scores(captioning.word_attention(result, layer, head)[target.position],
+                                           geometry_boxes, units)}
+    with torch.no_grad():
+        reference = logits_of(torch.zeros(1, len(units), 1))
+    probability = float(torch.softmax(reference[0], -1)[target.token_id])
+    names = tuple(f"{result.regions.frames[result.regions.frame_of[u]].name} token {u}" for u in units)
+    ex = Explainable(torch.zeros(1, len(units), 1), torch.ones(1, len(units), 1), tuple(range(len(units))),
+                     target.position, target.token_id, target.label, logits_of, contextlib.nullcontext, names,
+                     "the processor's mean colour, in the picture before processing", batch_size=4)
+    which = captioning.describe_layer(result, layer, head)
+    explanations = Explanations(scores, {"raw_attention": 0.0}, float(reference[0, target.token_id]), probability,
+                                extra={"what": {"raw_attention": f"raw attention ({which})"}})
+    with torch.no_grad():
+        curves, random = faithfulness.measure(ex, explanations, steps, seeds, progress)
+    return faithfulness.Faithfulness(result.model.key, result.input_name, target.token_id, target.label,
+                                     probability, ex.replacement, len(units), steps, explanations, curves, random,
+                                     names, time.perf_counter() - started, result, "a caption word, teacher-forced",
+                                     (HUB_NOTE,))

@@ -96,6 +96,7 @@ class CaptionResult(ImageResult):
     strategy: str
     num_beams: int
     prompt: str = ""  # a VLM's prompt as text (image tokens folded to one mark)
+    settings: CaptionSettings = CaptionSettings()  # what the caption was asked with (the instruction, the tiles)
     sink_scores: np.ndarray | None = None  # (image tokens,) a VLM's massive-activation ratios; None: not measured
     model_picture: np.ndarray | None = None  # uint8 (h, w, 3): the one frame a single-frame model saw (its crop)
     seconds: float = 0.0  # decoding with capture
@@ -288,7 +289,8 @@ def _run_show_attend_tell(loaded: LoadedCaptioner, inputs: ImageInput, settings:
         words=tuple(words), word_ids=tuple(produced), architecture="show-attend-tell",
         generation=_steps(logits[0], produced, words, tokenizer, settings.candidates), image_kind="cross",
         image_columns=tuple(range(len(cells))), regions=regions, strategy=settings.strategy,
-        num_beams=settings.beams, seconds=seconds, model_picture=frame_picture(loaded.processor, picture))
+        num_beams=settings.beams, seconds=seconds, model_picture=frame_picture(loaded.processor, picture),
+        settings=settings)
 
 
 # --- encoder–decoder -------------------------------------------------------------------------------------------------
@@ -331,7 +333,8 @@ def _run_encoder_decoder(loaded: LoadedCaptioner, inputs: ImageInput, settings: 
         words=tuple(words), word_ids=tuple(produced), architecture="encoder-decoder",
         generation=_steps(logits, produced, words, tokenizer, settings.candidates), image_kind="cross",
         image_columns=tuple(range(prefix, encoder_tokens)), regions=regions, strategy=settings.strategy,
-        num_beams=settings.beams, seconds=seconds, model_picture=frame_picture(loaded.processor, picture))
+        num_beams=settings.beams, seconds=seconds, model_picture=frame_picture(loaded.processor, picture),
+        settings=settings)
 
 
 # --- decoder-only (LLaVA-style) -------------------------------------------------------------------------------------
@@ -406,7 +409,7 @@ def _run_decoder_only(loaded: LoadedCaptioner, inputs: ImageInput, settings: Cap
         generation=_steps(logits, produced, words, tokenizer, settings.candidates), image_kind="self",
         image_columns=tuple(int(p) for p in image_positions), regions=regions, strategy=settings.strategy,
         num_beams=settings.beams, prompt=_folded_prompt(labels), sink_scores=scores, seconds=seconds,
-        model_picture=frame_picture(processor.image_processor, picture) if mini else None)
+        model_picture=frame_picture(processor.image_processor, picture) if mini else None, settings=settings)
 
 
 def _ids(value) -> list[int]:
