@@ -232,3 +232,16 @@ def test_the_cli_writes_what_a_direct_run_computes(tiny_minis, tmp_path, monkeyp
     assert payload["caption"] == direct.caption and payload["words"] == list(direct.words)
     assert payload["layer"] == 1 and payload["head"] == "mean"
     assert "scene-5" in written[0].name
+
+
+def test_the_page_names_the_closest_architecture_or_calls_a_tie():
+    from viz.figures.captioning import closest_to_truth
+
+    def card(rate: float, se: float = 0.01) -> dict:
+        return {"pointing": {"nouns": {"default": rate, "default_se": se, "random": 0.1}}}
+
+    best, sentence = closest_to_truth({"show-attend-tell": card(0.6), "encoder-decoder": card(0.9),
+                                       "decoder-only": card(0.7)})
+    assert best == "encoder-decoder" and "90%" in sentence and "tie" not in sentence
+    best, sentence = closest_to_truth({"show-attend-tell": card(0.80, 0.02), "encoder-decoder": card(0.79, 0.02)})
+    assert best == "show-attend-tell" and "tie" in sentence

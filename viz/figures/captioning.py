@@ -322,15 +322,18 @@ def closest_to_truth(metrics: dict) -> tuple[str, str]:
     ranked = sorted(metrics, key=lambda name: -metrics[name]["pointing"]["nouns"]["default"])
     best = ranked[0]
     nouns = metrics[best]["pointing"]["nouns"]
-    rest = "; ".join(f"{caption_explain_titles(n)} {metrics[n]['pointing']['nouns']['default']:.0%}" for n in ranked[1:])
-    margin = nouns["default"] - (metrics[ranked[1]]["pointing"]["nouns"]["default"] if len(ranked) > 1 else 0)
-    close = margin < 2 * nouns["default_se"]
-    return best, (f"Closest to the truth, measured: **{caption_explain_titles(best)}** — its noun maps point at the "
+    rest = "; ".join(f"{short_title(n)} {metrics[n]['pointing']['nouns']['default']:.0%}" for n in ranked[1:])
+    close = False
+    if len(ranked) > 1:  # the difference of two independent rates: its standard error from both
+        second = metrics[ranked[1]]["pointing"]["nouns"]
+        close = nouns["default"] - second["default"] < 2 * (nouns["default_se"] ** 2 + second["default_se"] ** 2) ** 0.5
+    return best, (f"Closest to the truth, measured: **{short_title(best)}** — its noun maps point at the "
                   f"named object {nouns['default']:.0%} of the time (random cell: {nouns['random']:.0%}); " + rest +
                   (". The margin is within two standard errors: call it a tie." if close else "."))
 
 
-def caption_explain_titles(name: str) -> str:
+def short_title(name: str) -> str:
+    """An architecture's name as the page writes it."""
     from models.minis.captioning import card
 
     return card.SHORT_TITLES.get(name, name)
@@ -349,12 +352,12 @@ def caption_architectures(metrics: dict, options: ArchitecturesOptions) -> Figur
     rows = []
     for name, m in metrics.items():
         found = m["pointing"][options.role]
-        rows.append({"architecture": caption_explain_titles(name), "measure": "pointing game",
+        rows.append({"architecture": short_title(name), "measure": "pointing game",
                      "value": found["default"], "random": found["random"], "se": found["default_se"]})
         if "right_object" in found:
-            rows.append({"architecture": caption_explain_titles(name), "measure": "right object (2–3 objects)",
+            rows.append({"architecture": short_title(name), "measure": "right object (2–3 objects)",
                          "value": found["right_object"], "random": found["right_object_random"], "se": float("nan")})
-        rows.append({"architecture": caption_explain_titles(name), "measure": "caption exact match",
+        rows.append({"architecture": short_title(name), "measure": "caption exact match",
                      "value": m["exact_match"], "random": float("nan"), "se": float("nan")})
     frame = pd.DataFrame(rows)
     bars = alt.Chart(frame).mark_bar().encode(
