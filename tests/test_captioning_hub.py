@@ -198,3 +198,31 @@ def test_a_thumbnail_tokens_attention_is_shared_among_the_units_it_covers():
     boxes = np.array([[0, 0, 10, 10], [10, 0, 20, 10], [0, 0, 20, 10]], dtype=np.float32)  # two units, a cover
     scores = explain.unit_scores(np.array([0.1, 0.2, 0.4], dtype=np.float32), boxes, np.array([0, 1]))
     np.testing.assert_allclose(scores, [0.3, 0.4])
+
+
+def test_two_sessions_captioning_at_once_on_one_model_get_their_own_maps(tiny):
+    """The rows recorder and the sink hook act for the call that installed them only (a ContextVar each): two
+    threads running one cached model on different pictures each get what they get alone."""
+    import threading
+
+    loaded = tiny["smolvlm"]
+    pictures = [_picture(150, 100, (30, 30), 8), _picture(120, 160, (90, 120), 10)]
+    settings = captioning.CaptionSettings(max_new_tokens=4)
+    alone = [captioning.run(loaded, ImageInput(p, f"p{i}"), settings) for i, p in enumerate(pictures)]
+    together: dict[int, object] = {}
+    barrier = threading.Barrier(2)
+
+    def work(index: int) -> None:
+        barrier.wait()
+        together[index] = captioning.run(loaded, ImageInput(pictures[index], f"p{index}"), settings)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for index, solo in enumerate(alone):
+        np.testing.assert_allclose(captioning.word_attention(together[index]), captioning.word_attention(solo),
+                                   atol=1e-6)
+        np.testing.assert_allclose(together[index].sink_scores, solo.sink_scores, atol=1e-6)
+        assert together[index].regions.count == solo.regions.count
