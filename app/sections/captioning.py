@@ -14,7 +14,7 @@ from models.minis.captioning import metrics as scene_metrics
 from models.minis.captioning import scenes
 from viz import captioning as draw
 from viz.figures import captioning as caption_figures
-from viz.figures.captioning import CaptionFaithfulnessOptions, HeadsOptions, WordOptions
+from viz.figures.captioning import CandidatesOptions, CaptionFaithfulnessOptions, HeadsOptions, WordOptions
 
 SHARED = ["cap_word", "cap_heads_layer", "cap_faith_word", "cap_faith_steps"]
 def number_or_word(text: str) -> int | str:
@@ -129,8 +129,13 @@ def step_through(result, drawn: dict) -> None:
     word = _word_picker(result, "cap_word", "Step")
     st.markdown(f"So far: *{widgets.plain(' '.join(result.words[:word])) or '(nothing yet)'}* → "
                 f"**{widgets.plain(result.words[word])}**")
-    if (figure := widgets.figure_or_none("caption_word", result, WordOptions(word=word, **drawn))) is not None:
-        show(figure, "cap_word_fig")
+    left, right = st.columns([3, 2])
+    with left:
+        if (figure := widgets.figure_or_none("caption_word", result, WordOptions(word=word, **drawn))) is not None:
+            show(figure, "cap_word_fig")
+    with right:
+        if (figure := widgets.figure_or_none("caption_candidates", result, CandidatesOptions(word=word))) is not None:
+            show(figure, "cap_candidates")
 
 
 def layers_and_heads(result, drawn: dict) -> None:

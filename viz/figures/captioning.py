@@ -145,7 +145,31 @@ def candidates_chart(result: CaptionResult, word: int) -> alt.Chart:
     ).properties(width=280, height=max(80, 28 * len(frame)), autosize=PAD)
 
 
-@view("caption_word", "One word: its attention over the image, large, and the words it was chosen from", WordOptions)
+@dataclass(frozen=True)
+class CandidatesOptions:
+    word: int = 0
+
+
+@view("caption_candidates", "One step: the words the model could have written, and the one it chose",
+      CandidatesOptions)
+def caption_candidates(result: CaptionResult, options: CandidatesOptions) -> Figure:
+    word = _word(result, options.word)
+    step = result.generation[word]
+    rows = [{"token": c.token, "id": c.token_id, "probability": c.probability,
+             "chosen": c.token_id == result.word_ids[word]} for c in step.candidates]
+    return Figure(
+        export.file_stem(result.model.short_name, result.input_name, "caption candidates", word, result.words[word]),
+        chart=candidates_chart(result, word),
+        caption=f"After “{' '.join(result.words[:word])}”: the {len(rows)} most probable next tokens; "
+                f"{result.strategy} chose “{result.words[word]}” (p = {step.probability:.2f}).",
+        table=lambda: pd.DataFrame(rows),
+        payload={"model": result.model.key, "image": result.input_name, "word": word, "token": result.words[word],
+                 "probability": step.probability, "candidates": rows, "strategy": result.strategy},
+        arrays=lambda: {"probability": np.array([r["probability"] for r in rows], dtype=np.float32)},
+        metadata={"model": result.model.key, "image": result.input_name, "word": str(word)})
+
+
+@view("caption_word", "One word: its attention over the image, large", WordOptions)
 def caption_word(result: CaptionResult, options: WordOptions) -> Figure:
     _check(result, options)
     word = _word(result, options.word)
@@ -158,7 +182,7 @@ def caption_word(result: CaptionResult, options: WordOptions) -> Figure:
     return Figure(
         export.file_stem(result.model.short_name, result.input_name, "caption word", word, result.words[word],
                          f"layer {_settings(result, options)['layer']}", f"head {_settings(result, options)['head']}"),
-        image=overlay(result, values, options, WORD_PIXELS), chart=candidates_chart(result, word),
+        image=overlay(result, values, options, WORD_PIXELS),
         caption=f"Step {word}: after “{prefix}” the model wrote “{result.words[word]}” (p = {step.probability:.2f}) "
                 f"looking here ({which}); {values.sum():.0%} of its attention went to image tokens, most to token "
                 f"{top} ({result.regions.frames[result.regions.frame_of[top]].name}, pixels "

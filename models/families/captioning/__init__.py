@@ -46,7 +46,7 @@ SPECS = (
 
 FAMILY = Family("captioning", "image captioning with attention", ImageInput, model.load, model.run,
                 model.CaptionResult,
-                views=("caption_strip", "caption_word", "caption_heads", "caption_explanations",
+                views=("caption_strip", "caption_word", "caption_candidates", "caption_heads", "caption_explanations",
                        "caption_faithfulness", "caption_sinks", "caption_architectures"),
                 options=model.CaptionSettings,
                 specs=SPECS)
