@@ -22,7 +22,6 @@ VLM_TOKENS = 20
 
 
 def task_captioning_minis(job: dict) -> dict:
-    import numpy as np
     from PIL import Image
 
     from models import families
@@ -32,17 +31,17 @@ def task_captioning_minis(job: dict) -> dict:
     from viz import figures
 
     found = {}
+    picture = Image.fromarray(scenes.page_scene(7).image)
     for spec in [s for s in families.specs("captioning") if s.source == "mini"]:
         loaded = families.load(spec)
-        picture = Image.fromarray(scenes.page_scene(7).image)
 
-        def ours():
+        def ours(loaded=loaded):
             result = families.run(loaded, ImageInput(picture, "scene 7"))
             captioning.word_attention(result)
             figures.build("caption_strip", result)
             return result
 
-        def baseline():
+        def baseline(loaded=loaded):
             return captioning.beam_search(loaded.model, captioning._pixel_values(loaded, picture), 1, 40) \
                 if loaded.architecture == "show-attend-tell" else _plain_caption(loaded, picture)
 
@@ -85,9 +84,9 @@ def smolvlm_shaped(folder: Path) -> Path:
     specials = ["<fake_token_around_image>", "<image>", "<global-img>", "<end_of_utterance>",
                 *[f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)]]
     tok = tokenizer(specials)
-    text = dict(vocab_size=len(tok), hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192, rope_theta=100000.0,
-                tie_word_embeddings=True)
+    text = {"vocab_size": len(tok), "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+            "num_attention_heads": 9, "num_key_value_heads": 3, "max_position_embeddings": 8192,
+            "rope_theta": 100000.0, "tie_word_embeddings": True}
     config = SmolVLMConfig(vision_config={"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
                                           "num_attention_heads": 12, "image_size": 512, "patch_size": 16},
                            text_config=text, scale_factor=4, image_token_id=tok.convert_tokens_to_ids("<image>"),
@@ -104,7 +103,6 @@ def smolvlm_shaped(folder: Path) -> Path:
 def task_captioning_vlm(job: dict) -> dict:
     import os
 
-    import numpy as np
     import torch
     import transformers
 

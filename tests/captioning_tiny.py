@@ -103,9 +103,9 @@ def qwen2_vl(folder: Path, patch: int = 14, merge: int = 2, max_pixels: int = 11
     )
 
     tok = tokenizer(["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"])
-    text = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                rope_scaling={"type": "mrope", "mrope_section": [1, 1, 2]})
+    text = {"vocab_size": len(tok), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
+            "rope_scaling": {"type": "mrope", "mrope_section": [1, 1, 2]}}
     config = Qwen2VLConfig(
         vision_config={"depth": 2, "embed_dim": 32, "hidden_size": 32, "num_heads": 4, "mlp_ratio": 2,
                        "patch_size": patch, "spatial_merge_size": merge, "temporal_patch_size": 2},
@@ -156,7 +156,10 @@ BUILDERS = {"smolvlm": smolvlm, "llava": llava, "qwen2_vl": qwen2_vl, "paligemma
 def minis(root: Path) -> dict[str, Path]:
     """The three captioning minis' architectures at a tiny size, untrained, saved as the trainer saves them."""
     from models.minis.captioning import architectures, train, vocabulary
-    from models.minis.captioning.show_attend_tell import ShowAttendTell, ShowAttendTellConfig
+    from models.minis.captioning.show_attend_tell import (
+        ShowAttendTell,
+        ShowAttendTellConfig,
+    )
 
     sizes = architectures.TransformerSizes(width=32, encoder_layers=2, decoder_layers=2, heads=2, mlp=64)
     torch.manual_seed(0)

@@ -18,7 +18,6 @@ from models.families.captioning import model as captioning
 from models.minis.captioning import architectures, metrics, scenes, train, vocabulary
 from tests import captioning_tiny
 
-
 # --- the grammar and its masks ------------------------------------------------------------------------------------
 
 def test_the_grammar_describes_a_hand_built_scene_word_by_word():
@@ -198,7 +197,7 @@ def test_every_architecture_maps_each_word_onto_the_64_cells_of_its_picture(tiny
 
 
 def test_the_faithfulness_curves_start_at_the_words_probability_and_meet_at_the_end(tiny_minis):
-    root, loaded = tiny_minis
+    loaded = tiny_minis[1]
     for name in ("show-attend-tell", "encoder-decoder", "decoder-only"):
         result = captioning.run(loaded[name], _scene_input(), captioning.CaptionSettings(max_new_tokens=4))
         found = caption_explain.word_faithfulness(loaded[name], result, 1, steps=4, seeds=2)

@@ -77,8 +77,8 @@ def token_brightness(loaded, inputs: dict) -> np.ndarray:
 
 
 CASES = [("smolvlm", 300, 200, True), ("smolvlm", 180, 400, True), ("smolvlm", 150, 100, False),
-         ("llava", 150, 100, True), ("llava", 70, 120, True), ("llava_pad", 150, 100, True), ("qwen2_vl", 150, 100, True),
-         ("qwen2_vl", 60, 130, True), ("paligemma", 150, 100, True)]
+         ("llava", 150, 100, True), ("llava", 70, 120, True), ("llava_pad", 150, 100, True),
+         ("qwen2_vl", 150, 100, True), ("qwen2_vl", 60, 130, True), ("paligemma", 150, 100, True)]
 
 
 @pytest.mark.parametrize("name, width, height, tiles", CASES,

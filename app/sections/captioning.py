@@ -14,7 +14,12 @@ from models.minis.captioning import metrics as scene_metrics
 from models.minis.captioning import scenes
 from viz import captioning as draw
 from viz.figures import captioning as caption_figures
-from viz.figures.captioning import CandidatesOptions, CaptionFaithfulnessOptions, HeadsOptions, WordOptions
+from viz.figures.captioning import (
+    CandidatesOptions,
+    CaptionFaithfulnessOptions,
+    HeadsOptions,
+    WordOptions,
+)
 
 SHARED = ["cap_word", "cap_heads_layer", "cap_faith_word", "cap_faith_steps"]
 def number_or_word(text: str) -> int | str:
@@ -214,13 +219,13 @@ def image_tokens(result, colormap: str) -> None:
     regions = result.regions
     st.markdown(f"**{regions.count} image tokens** from {len(regions.frames)} frame(s): "
                 f"{widgets.plain(regions.description)}.")
-    picture = draw.outline_regions(result.image.image, caption_figures._boxes(result), regions.frame_of, 448)
+    picture = draw.outline_regions(result.image.image, caption_figures.display_boxes(result), regions.frame_of, 448)
     st.image(picture, caption="every image token's region of your picture (one colour per frame)")
-    st.dataframe(pd.DataFrame([{"frame": f.name, "tokens": f.grid[0] * f.grid[1], "grid": f"{f.grid[0]} × {f.grid[1]}",
-                                "covers (pixels)": f"x {f.box[0]:.0f}–{f.box[2]:.0f}, y {f.box[1]:.0f}–{f.box[3]:.0f}"}
-                               for f in regions.frames]), hide_index=True)
-    if result.sink_scores is not None:
-        if (figure := widgets.figure_or_none("caption_sinks", result)) is not None:
-            show(figure, "cap_sinks")
+    frames = [{"frame": f.name, "tokens": f.grid[0] * f.grid[1], "grid": f"{f.grid[0]} × {f.grid[1]}",
+               "covers (pixels)": f"x {f.box[0]:.0f}–{f.box[2]:.0f}, y {f.box[1]:.0f}–{f.box[3]:.0f}"}
+              for f in regions.frames]
+    st.dataframe(pd.DataFrame(frames), hide_index=True)
+    if result.sink_scores is not None and (figure := widgets.figure_or_none("caption_sinks", result)) is not None:
+        show(figure, "cap_sinks")
     if result.prompt:
         st.caption("Prompt: " + widgets.plain(result.prompt))

@@ -4,7 +4,7 @@ decoder-only vision–language model; is the map where the word's object is, and
 import streamlit as st
 from PIL import Image
 
-from app import display, image_input, presentation, url_state, widgets
+from app import image_input, presentation, url_state, widgets
 from app.sections import captioning as sections
 from models.core.inputs import ImageInput
 from models.families.captioning import model as captioning
@@ -75,8 +75,8 @@ with st.expander("Display", expanded=False):
                             index=image_overlay.COLORMAPS.index(scheme) if scheme in image_overlay.COLORMAPS else 0)
     smooth = d3.toggle("Smooth (half a token)", True, key="cap_smooth", help="off: each token's exact region")
     clip = d4.slider("Clip colours at percentile", 90.0, 100.0, 100.0, 0.5, key="cap_clip")
-drawn = dict(layer=layer, head=head, opacity=opacity, colormap=scheme if presenting else colormap, smooth=smooth,
-             clip=clip, exclude_sinks=exclude_sinks)
+drawn = {"layer": layer, "head": head, "opacity": opacity, "colormap": scheme if presenting else colormap,
+         "smooth": smooth, "clip": clip, "exclude_sinks": exclude_sinks}
 
 strip_tab, step_tab, heads_tab, faithful_tab, compare_tab, tokens_tab = st.tabs(
     ["Caption and maps", "Step through", "Layers and heads", "Is it faithful?", "Architectures compared",

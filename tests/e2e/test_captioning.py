@@ -1,7 +1,13 @@
 """The captioning page in a real browser on the trained minis: a generated scene's caption with the strip of word maps,
 the step-through, the faithfulness test with its table, the three architectures compared, state in the link, a photo,
 a bad upload shown as an error with the page still working, and presentation mode."""
-from tests.e2e.conftest import assert_healthy, charts_visible, open_page, screenshot, wait_until_idle
+from tests.e2e.conftest import (
+    assert_healthy,
+    charts_visible,
+    open_page,
+    screenshot,
+    wait_until_idle,
+)
 
 
 def _tab(page, name: str, timeout_s: float = 300) -> None:
@@ -33,8 +39,8 @@ def test_captioning_page_captions_a_scene_and_tests_its_maps(page, app_url):
 
 
 def test_captioning_page_takes_a_photo_and_refuses_a_bad_upload(page, app_url):
-    open_page(page, app_url, "captioning?model_captioning=mini+encoder–decoder+Transformer+%28offline%2C+trained+here%29",
-              timeout_s=300)
+    model = "mini+encoder–decoder+Transformer+%28offline%2C+trained+here%29"
+    open_page(page, app_url, f"captioning?model_captioning={model}", timeout_s=300)
     assert_healthy(page)
     page.get_by_text("Photo, upload or camera", exact=True).click()
     wait_until_idle(page)

@@ -61,14 +61,15 @@ def _word(result: CaptionResult, word: int) -> int:
     return word
 
 
-def _boxes(result: CaptionResult) -> np.ndarray:
+def display_boxes(result: CaptionResult) -> np.ndarray:
+    """Each image token's box in pixels of the picture the maps are drawn on."""
     picture = result.image.image
     return result.regions.scaled(picture.shape[1], picture.shape[0])
 
 
 def overlay(result: CaptionResult, values: np.ndarray, options: MapOptions, pixels: int) -> Image.Image:
     sinks = result.sinks
-    return draw.word_overlay(result.image.image, values, _boxes(result), options.opacity, options.colormap,
+    return draw.word_overlay(result.image.image, values, display_boxes(result), options.opacity, options.colormap,
                              options.smooth, options.clip, sinks, options.exclude_sinks, pixels)
 
 

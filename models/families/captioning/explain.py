@@ -76,7 +76,7 @@ def to_patches(pixels: torch.Tensor, patch: int) -> torch.Tensor:
 
 def from_patches(patches: torch.Tensor, patch: int, side: int) -> torch.Tensor:
     """The inverse of ``to_patches`` for a square ``side`` px image."""
-    batch, cells = patches.shape[:2]
+    batch = patches.shape[0]
     rows = side // patch
     grid = patches.reshape(batch, rows, rows, 3, patch, patch)
     return grid.permute(0, 3, 1, 4, 2, 5).reshape(batch, 3, side, side)
@@ -94,7 +94,8 @@ class _Forward:
             self.inputs = torch.tensor([[self.model.config.decoder_start_token_id, *words]])
         else:
             prompt = loaded.processor(text=captioning.vlm.prompt_text(loaded.processor, "llava", ""),
-                                      images=np.array(result.model_picture), return_tensors="pt")["input_ids"][0].tolist()
+                                      images=np.array(result.model_picture), return_tensors="pt")["input_ids"]
+            prompt = prompt[0].tolist()
             self.inputs = torch.tensor([[*prompt, *words]])
             self.prompt_length = len(prompt)
 
@@ -239,8 +240,8 @@ def word_faithfulness(loaded, result: captioning.CaptionResult, word: int, steps
     with torch.no_grad():
         curves, random = faithfulness.measure(ex, explanations, steps, seeds,
                                               lambda step, fraction: progress(step, 0.1 + 0.9 * fraction))
-    notes = () if "rollout" in scores else ("Show, Attend and Tell has one attention and no layers: there is no "
-                                            "rollout to compare.",)
+    notes = () if "rollout" in scores else (
+        "Show, Attend and Tell has one attention and no layers: there is no rollout to compare.",)
     return faithfulness.Faithfulness(result.model.key, result.input_name, target.token_id, target.label,
                                      probability, REPLACEMENT, len(units), steps, explanations, curves, random, names,
                                      time.perf_counter() - started, result, "a caption word, teacher-forced", notes)

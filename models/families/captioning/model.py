@@ -125,7 +125,10 @@ def load_show_attend_tell(spec: ModelSpec, device: str, dtype: str, progress: Pr
     from safetensors.torch import load_file
     from transformers import AutoImageProcessor, PreTrainedTokenizerFast
 
-    from models.minis.captioning.show_attend_tell import ShowAttendTell, ShowAttendTellConfig
+    from models.minis.captioning.show_attend_tell import (
+        ShowAttendTell,
+        ShowAttendTellConfig,
+    )
 
     folder = SAMPLE_DATA / spec.id
     if not (folder / "model.safetensors").is_file():
@@ -197,7 +200,8 @@ def display_picture(picture) -> np.ndarray:
 def _image_info(picture: np.ndarray, regions: geometry.TokenRegions, prefix: tuple[str, ...] = ()) -> ImageInfo:
     first = regions.frames[0]
     scale = picture.shape[1] / regions.image_size[0]
-    cell = ((first.box[3] - first.box[1]) * scale / first.grid[0], (first.box[2] - first.box[0]) * scale / first.grid[1])
+    cell = ((first.box[3] - first.box[1]) * scale / first.grid[0],
+            (first.box[2] - first.box[0]) * scale / first.grid[1])
     return ImageInfo(picture, first.grid, (max(1, round(cell[0])), max(1, round(cell[1]))), len(prefix), prefix)
 
 
@@ -369,8 +373,8 @@ def _run_decoder_only(loaded: LoadedCaptioner, inputs: ImageInput, settings: Cap
     eos = model.generation_config.eos_token_id
     started = time.perf_counter()
     with loading.friendly_out_of_memory(loaded.device, f"running {loaded.spec.key}"), torch.inference_mode():
-        common = dict(max_new_tokens=max_new, do_sample=False, num_beams=settings.beams,
-                      pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos)
+        common = {"max_new_tokens": max_new, "do_sample": False, "num_beams": settings.beams,
+                  "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos}
         if settings.beams == 1:  # the rows are kept while generating
             with vlm.recording_rows(model, prompt_length - 1) as recorder, \
                     vlm.first_output(vlm.middle_layer(model)) as hidden:

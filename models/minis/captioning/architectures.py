@@ -45,9 +45,10 @@ def vit_config(sizes: TransformerSizes):
                      image_mean=list(MEAN), image_std=list(STD))
 
 
-def build_encoder_decoder(sizes: TransformerSizes = TransformerSizes()):
+def build_encoder_decoder(sizes: TransformerSizes | None = None):
     from transformers import GPT2Config, VisionEncoderDecoderConfig, VisionEncoderDecoderModel
 
+    sizes = sizes or TransformerSizes()
     decoder = GPT2Config(vocab_size=len(vocabulary.WORDS), n_embd=sizes.width, n_layer=sizes.decoder_layers,
                          n_head=sizes.heads, n_inner=sizes.mlp, n_positions=MAX_WORDS + 2, add_cross_attention=True,
                          bos_token_id=vocabulary.BOS_ID, eos_token_id=vocabulary.EOS_ID,
@@ -64,11 +65,13 @@ def build_encoder_decoder(sizes: TransformerSizes = TransformerSizes()):
     return model
 
 
-def build_decoder_only(sizes: TransformerSizes = TransformerSizes(), vision_state: dict | None = None,
+def build_decoder_only(sizes: TransformerSizes | None = None, vision_state: dict | None = None,
                        freeze_vision: bool = True):
     """A LLaVA whose vision tower is a ViT of ``sizes``, loaded from ``vision_state`` (the encoder–decoder mini's
     ``encoder.*`` weights) when given, and then frozen unless ``freeze_vision`` is False."""
     from transformers import LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
+
+    sizes = sizes or TransformerSizes()
 
     text = LlamaConfig(vocab_size=len(vocabulary.WORDS), hidden_size=sizes.width, intermediate_size=sizes.mlp,
                        num_hidden_layers=sizes.decoder_layers, num_attention_heads=sizes.heads,

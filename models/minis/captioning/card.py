@@ -67,26 +67,26 @@ def card_text(m: dict) -> str:
     lines = [
         f"# captioning/{name} — {TITLES[name]}",
         "",
-        "Trained by this project so the captioning page has three architectures to compare with no download. **It "
-        "describes generated scenes of coloured shapes, nothing else**: on a photo it still answers in the scene "
-        "grammar.",
+        ("Trained by this project so the captioning page has three architectures to compare with no download. **It "
+         "describes generated scenes of coloured shapes, nothing else**: on a photo it still answers in the scene "
+         "grammar."),
         "",
         f"- Architecture: {ARCHITECTURE_TEXT[name].format(tower=_tower(m))} {m['parameters']:,} parameters"
         + (f" ({m['trained_parameters']:,} trained)" if m.get("trained_parameters") != m["parameters"] else "")
         + f", {m['weights_bytes'] / 2**20:.1f} MB of weights.",
         "- Input: 64 × 64 px, normalised with mean 0.5 and std 0.5 per channel.",
-        "- Data (`models/minis/captioning/scenes.py`): one to three of the DETR and ViT minis' shapes (circle, "
-        "square, triangle, cross, ring, star) in distinct cells of a 3 × 3 grid, **colour and shape drawn "
-        f"independently** (six hue names), on a flat greyish background or (up to {_percent(scenes.PAGE_CLUTTER)} of "
-        "scenes) a desaturated crop of the CC0 sample photos. The caption is fixed by the scene: objects in reading "
-        "order, `a <colour> <shape> at the <position>`, joined by `,` and `and`; every word knows the object it names "
-        "and every object its pixel mask.",
-        f"- Training: AdamW (lr {train.get('learning_rate', '?')}, weight decay {train.get('weight_decay', '?')}, "
-        f"warm-up {train.get('warmup_steps', '?')} steps, cosine decay), batch {train.get('batch_size', '?')}, "
-        f"{m.get('steps', 0):,} steps ({m.get('images_seen', 0):,} captions) drawn from a pool of "
-        f"{train.get('pool_size', '?'):,} scenes renewed by {train.get('pool_fresh', '?')} every step, each through "
-        f"one of the square's 8 symmetries; **{minutes:.1f} CPU minutes on one thread** ({wall:.1f} min wall clock "
-        "on a machine shared with other jobs).",
+        ("- Data (`models/minis/captioning/scenes.py`): one to three of the DETR and ViT minis' shapes (circle, "
+         "square, triangle, cross, ring, star) in distinct cells of a 3 × 3 grid, **colour and shape drawn "
+         f"independently** (six hue names), on a flat greyish background or (up to {_percent(scenes.PAGE_CLUTTER)} "
+         "of scenes) a desaturated crop of the CC0 sample photos. The caption is fixed by the scene: objects in "
+         "reading order, `a <colour> <shape> at the <position>`, joined by `,` and `and`; every word knows the object "
+         "it names and every object its pixel mask."),
+        (f"- Training: AdamW (lr {train.get('learning_rate', '?')}, weight decay {train.get('weight_decay', '?')}, "
+         f"warm-up {train.get('warmup_steps', '?')} steps, cosine decay), batch {train.get('batch_size', '?')}, "
+         f"{m.get('steps', 0):,} steps ({m.get('images_seen', 0):,} captions) drawn from a pool of "
+         f"{train.get('pool_size', '?'):,} scenes renewed by {train.get('pool_fresh', '?')} every step, each "
+         f"through one of the square's 8 symmetries; **{minutes:.1f} CPU minutes on one thread** ({wall:.1f} min "
+         "wall clock on a machine shared with other jobs)."),
         "",
         f"## Measured on {m['test_scenes']:,} held-out scenes (a separate random stream)",
         "",

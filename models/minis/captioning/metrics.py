@@ -77,7 +77,6 @@ def summarise(points: list[WordPoint], role: str) -> dict:
     chosen = [p for p in points if p.role == role]
     if not chosen:
         return {}
-    layers, heads = chosen[0].top_cells.shape
     hits = np.array([hit(p.coverage, p.own, p.top_cells) for p in chosen])  # (words, layers, heads)
     default = np.array([hit(p.coverage, p.own, p.default_cell) for p in chosen])
     random = np.array([(p.coverage[p.own] > 0).mean() for p in chosen])
@@ -95,7 +94,8 @@ def summarise(points: list[WordPoint], role: str) -> dict:
 
 
 @torch.no_grad()
-def batch_maps(model, kind: str, batch: list[scenes.Scene]) -> tuple[np.ndarray, np.ndarray, torch.Tensor, torch.Tensor]:
+def batch_maps(model, kind: str, batch: list[scenes.Scene]
+               ) -> tuple[np.ndarray, np.ndarray, torch.Tensor, torch.Tensor]:
     """Teacher-forced maps of the reference captions: (B, layers, heads, T, cells) float32, plus each layer's head
     mean folded in as an extra "head" (the last one), the logits and the targets."""
     pixels = to_pixels(np.stack([s.image for s in batch]))

@@ -46,7 +46,7 @@ class ShowAttendTellConfig:
         return {"model_type": "show_attend_tell", **asdict(self)}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ShowAttendTellConfig":
+    def from_dict(cls, data: dict) -> ShowAttendTellConfig:
         fields = cls.__dataclass_fields__
         values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in fields}
         return cls(**values)

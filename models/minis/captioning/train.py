@@ -28,7 +28,10 @@ import torch
 import torch.nn.functional as F
 
 from models.minis.captioning import architectures, card, metrics, scenes, vocabulary
-from models.minis.captioning.show_attend_tell import ShowAttendTell, ShowAttendTellConfig
+from models.minis.captioning.show_attend_tell import (
+    ShowAttendTell,
+    ShowAttendTellConfig,
+)
 
 OUT = Path(__file__).resolve().parents[3] / "sample_data" / "captioning"
 
