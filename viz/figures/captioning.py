@@ -271,6 +271,10 @@ def caption_faithfulness(found, options: CaptionFaithfulnessOptions) -> Figure:
                                                              f"{found.steps} steps"))
 
 
+SHORT_METHODS = {"raw_attention": "attention", "rollout": "rollout", "gradient_rollout": "grad × attn",
+                 "input_x_gradient": "input × grad"}  # the tiles' labels: short enough to read in a lecture hall
+
+
 @view("caption_explanations", "One word: raw attention beside rollout, gradient-weighted attention and input × "
                               "gradient", CaptionFaithfulnessOptions, analysis=word_faithfulness,
       analysis_options=FAITHFULNESS_OPTIONS)
@@ -279,7 +283,7 @@ def caption_explanations(found, options: CaptionFaithfulnessOptions) -> Figure:
     shown = MapOptions(opacity=0.65, colormap=options.colormap, smooth=False, exclude_sinks=False)
     scores = found.explanations.scores
     tiles = [draw.labelled(overlay(result, np.clip(values, 0, None) if method != "input_x_gradient" else
-                                   np.abs(values), shown, TILE_PIXELS), method.replace("_", " "))
+                                   np.abs(values), shown, TILE_PIXELS), SHORT_METHODS.get(method, method))
              for method, values in scores.items()]
     return Figure(
         export.file_stem(result.model.short_name, result.input_name, "caption explanations", options.word,
