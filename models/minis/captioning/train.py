@@ -107,9 +107,21 @@ def processor(tokenizer):
                           image_token=vocabulary.IMAGE, chat_template="{{ '<image><bos>' }}")
 
 
-def save(name: str, model, folder: Path) -> int:
+def save(name: str, model, folder: Path, half: bool = False) -> int:
+    """The model, its tokenizer and its processor in ``folder``; ``half``: the weights in float16 (what ships in
+    sample_data: half the bytes; the app loads them back into float32, and the card measures the reloaded model)."""
+    import copy
+
     from safetensors.torch import save_file
 
+    if half:
+        model = copy.deepcopy(model).half()
+    if name == "encoder-decoder":  # only the ids: lengths are the app's to set (a max_length here fights max_new_tokens)
+        from transformers import GenerationConfig
+
+        model.generation_config = GenerationConfig(
+            decoder_start_token_id=vocabulary.BOS_ID, bos_token_id=vocabulary.BOS_ID, eos_token_id=vocabulary.EOS_ID,
+            pad_token_id=vocabulary.PAD_ID, do_sample=False, num_beams=1)
     folder.mkdir(parents=True, exist_ok=True)
     vocabulary.save(folder)
     if name == "decoder-only":
@@ -130,13 +142,13 @@ def load_saved(name: str, folder: Path, attention: str = "eager"):
         from safetensors.torch import load_file
 
         model = ShowAttendTell(ShowAttendTellConfig.from_dict(json.loads((folder / "config.json").read_text())))
-        model.load_state_dict(load_file(str(folder / "model.safetensors")))
+        model.load_state_dict(load_file(str(folder / "model.safetensors")))  # float16 on disk: copied into float32
         return model.eval()
     import transformers
 
     cls = transformers.VisionEncoderDecoderModel if name == "encoder-decoder" else \
         transformers.LlavaForConditionalGeneration
-    return cls.from_pretrained(folder, attn_implementation=attention).eval()
+    return cls.from_pretrained(folder, attn_implementation=attention, dtype=torch.float32).eval()
 
 
 def train_one(name: str, config: Config, out: Path, log=print, vision_from: Path | None = None,
@@ -223,7 +235,8 @@ def main(argv: list[str] | None = None) -> None:
             if name == "decoder-only":
                 run["vision_tower"] = {"from": str(args.vision_from or "encoder-decoder"),
                                        "trained": bool(args.train_vision)}
-        size = save(name, model, folder)
+        size = save(name, model, folder, half=True)
+        model = load_saved(name, folder)  # measured as it ships: float16 weights read back into float32
         started = time.time()
         quality = measure(name, model, config)
         result = {"model": name, **run, "parameters": sum(p.numel() for p in model.parameters()),
