@@ -73,7 +73,8 @@ def card_text(m: dict) -> str:
         "",
         f"- Architecture: {ARCHITECTURE_TEXT[name].format(tower=_tower(m))} {m['parameters']:,} parameters"
         + (f" ({m['trained_parameters']:,} trained)" if m.get("trained_parameters") != m["parameters"] else "")
-        + f", {m['weights_bytes'] / 2**20:.1f} MB of weights.",
+        + f", {m['weights_bytes'] / 2**20:.1f} MB of weights (float16 on disk, read into float32; every number "
+          "below is measured on them).",
         "- Input: 64 × 64 px, normalised with mean 0.5 and std 0.5 per channel.",
         ("- Data (`models/minis/captioning/scenes.py`): one to three of the DETR and ViT minis' shapes (circle, "
          "square, triangle, cross, ring, star) in distinct cells of a 3 × 3 grid, **colour and shape drawn "
