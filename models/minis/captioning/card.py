@@ -59,6 +59,21 @@ def pointing_line(summary: dict, what: str) -> str:
     return line + "."
 
 
+def command(m: dict) -> str:
+    """The training command that made this model, from what its metrics recorded."""
+    train = m.get("train", {})
+    parts = ["python -m models.minis.captioning.train", "--models", m["model"]]
+    if train.get("steps"):
+        parts += ["--steps", str(train["steps"])]
+    if train.get("minutes"):
+        parts += ["--minutes", f"{train['minutes']:g}"]
+    tower = m.get("vision_tower")
+    if tower:
+        parts += ["--vision-from", "ENCODER_DECODER_CHECKPOINT"] if "step" in tower.get("from", "") else []
+        parts += ["--train-vision"] if tower.get("trained") else []
+    return " ".join(parts)
+
+
 def card_text(m: dict) -> str:
     name = m["model"]
     train = m.get("train", {})
@@ -101,8 +116,9 @@ def card_text(m: dict) -> str:
         "  - " + pointing_line(m["pointing"]["nouns"], "Nouns (shape words)"),
         "  - " + pointing_line(m["pointing"]["colours"], "Colour words"),
         "",
-        "Reproduce: `python -m models.minis.captioning.train --models " + name + "` (seed 0; the decoder-only model "
-        "needs the encoder–decoder's weights first). Licence: the weights are this project's; the photo "
-        "backgrounds are CC0 / public domain (`sample_data/images/LICENSES`).",
+        f"Reproduce: `{command(m)}` (seed 0; results vary slightly with the hardware's floating-point order"
+        + ("; the vision tower's encoder–decoder checkpoint is the `checkpoint_every` save of a run of that command "
+           "for the encoder–decoder" if "vision_tower" in m else "") + "). Licence: the weights are this project's; "
+        "the photo backgrounds are CC0 / public domain (`sample_data/images/LICENSES`).",
     ]
     return "\n".join(lines) + "\n"
