@@ -147,9 +147,14 @@ def task_captioning_vlm(job: dict) -> dict:
     return memory
 
 
-def case_captioning(repeats: int, threads: int) -> list[dict]:
-    minis = worker({"task": "captioning_minis", "repeats": repeats, "threads": threads})
-    rows = [{"case": "captioning_minis", "n": 3, **minis, "target": "caption + every word's maps ≤ 1 s, each mini"}]
+def case_captioning(repeats: int, threads: int, parts=("minis", "vlm")) -> list[dict]:
+    rows = []
+    if "minis" in parts:
+        minis = worker({"task": "captioning_minis", "repeats": repeats, "threads": threads})
+        rows.append({"case": "captioning_minis", "n": 3, **minis,
+                     "target": "caption + every word's maps ≤ 1 s, each mini"})
+    if "vlm" not in parts:
+        return rows
     with tempfile.TemporaryDirectory() as root:
         folder = smolvlm_shaped(Path(root) / "smolvlm-256m-shaped")
         common = {"folder": str(folder), "threads": threads, "repeats": repeats}
@@ -160,3 +165,11 @@ def case_captioning(repeats: int, threads: int) -> list[dict]:
                  "bytes": timing["map_bytes"], "target": "ratio ≤ 1.5, map_ratio ≤ 1.2",
                  "ok": bool(timing["ratio"] <= 1.5 and timing["map_ratio"] <= 1.2)})
     return rows
+
+
+if __name__ == "__main__":  # python -m bench.case_captioning [minis] [vlm] (both by default), 2 threads, 3 repeats
+    import json
+    import sys
+
+    for row in case_captioning(3, 2, tuple(sys.argv[1:]) or ("minis", "vlm")):
+        print(json.dumps(row), flush=True)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.core import capture, loading, text
+from models.core import capture, limits, loading, text
 from models.core.inputs import ImageInput
 from models.core.loading import SAMPLE_DATA, LoadedModel, Progress
 from models.core.results import GenerationStep, ImageInfo, ImageResult, StoredAttention
@@ -50,7 +50,8 @@ ROWS_CAPTURE = ("AttentionInterface 'capture' while generating: each generated t
 class CaptionSettings:
     strategy: str = "greedy"
     num_beams: int = 3  # beam search only
-    max_new_tokens: int = 0  # 0: the model's own (40 words for the minis, 30 tokens for a hub model)
+    max_new_tokens: int = 0  # 0: the model's own (40 words for the minis, 30 tokens for a hub model); at most the
+    # server's generation limit (models.core.limits.MAX_NEW_TOKENS)
     candidates: int = 5  # next-token candidates kept per step (the step-through)
     instruction: str = ""  # a hub VLM's request ("": describe the image in one sentence); the minis have none
     tiles: bool = True  # SmolVLM/Idefics3: cut the image into tiles plus a thumbnail (False: the thumbnail only)
@@ -60,8 +61,9 @@ class CaptionSettings:
             raise ValueError(f"unknown decoding {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
         if self.strategy == "beam search" and not 2 <= self.num_beams <= 8:
             raise ValueError("Beam width must be between 2 and 8.")
-        if not 0 <= self.max_new_tokens <= 200:
-            raise ValueError("Max caption tokens must be between 0 (the model's own) and 200.")
+        if not 0 <= self.max_new_tokens <= limits.MAX_NEW_TOKENS:
+            raise ValueError(f"Max caption tokens must be between 0 (the model's own) and {limits.MAX_NEW_TOKENS} "
+                             "(ATTN_EXPLORER_MAX_NEW_TOKENS).")
         if not 1 <= self.candidates <= 20:
             raise ValueError("Candidates per step must be between 1 and 20.")
         if len(self.instruction) > 500:
@@ -233,7 +235,7 @@ def _caption(tokenizer, produced: list[int]) -> str:
 
 
 def _max_new(settings: CaptionSettings, default: int) -> int:
-    return settings.max_new_tokens or default
+    return settings.max_new_tokens or min(default, limits.MAX_NEW_TOKENS)
 
 
 # --- Show, Attend and Tell ------------------------------------------------------------------------------------------
