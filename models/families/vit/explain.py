@@ -10,7 +10,6 @@ baseline image's, so the curves perturb embeddings and every method and curve sh
 """
 from __future__ import annotations
 
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from PIL import Image, ImageFilter
 
 from models.analysis import attribution
 from models.analysis.attribution import Explainable, LayerRecord
-from models.core import capture_timm
+from models.core import hooks
 from models.families.vit.model import LoadedVision, ViTResult, loaded_dtype
 
 REPLACEMENTS = {"mean": "the data config's mean colour (grey: 0 after normalisation)",
@@ -64,31 +63,22 @@ def logits_from_embeddings(model: torch.nn.Module, embeddings: torch.Tensor) -> 
 
 @contextmanager
 def recording(model: torch.nn.Module):
-    """Hooks on every block for the forwards run inside: attention at ``attn_drop`` (fused attention is off on a
-    loaded ViT), values from ``qkv`` through each head's slice of ``proj`` (and the layer scale), the block's input.
-    Yields the list of ``LayerRecord`` it fills; hooks are removed in ``finally``. The model is shared by every
-    session: the capture's per-model lock serialises hooked forwards, and a forward from another thread is ignored."""
+    """Hooks on every block for this call's forwards inside the block (``hooks.installed``): attention at
+    ``attn_drop`` (fused attention is off on a loaded ViT), values from ``qkv`` through each head's slice of ``proj``
+    (and the layer scale), the block's input. Yields the list of ``LayerRecord`` it fills."""
     records = [LayerRecord() for _ in model.blocks]
-    handles = []
-    owner = threading.get_ident()
 
-    def hooks(block, record: LayerRecord):
+    def block_hooks(block, record: LayerRecord) -> list[hooks.Hook]:
         attention = block.attn
         heads, head_dim = attention.num_heads, attention.head_dim
 
         def keep_input(module, inputs):
-            if threading.get_ident() != owner:
-                return
             record.residual = inputs[0]
 
         def keep_attention(module, inputs, output):
-            if threading.get_ident() != owner:
-                return
             record.attention = output
 
         def keep_values(module, inputs, output):
-            if threading.get_ident() != owner:
-                return
             batch, n, _ = output.shape
             v = output.reshape(batch, n, 3, heads, head_dim)[:, :, 2].transpose(1, 2)  # (B, H, N, hd)
 
@@ -100,17 +90,11 @@ def recording(model: torch.nn.Module):
 
             record.values_from = values
 
-        return [block.register_forward_pre_hook(keep_input), attention.attn_drop.register_forward_hook(keep_attention),
-                attention.qkv.register_forward_hook(keep_values)]
+        return [hooks.before(block, keep_input), hooks.after(attention.attn_drop, keep_attention),
+                hooks.after(attention.qkv, keep_values)]
 
-    with capture_timm.model_lock(model):
-        try:
-            for block, record in zip(model.blocks, records):
-                handles += hooks(block, record)
-            yield records
-        finally:
-            for handle in handles:
-                handle.remove()
+    with hooks.installed(block_hooks(block, record) for block, record in zip(model.blocks, records)):
+        yield records
 
 
 def baseline_pixels(loaded: LoadedVision, crop: np.ndarray, replacement: str) -> torch.Tensor:
