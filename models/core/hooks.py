@@ -67,13 +67,21 @@ def _for_block(fn: Callable, block: int) -> Callable:
     return guarded
 
 
+def _flatten(items) -> Iterator[Hook]:
+    for item in items:
+        if isinstance(item, Hook):
+            yield item
+        else:
+            yield from _flatten(item)
+
+
 @contextlib.contextmanager
-def installed(*hooks: Hook | Iterable[Hook]) -> Iterator[None]:
-    """Install ``hooks`` (``Hook``s or iterables of them) for the forwards run inside the ``with`` block only; remove
+def installed(*hooks: Hook | Iterable) -> Iterator[None]:
+    """Install ``hooks`` (``Hook``s, or iterables of them, nested as you like) for the forwards run inside the ``with`` block only; remove
     them on exit, always."""
     marker = object()  # alive for the block: its id names the block
     block = id(marker)
-    flat = [hook for item in hooks for hook in ((item,) if isinstance(item, Hook) else item)]
+    flat = list(_flatten(hooks))
     token = _ACTIVE.set(_ACTIVE.get() | {block})
     handles = []
     try:
