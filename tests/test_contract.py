@@ -181,10 +181,3 @@ def test_every_page_exists_and_every_page_file_is_routed():
     assert files == routed, f"page files not in app/catalog.py: {sorted(files - routed)}"
 
 
-def test_every_page_is_offered_by_the_cli():
-    from app import cli
-
-    listing = cli.listing()
-    for page in catalog.PAGES:
-        assert f"--page {page.name}" in listing
-        assert catalog.views(page), f"the CLI has no view for the {page.name} page"
