@@ -24,14 +24,16 @@ import numpy as np
 import torch
 
 from models.analysis.attribution import Explainable, LayerRecord, Layout
-from models.core import hooks, images
-from models.families.swin.geometry import cyclic_shift, window_partition
-from models.families.vit.explain import (
+from models.analysis.pixels import (
     REPLACEMENTS,
+    ExplainedClass,
     check_image,
     normalised,
+    per_patch,
     removed_pixels,
 )
+from models.core import hooks, images
+from models.families.swin.geometry import cyclic_shift, window_partition
 
 REPLACEMENTS = {**REPLACEMENTS, "mean": "the data config's mean colour (0 after normalisation)"}
 
@@ -187,3 +189,16 @@ def from_result(loaded, result, target: int | None, replacement: str = "mean", b
     from models.families.swin.model import class_names
 
     return explainable(loaded, result.image.image, class_names(loaded.model)[0], target, replacement, batch_size)
+
+
+def class_attribution(loaded, result, target: int, method: str, steps: int) -> ExplainedClass:
+    """A Swin's attribution: every shared method through the Swin adapter (models/families/swin/explain.py: windows and
+    shifts carried back to the grid, merges, the pooled readout), beside the Swin rollout computed the same way."""
+    from models.analysis import attribution
+
+    if method not in attribution.METHODS:
+        raise ValueError(f"{method!r} is not available for a Swin; use one of {', '.join(attribution.METHODS)}")
+    ex = from_result(loaded, result, target)
+    found = attribution.explain(ex, tuple(dict.fromkeys((method, "rollout"))), ig_steps=max(2, steps))
+    return ExplainedClass(result, per_patch(result, found, method, target, ex.target_name, found.ig_delta),
+                          found.scores["rollout"].reshape(result.image.patch_grid))

@@ -16,30 +16,17 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from PIL import Image, ImageFilter
 
 from models.analysis import attribution
 from models.analysis.attribution import Explainable, LayerRecord
+from models.analysis.pixels import REPLACEMENTS, check_image, normalised, removed_pixels  # noqa: F401
 from models.core import hooks
 from models.families.vit.model import LoadedVision, ViTResult, loaded_dtype
-
-REPLACEMENTS = {"mean": "the data config's mean colour (grey: 0 after normalisation)",
-                "blur": "the same patch of the image blurred with σ = one patch"}
 
 
 def crop_tensor(loaded: LoadedVision, crop: np.ndarray) -> torch.Tensor:
     """The model's input ``(1, 3, H, W)`` from the uint8 crop it saw ``(H, W, 3)``."""
     return normalised(crop, loaded.data_config)
-
-
-def normalised(crop: np.ndarray, config: dict) -> torch.Tensor:
-    """``(1, 3, H, W)`` from a uint8 crop ``(H, W, 3)``: timm's ToTensor and Normalize with ``config``'s mean and std,
-    the steps of ``images.preprocess`` after the crop, so an attribution explains exactly the run's input."""
-    pixels = torch.from_numpy(np.ascontiguousarray(crop)).permute(2, 0, 1).float().div(255)
-    mean = torch.tensor(config["mean"], dtype=torch.float32).view(3, 1, 1)
-    std = torch.tensor(config["std"], dtype=torch.float32).view(3, 1, 1)
-    return pixels.sub(mean).div(std).unsqueeze(0).contiguous()
-
 
 
 def _check_plain_attention(model: torch.nn.Module) -> None:
@@ -100,22 +87,6 @@ def recording(model: torch.nn.Module):
 def baseline_pixels(loaded: LoadedVision, crop: np.ndarray, replacement: str) -> torch.Tensor:
     """The input with every patch removed (``removed_pixels``) for a loaded ViT."""
     return removed_pixels(crop, loaded.data_config, int(loaded.model.patch_embed.patch_size[0]), replacement)
-
-
-def removed_pixels(crop: np.ndarray, config: dict, patch: int, replacement: str) -> torch.Tensor:
-    """The input with every patch removed: grey (``mean``: 0 after normalisation) or blurred with σ = one ``patch``
-    (``blur``), normalised with ``config``, (1, 3, H, W)."""
-    if replacement not in REPLACEMENTS:
-        raise ValueError(f"unknown replacement {replacement!r}; choose from {', '.join(REPLACEMENTS)}")
-    if replacement == "mean":
-        return torch.zeros_like(normalised(crop, config))
-    return normalised(np.asarray(Image.fromarray(crop).filter(ImageFilter.GaussianBlur(patch))), config)
-
-
-def check_image(crop: np.ndarray) -> None:
-    if np.ptp(crop) == 0:
-        raise ValueError("the image is blank (one colour everywhere): there is nothing to attribute, and removing a "
-                         "patch changes nothing. Pick or upload an image with something in it.")
 
 
 def explainable(loaded: LoadedVision, crop: np.ndarray, target: int | None = None, replacement: str = "mean",
