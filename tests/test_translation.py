@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -256,13 +257,66 @@ def test_bad_input_gives_messages(tiny_marian):
                      translation.TranslationSettings("beam search", num_beams=1))
 
 
-def test_suggestions_for_unknown_words_of_a_mini():
-    loaded = families.load(families.spec("translation", "mini GRU + additive attention en→fr"))
+@pytest.fixture(scope="module")
+def mini_gru():
+    return families.load(families.spec("translation", "mini GRU + additive attention en→fr"))
+
+
+def test_a_mini_reads_lower_case_and_punctuation_as_its_vocabulary_spells_them(mini_gru):
+    """Issue 28: "european" is the vocabulary's "European"; "1992." is "1992" and "."; a mark the model never saw
+    ("!") is left out with a notice. The sentence the model read is the fitted one."""
+    typed = "the agreement on the european economic area was signed in august 1992."
+    result = families.run(mini_gru, TextInput(typed))
+    assert result.output.source_text == "The agreement on the European economic area was signed in August 1992."
+    assert result.output.source_words[:-1] == grammar.split_words(result.output.source_text)  # before </s>
+    assert result.output.translation == grammar.example_pair().french
+    respelled = next(n for n in result.notices if n.startswith("Read as"))
+    assert all(f"“{a}” as “{b}”" in respelled for a, b in [("the", "The"), ("european", "European"),
+                                                            ("august", "August")])
+    shouted = families.run(mini_gru, TextInput("THE COMMISSION APPROVED THE NEW REPORT!"))
+    assert shouted.output.source_text == "The commission approved the new report"  # as the grammar writes it
+    assert shouted.output.translation == "La commission a approuvé le nouveau rapport."
+    assert any("“!”" in n and "never saw" in n for n in shouted.notices)
+    with pytest.raises(ValueError, match="Nothing is left"):
+        families.run(mini_gru, TextInput("?!"))
+
+
+def test_an_unknown_word_is_named_without_its_punctuation_with_the_nearest_known_words(mini_gru):
     with pytest.raises(translation.UnknownWordsError) as caught:
-        families.run(loaded, TextInput("The comission approved THE <b>report</b>."))
-    assert caught.value.words == ["comission", "THE", "<b>report</b>."]
-    assert "commission" in caught.value.suggestions["comission"]
-    assert caught.value.suggestions["THE"][0] == "the"
+        families.run(mini_gru, TextInput("The comission approved THE report yesterday."))
+    assert caught.value.words == ["comission", "yesterday"]  # "THE" is "The"; "yesterday." is "yesterday" + "."
+    assert caught.value.suggestions["comission"][0] == "commission"
+    assert caught.value.suggestions["yesterday"] == []
+    message = str(caught.value)
+    assert "“comission” (nearest it knows: commission" in message
+    assert "“yesterday” (no word it knows is spelled alike)" in message
+    with pytest.raises(translation.UnknownWordsError) as caught:
+        families.run(mini_gru, TextInput("The councill approved <b>the</b> report."))
+    assert caught.value.words[0] == "councill" and caught.value.suggestions["councill"][0] == "council"
+
+
+def test_the_vocabulary_by_kind_is_every_word_a_mini_reads(mini_gru):
+    groups = translation.vocabulary_by_kind(mini_gru)
+    words = [w for kind in groups.values() for w in kind]
+    assert len(words) == len(set(words)) == len(translation.source_vocabulary(mini_gru))
+    assert {"nouns", "adjectives", "verbs"} <= set(groups) and "European" in groups["adjectives"]
+    # every word as listed, then each capitalised (the minis know both): all read without a change
+    for variant in (["The", *words[1:]], [w[:1].upper() + w[1:] for w in words]):
+        result = families.run(mini_gru, TextInput(" ".join(variant), 1024),
+                              translation.TranslationSettings(max_new_tokens=4))
+        assert result.output.source_text == " ".join(variant)
+        assert result.notices == ("The translation stopped at 4 tokens before the model ended it.",)
+    hub = families.load(families.spec("translation", "mini GRU, fixed context en→fr"))
+    assert translation.vocabulary_by_kind(hub) == groups  # the same grammar; a hub model has none (below)
+
+
+def test_a_subword_model_reads_the_sentence_as_typed(tiny_marian):
+    """The hub path keeps its own tokenizer: no respelling, no dropped marks (its unknown pieces are a notice)."""
+    result = families.run(tiny_marian, TextInput("the european council approved it!"),
+                          translation.TranslationSettings(max_new_tokens=4))
+    assert result.output.source_text == "the european council approved it!"
+    assert not any(n.startswith(("Read as", "Left out")) for n in result.notices)
+    assert translation.vocabulary_by_kind(tiny_marian) is None
 
 
 # --- the trained minis -------------------------------------------------------------------------------------------
@@ -444,6 +498,11 @@ def _charts(at) -> int:
     return len(at.get("vega_lite_chart")) + len(at.get("image"))
 
 
+def shown(elements) -> list[str]:
+    """The text of messages as a person reads them (``widgets.plain`` escapes Markdown with backslashes)."""
+    return [re.sub(r"\\(.)", r"\1", element.value) for element in elements]
+
+
 def chart_frames(at) -> list:
     """Every dataset of every chart the page drew, as pandas frames (read back from the charts themselves)."""
     import pyarrow as pa
@@ -531,22 +590,48 @@ def test_page_charts_are_the_models_numbers(fresh_caches, offered, bahdanau_resu
 
 @pytest.mark.parametrize("sentence, message", [
     ("   ", "Type or pick"),
-    ("<script>alert(1)</script> The council", "does not know"),
-    ("The councill approved the report.", "does not know"),
+    ("<script>alert(1)</script> The council", "does not know “script”"),
+    ("The councill approved the report.", "does not know “councill” (nearest it knows: council"),
 ])
 def test_page_bad_input_is_a_message_and_the_page_keeps_working(fresh_caches, sentence, message):
     at = _translation_page().run()
     at.text_area(key="translation_text").set_value(sentence).run()
     assert not at.exception, at.exception
-    assert any(message in e.value for e in at.error), [e.value for e in at.error]
-    if message == "does not know":
-        assert len(at.dataframe) == 1  # unknown words and suggestions, as a table (plain text)
-        table = at.dataframe[0].value
-        assert list(table.columns) == ["unknown word", "did you mean"]
-        if "councill" in sentence:
-            assert table.set_index("unknown word").loc["councill", "did you mean"].startswith("council")
+    assert any(message in e for e in shown(at.error)), shown(at.error)
+    assert not at.code  # no translation is shown
+    if "does not know" in message:
+        assert at.expander[0].proto.expanded  # the vocabulary opens, to pick from
+    if "councill" in sentence:  # the nearest known words are a click away: clicking one replaces the word
+        fix = at.pills(key="tr_fix_0")
+        assert fix.options[0] == "council"
+        fix.set_value("council").run()
+        assert at.text_area(key="translation_text").value == "The council approved the report."
+        assert not at.error and at.code[0].value == "Le conseil a approuvé le rapport."
     at.text_area(key="translation_text").set_value("The council approved the report.").run()
     assert not at.exception and not at.error
+    assert at.code[0].value == "Le conseil a approuvé le rapport."
+
+
+def test_page_vocabulary_words_are_clicked_into_the_sentence_and_lower_case_is_read(fresh_caches):
+    """Issue 28: the mini's vocabulary is clickable words (a click appends the word); lower case and punctuation
+    are read as the vocabulary spells them, with a notice saying so."""
+    at = _translation_page().run()
+    groups = {p.label: p for p in at.pills if p.key.startswith("tr_vocab_")}
+    assert {"Nouns", "Adjectives", "Verbs", "Months"} <= set(groups)
+    assert "European" in groups["Adjectives"].options
+    at.text_area(key="translation_text").set_value("the council").run()
+    at.pills(key="tr_vocab_verbs").set_value("approved").run()
+    assert at.text_area(key="translation_text").value == "the council approved"
+    assert at.pills(key="tr_vocab_verbs").value is None  # released: the same word can be added again
+    at.pills(key="tr_vocab_articles_and_small_words").set_value("the").run()
+    at.pills(key="tr_vocab_adjectives").set_value("European").run()
+    at.pills(key="tr_vocab_nouns").set_value("report").run()
+    assert at.text_area(key="translation_text").value == "the council approved the European report"
+    assert at.code[0].value == "Le conseil a approuvé le rapport européen."
+    assert any("“the” as “The”" in w for w in shown(at.warning))
+    at.text_area(key="translation_text").set_value("the european bank approved the report yesterday!").run()
+    assert any("does not know “yesterday” (no word it knows is spelled alike)" in e for e in shown(at.error))
+    assert not any("yesterday!" in e for e in shown(at.error))
 
 
 def test_page_source_limit_and_fixed_context_model(fresh_caches):

@@ -1,5 +1,7 @@
 """Translation: which source words each output word looked at (Bahdanau et al. 2015, fig. 3), step by step, and a
 Transformer's cross-attention beside a GRU's additive attention."""
+import re
+
 import pandas as pd
 import streamlit as st
 
@@ -40,23 +42,51 @@ def load(chosen):
         st.stop()
 
 
+SENTENCE = "translation_text"  # the sentence box's state (widgets.text_source with key "translation")
+
+
+def append_word(key: str) -> None:
+    """A vocabulary word clicked: added at the end of the sentence; the pill is released for the next click."""
+    if word := st.session_state.get(key):
+        st.session_state[SENTENCE] = f"{st.session_state.get(SENTENCE, '').rstrip()} {word}".lstrip()
+        st.session_state[key] = None
+
+
+def replace_word(unknown: str, key: str) -> None:
+    """A suggestion clicked: every whole-word occurrence of ``unknown`` in the sentence replaced by it."""
+    if word := st.session_state.get(key):
+        pattern = rf"(?<!\w){re.escape(unknown)}(?!\w)"
+        st.session_state[SENTENCE] = re.sub(pattern, lambda _: word, st.session_state.get(SENTENCE, ""))
+        st.session_state[key] = None
+
+
 def show_vocabulary(loaded, expanded: bool = False) -> None:
-    vocabulary = translation.source_vocabulary(loaded)
-    if vocabulary:
-        with st.expander(f"The {len(vocabulary)} English words this model knows (each also capitalised)",
-                         expanded=expanded):
-            st.text(", ".join(vocabulary))
+    """A word-level mini's vocabulary by kind, each word a pill that adds it to the sentence."""
+    groups = translation.vocabulary_by_kind(loaded)
+    if not groups:
+        return
+    total = sum(len(words) for words in groups.values())
+    with st.expander(f"The {total} English words this model knows: click one to add it to the sentence",
+                     expanded=expanded):
+        st.caption("Case does not matter (“european” is read as “European”, the first word is capitalised) and "
+                   "punctuation other than “,” and “.” is left out. Numbers in digits are always known.")
+        for kind, words in groups.items():
+            key = f"tr_vocab_{kind.replace(' ', '_')}"
+            st.pills(kind.capitalize(), words, key=key, on_change=append_word, args=(key,))
 
 
 def translate(loaded, inputs, settings):
-    """The cached run; a user mistake is shown (unknown words with suggestions) and the page stops."""
+    """The cached run; a user mistake is shown (unknown words with their nearest known words, each a click away)
+    and the page stops."""
     try:
         return resources.run(loaded, inputs, settings)
     except translation.UnknownWordsError as error:
         widgets.show_error(error)
-        st.dataframe(pd.DataFrame({"unknown word": error.words,
-                                   "did you mean": [", ".join(error.suggestions.get(w, [])) or "—"
-                                                    for w in error.words]}), hide_index=True)
+        for i, word in enumerate(error.words):
+            if close := error.suggestions.get(word):
+                key = f"tr_fix_{i}"
+                st.pills(f"Replace “{widgets.plain(word)}” with", close, key=key, on_change=replace_word,
+                         args=(word, key))
         show_vocabulary(loaded, expanded=True)
     except ValueError as error:
         widgets.show_error(error)
