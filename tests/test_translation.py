@@ -443,6 +443,40 @@ def test_decoding_step_figure_is_the_models_step(bahdanau_result):
         figures.build("decoding_step", bahdanau_result, DecodingStepOptions(99))
 
 
+@pytest.mark.parametrize("key", ["mini Transformer en→fr", "mini GRU + additive attention en→fr"])
+def test_the_step_shown_for_a_word_is_the_position_whose_distribution_chose_it(key):
+    """Issue 28, the step convention: the attention shown for output word w_t is the row of the decoder position
+    whose next-token distribution chose w_t (its input is w_{t-1}, or the start token), and the caption says so.
+    Checked against the model fed only the words before w_t: its last position's cross-attention and distribution."""
+    import transformers
+
+    from viz import figures
+    from viz.figures.translation import STEP_CONVENTION, DecodingStepOptions
+
+    loaded = families.load(families.spec("translation", key))
+    result = families.run(loaded, TextInput(BAHDANAU.english))
+    ids = torch.tensor([result.output.source_ids])
+    start = loaded.model.config.decoder_start_token_id
+    if key.startswith("mini Transformer"):  # an independent copy, eager attention, fed the prefix only
+        eager = transformers.MarianMTModel.from_pretrained(MINIS["transformer"], attn_implementation="eager").eval()
+    layer, head = (1, 2) if key.startswith("mini Transformer") else (0, 0)
+    for t in range(1, len(result.generation) + 1):
+        figure = figures.build("decoding_step", result, DecodingStepOptions(t, layer, head))
+        prefix = torch.tensor([[start, *result.output.output_ids[:t - 1]]])
+        with torch.no_grad():
+            if key.startswith("mini Transformer"):
+                out = eager(input_ids=ids, decoder_input_ids=prefix, output_attentions=True)
+                logits, row = out.logits[0, -1], out.cross_attentions[layer][0, head, -1]
+            else:
+                logits, weights = loaded.model(ids, torch.ones_like(ids), prefix)
+                logits, row = logits[0, -1], weights[0, -1]
+        chosen = result.output.output_ids[t - 1]
+        assert int(logits.argmax()) == chosen  # greedy: this distribution chose w_t
+        assert figure.payload["probability"] == pytest.approx(float(torch.softmax(logits, -1)[chosen]), abs=1e-5)
+        np.testing.assert_allclose(figure.arrays["source_attention"], row.numpy(), atol=1e-5)
+    assert STEP_CONVENTION in figure.caption
+
+
 def test_quality_figures_are_the_measured_metrics():
     import pandas as pd
 

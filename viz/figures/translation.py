@@ -87,6 +87,12 @@ def alignment(result: TranslationResult, options: AlignmentOptions) -> Figure:
                   "units": options.units})
 
 
+STEP_CONVENTION = (
+    "Step t shows one decoder position: the one whose input was the previous word (⟨start⟩ at step 1) and whose "
+    "next-word distribution chose word t. Its attention over the source and that distribution are drawn side by "
+    "side, so the bars on the left are what the model read when it picked the word on the right.")
+
+
 @dataclass(frozen=True)
 class DecodingStepOptions:
     step: int = 1  # the output token, counted from 1
@@ -120,9 +126,9 @@ def decoding_step(result: TranslationResult, options: DecodingStepOptions) -> Fi
     beams = f" (beam width {out.num_beams})" if out.num_beams > 1 else ""
     return Figure(
         _stem(result, *parts), charts=tuple(drawn),
-        caption=f"Decoding: {out.strategy}{beams}. Attention and probabilities come from one teacher-forced forward "
-                "over the final output, so they belong to the chosen hypothesis; under beam search the chosen token "
-                "need not be the most probable.",
+        caption=f"{STEP_CONVENTION} Decoding: {out.strategy}{beams}. Attention and probabilities come from one "
+                "teacher-forced forward over the final output, so they belong to the chosen hypothesis; under beam "
+                "search the chosen token need not be the most probable.",
         payload={"model": result.model.key, "source": out.source_text, "step": t, "token": chosen.token,
                  "probability": chosen.probability, **where, "source_tokens": out.source_tokens,
                  "candidates": candidates, **arrays},
