@@ -642,6 +642,13 @@ def test_page_charts_are_the_models_numbers(fresh_caches, offered, bahdanau_resu
     at.run()
     metrics = json.loads(translation.METRICS.read_text())
     pd.testing.assert_frame_equal(offered["tr_quality"].table(), pd.DataFrame(card.length_rows(metrics)))
+    # what a person reads: human names, "—" where a model has no attention, never "None" or a code name
+    summary = at.dataframe[0].value.set_index("model")
+    assert list(summary.index) == ["Transformer", "GRU + additive attention", "GRU, fixed context"]
+    assert summary.loc["GRU, fixed context", "AER (best head)"] == "—" and not summary.isna().any().any()
+    assert summary.loc["Transformer", "exact match"] == f"{100 * metrics['models']['transformer']['exact_match']:.1f}%"
+    lines = next(f for f in chart_frames(at) if "bucket" in f.columns)
+    assert set(lines["model"]) == {"Transformer", "GRU + additive attention", "GRU, fixed context"}
     grid = next(f for f in chart_frames(at) if "AER" in f.columns)
     np.testing.assert_allclose(grid.pivot(index="layer", columns="head", values="AER"),
                                metrics["models"]["transformer"]["alignment"]["per_head"])

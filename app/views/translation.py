@@ -215,10 +215,7 @@ def quality_tab():
     if not metrics:
         st.info("No measurements yet: train the minis with `python -m models.minis.translation.train`.")
         return
-    st.dataframe(pd.DataFrame(card.summary_rows(metrics)), hide_index=True, column_config={
-        "exact match": st.column_config.NumberColumn(format="percent"),
-        "AER (best head)": st.column_config.NumberColumn(format="%.3f"),
-        "AER (all heads averaged)": st.column_config.NumberColumn(format="%.3f")})
+    st.dataframe(pd.DataFrame(card.summary_rows(metrics)), hide_index=True)
     if (accuracy := widgets.figure_or_none("accuracy_by_length", None, None, loaded)) is not None:
         display.part(accuracy.chart, width="stretch")
         display.offer(accuracy, "tr_quality")
