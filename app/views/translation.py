@@ -1,12 +1,10 @@
 """Translation: which source words each output word looked at (Bahdanau et al. 2015, fig. 3), step by step, and a
 Transformer's cross-attention beside a GRU's additive attention."""
-import re
-
 import pandas as pd
 import streamlit as st
 
 from app import attention_view, display, resources, sidebar, url_state, widgets
-from app.sections import decoder_lens, faithfulness_text
+from app.sections import decoder_lens, faithfulness_text, vocabulary
 from models import families
 from models.core.inputs import TextInput
 from models.families.translation import model as translation
@@ -42,39 +40,6 @@ def load(chosen):
         st.stop()
 
 
-SENTENCE = "translation_text"  # the sentence box's state (widgets.text_source with key "translation")
-
-
-def append_word(key: str) -> None:
-    """A vocabulary word clicked: added at the end of the sentence; the pill is released for the next click."""
-    if word := st.session_state.get(key):
-        st.session_state[SENTENCE] = f"{st.session_state.get(SENTENCE, '').rstrip()} {word}".lstrip()
-        st.session_state[key] = None
-
-
-def replace_word(unknown: str, key: str) -> None:
-    """A suggestion clicked: every whole-word occurrence of ``unknown`` in the sentence replaced by it."""
-    if word := st.session_state.get(key):
-        pattern = rf"(?<!\w){re.escape(unknown)}(?!\w)"
-        st.session_state[SENTENCE] = re.sub(pattern, lambda _: word, st.session_state.get(SENTENCE, ""))
-        st.session_state[key] = None
-
-
-def show_vocabulary(loaded, expanded: bool = False) -> None:
-    """A word-level mini's vocabulary by kind, each word a pill that adds it to the sentence."""
-    groups = translation.vocabulary_by_kind(loaded)
-    if not groups:
-        return
-    total = sum(len(words) for words in groups.values())
-    with st.expander(f"The {total} English words this model knows: click one to add it to the sentence",
-                     expanded=expanded):
-        st.caption("Case does not matter (“european” is read as “European”, the first word is capitalised) and "
-                   "punctuation other than “,” and “.” is left out. Numbers in digits are always known.")
-        for kind, words in groups.items():
-            key = f"tr_vocab_{kind.replace(' ', '_')}"
-            st.pills(kind.capitalize(), words, key=key, on_change=append_word, args=(key,))
-
-
 def translate(loaded, inputs, settings):
     """The cached run; a user mistake is shown (unknown words with their nearest known words, each a click away)
     and the page stops."""
@@ -82,12 +47,8 @@ def translate(loaded, inputs, settings):
         return resources.run(loaded, inputs, settings)
     except translation.UnknownWordsError as error:
         widgets.show_error(error)
-        for i, word in enumerate(error.words):
-            if close := error.suggestions.get(word):
-                key = f"tr_fix_{i}"
-                st.pills(f"Replace “{widgets.plain(word)}” with", close, key=key, on_change=replace_word,
-                         args=(word, key))
-        show_vocabulary(loaded, expanded=True)
+        vocabulary.suggestions(error)
+        vocabulary.show(loaded, expanded=True)
     except ValueError as error:
         widgets.show_error(error)
     st.stop()
@@ -125,7 +86,7 @@ if out.reference is not None and out.reference != out.translation:
     st.warning(widgets.plain(f"The grammar's reference is “{out.reference}”: this output differs, so no gold "
                              "alignment is drawn. Where the words differ, the attention often shows why."), icon="🔍")
 widgets.show_notices(result)
-show_vocabulary(loaded)
+vocabulary.show(loaded)
 layer, head, units = head_picker(result) if "cross" in result.attention else (0, None, WORDS)
 
 
