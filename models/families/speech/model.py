@@ -299,7 +299,8 @@ def check_language(mel: np.ndarray, audio_frames: int) -> LanguageCheck:
 
 
 def not_english_notice(model_key: str, check: LanguageCheck) -> str:
-    odds = ", ".join(f"{language_name(code)} {p:.0%}" for code, p in check.probabilities[:3])
+    shown = [(code, p) for i, (code, p) in enumerate(check.probabilities[:3]) if i == 0 or p >= 0.01]
+    odds = ", ".join(f"{language_name(code)} {p:.0%}" for code, p in shown)
     return (f"This does not sound like English: {LANGUAGE_CHECKER}'s language detection hears {odds}. "
             f"{model_key} only knows English, so its transcript is English words guessed from the sounds. "
             f"The multilingual {LANGUAGE_CHECKER} transcribes {check.heard} (and can translate it into English).")
