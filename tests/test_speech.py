@@ -306,6 +306,35 @@ def test_mp3_and_ogg_decode():
 
 # --- figures, CLI and the page --------------------------------------------------------------------------------
 
+def test_the_step_shown_for_a_token_is_the_position_whose_distribution_chose_it(tiny):
+    """Issue 28, the step convention (as on the GPT and translation pages): the cross-attention shown for token t is
+    that of the decoder position whose next-token distribution chose it, checked against the decoder fed only the
+    prompt and the tokens before t (its last position), and the caption says so."""
+    from models.core.results import STEP_CONVENTION
+    from viz import figures
+    from viz.figures.speech import SpeechStepOptions
+
+    from transformers import WhisperForConditionalGeneration
+
+    result = families.run(tiny, speech.sample_input("en hello_world"), speech.SpeechSettings(check_language=False))
+    eager = WhisperForConditionalGeneration.from_pretrained(speech.converted_folder(tiny.spec),
+                                                            attn_implementation="eager").eval()
+    with torch.no_grad():
+        encoded = eager.model.encoder(torch.from_numpy(result.mel)[None]).last_hidden_state
+    out = result.output
+    for t in range(1, len(out.output_ids) + 1):
+        figure = figures.build("speech_step", result, SpeechStepOptions(t, "one", 2, 3))
+        prefix = torch.tensor([out.prompt_ids + out.output_ids[:t - 1]])
+        with torch.no_grad():
+            forward = eager(encoder_outputs=(encoded,), decoder_input_ids=prefix, output_attentions=True)
+        logits = forward.logits[0, -1].clone()
+        assert figure.payload["probability"] == pytest.approx(
+            float(torch.softmax(logits.float(), -1)[out.output_ids[t - 1]]), abs=1e-4)
+        np.testing.assert_allclose(figure.arrays["attention"],
+                                   forward.cross_attentions[2][0, 3, -1, :result.audio_frames].numpy(), atol=1e-5)
+    assert STEP_CONVENTION in figure.caption
+
+
 def test_figures_hold_the_models_numbers(fox):
     from tests.conftest import check_files
     from viz import figures

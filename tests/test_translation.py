@@ -450,8 +450,9 @@ def test_the_step_shown_for_a_word_is_the_position_whose_distribution_chose_it(k
     Checked against the model fed only the words before w_t: its last position's cross-attention and distribution."""
     import transformers
 
+    from models.core.results import STEP_CONVENTION  # one convention for the GPT, translation and speech pages
     from viz import figures
-    from viz.figures.translation import STEP_CONVENTION, DecodingStepOptions
+    from viz.figures.translation import DecodingStepOptions
 
     loaded = families.load(families.spec("translation", key))
     result = families.run(loaded, TextInput(BAHDANAU.english))

@@ -88,12 +88,6 @@ def alignment(result: TranslationResult, options: AlignmentOptions) -> Figure:
                   "units": options.units})
 
 
-STEP_CONVENTION = (
-    "Step t shows one decoder position: the one whose input was the previous word (⟨start⟩ at step 1) and whose "
-    "next-word distribution chose word t. Its attention over the source and that distribution are drawn side by "
-    "side, so the bars on the left are what the model read when it picked the word on the right.")
-
-
 @dataclass(frozen=True)
 class DecodingStepOptions:
     step: int = 1  # the output token, counted from 1
