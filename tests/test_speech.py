@@ -16,6 +16,7 @@ import torch
 from models import families
 from models.core import audio
 from models.families.speech import model as speech
+from models.families.speech import timing as word_timing
 from models.families.speech import whisper_ct2
 
 ENGLISH = [name for name in speech.samples() if name.startswith("en ")]
@@ -28,7 +29,7 @@ def tiny():
 
 @pytest.fixture(scope="module")
 def tiny_runtime(tiny):
-    return speech.ctranslate2_model(str(speech.ct2_folder(tiny.spec)))
+    return whisper_ct2.ctranslate2_model(str(whisper_ct2.ct2_folder(tiny.spec)))
 
 
 def _ct2_generate(runtime, mel: np.ndarray, prompt: list[int]):
@@ -74,7 +75,7 @@ def test_reader_reads_names_shapes_dtypes_scalars_and_aliases():
 
 def test_fused_projections_split_back_into_q_k_v(tiny):
     """The converted q, k, v of a layer, stacked again, are CTranslate2's fused matrix, float16 -> float32 exactly."""
-    source = speech.ct2_folder(tiny.spec)
+    source = whisper_ct2.ct2_folder(tiny.spec)
     _, variables = whisper_ct2.read_model_bin((source / "model.bin").read_bytes())
     layer = tiny.model.model.decoder.layers[1]
     fused = np.concatenate([layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight,
@@ -121,7 +122,7 @@ def base():
 def test_multilingual_base_detects_translates_and_times_as_ctranslate2(base):
     """The two-part package joined and converted: language detection, the English translation of a French clip and
     its word timestamps agree with the ctranslate2 runtime."""
-    runtime = speech.ctranslate2_model(str(speech.ct2_folder(base.spec)))
+    runtime = whisper_ct2.ctranslate2_model(str(whisper_ct2.ct2_folder(base.spec)))
     inputs = speech.sample_input("fr pangrama")
     result = families.run(base, inputs, speech.SpeechSettings(task="translate"))
     import ctranslate2
@@ -133,7 +134,7 @@ def test_multilingual_base_detects_translates_and_times_as_ctranslate2(base):
     theirs = _ct2_generate(runtime, result.mel, result.output.prompt_ids)
     assert result.output.output_ids[:-1] == theirs.sequences_ids[0]
     assert "whisk" in result.output.text.lower()  # "Portez ce vieux whisky au juge blond qui fume", in English
-    timing = speech.ctranslate2_alignment(base, result)
+    timing = word_timing.ctranslate2_alignment(base, result)
     assert timing["max_difference"] <= 0.2
 
 
@@ -207,7 +208,7 @@ def test_cross_attention_equals_an_eager_forward(tiny, fox):
 @pytest.mark.parametrize("name", ENGLISH)
 def test_word_timestamps_within_0_2_s_of_ctranslate2_align(tiny, name):
     result = families.run(tiny, speech.sample_input(name))
-    timing = speech.ctranslate2_alignment(tiny, result)
+    timing = word_timing.ctranslate2_alignment(tiny, result)
     assert len(timing["words"]) == len(result.words) >= 2
     assert timing["max_difference"] <= 0.2, timing
     starts = [w.start for w in result.words]
@@ -216,12 +217,12 @@ def test_word_timestamps_within_0_2_s_of_ctranslate2_align(tiny, name):
 
 def test_dtw_finds_the_diagonal_and_words_split_at_spaces(tiny):
     matrix = np.eye(4).repeat(3, axis=1)  # token i lives in frames 3i..3i+2
-    tokens, times = speech.dtw_path(matrix)
+    tokens, times = word_timing.dtw_path(matrix)
     assert tokens[0] == 0 and times[0] == 0 and tokens[-1] == 3 and times[-1] == 11
     entry = [times[np.argmax(tokens == i)] for i in range(4)]
     assert entry == [0, 3, 6, 9]
     ids = tiny.tokenizer(" Hello, wonderful world.", add_special_tokens=False)["input_ids"]
-    assert [w for w, _, _ in speech.word_groups(tiny.tokenizer, ids, "en")] == ["Hello,", "wonderful", "world."]
+    assert [w for w, _, _ in word_timing.word_groups(tiny.tokenizer, ids, "en")] == ["Hello,", "wonderful", "world."]
 
 
 # --- log-mel --------------------------------------------------------------------------------------------------
@@ -310,11 +311,11 @@ def test_the_step_shown_for_a_token_is_the_position_whose_distribution_chose_it(
     """Issue 28, the step convention (as on the GPT and translation pages): the cross-attention shown for token t is
     that of the decoder position whose next-token distribution chose it, checked against the decoder fed only the
     prompt and the tokens before t (its last position), and the caption says so."""
+    from transformers import WhisperForConditionalGeneration
+
     from models.core.results import STEP_CONVENTION
     from viz import figures
     from viz.figures.speech import SpeechStepOptions
-
-    from transformers import WhisperForConditionalGeneration
 
     result = families.run(tiny, speech.sample_input("en hello_world"), speech.SpeechSettings(check_language=False))
     eager = WhisperForConditionalGeneration.from_pretrained(speech.converted_folder(tiny.spec),

@@ -5,6 +5,7 @@ import streamlit as st
 from app import attention_view, display, url_state, widgets
 from app.sections import speech as sections
 from models import families
+from models.families.speech import language as speech_language
 from models.families.speech import model as speech
 from viz.figures.speech import SpeechCrossOptions, SpeechStepOptions
 
@@ -43,7 +44,7 @@ st.code(out.text or "(nothing heard)", language=None, wrap_lines=True)
 how = "detected" if out.language_detected else "given" if multilingual else "English-only model"
 odds = ", ".join(f"{code} {p:.0%}" for code, p in out.language_probabilities[:3])
 if (check := out.language_check) is not None:
-    odds = f"{speech.LANGUAGE_CHECKER} hears " + ", ".join(f"{code} {p:.0%}" for code, p in check.probabilities[:2])
+    odds = f"{speech_language.LANGUAGE_CHECKER} hears " + ", ".join(f"{code} {p:.0%}" for code, p in check.probabilities[:2])
 st.caption(widgets.plain(f"Language: {out.language} ({how}{': ' + odds if odds else ''}) · task: {out.task} · "
                          f"prompt: {' '.join(out.prompt_tokens)} · {len(out.output_ids)} tokens · "
                          f"{result.seconds:.1f} s of audio ({result.audio_frames} encoder frames of 20 ms)"))
@@ -54,12 +55,12 @@ for notice in result.notices:
 
 def use_multilingual() -> None:
     """The not-English warning's button: the multilingual model, the language detected from the audio."""
-    st.session_state["model_speech"] = families.spec("speech", speech.LANGUAGE_CHECKER).label
+    st.session_state["model_speech"] = families.spec("speech", speech_language.LANGUAGE_CHECKER).label
     st.session_state["sp_language"], st.session_state["sp_task"] = speech.AUTO, "transcribe"
 
 
 if check is not None and not check.english:
-    st.button(f"Switch to {speech.LANGUAGE_CHECKER} (multilingual) to transcribe {check.heard}", key="sp_switch",
+    st.button(f"Switch to {speech_language.LANGUAGE_CHECKER} (multilingual) to transcribe {check.heard}", key="sp_switch",
               icon=":material/translate:", type="primary", on_click=use_multilingual)
 
 

@@ -15,6 +15,7 @@ import pandas as pd
 from models.core.audio import SECONDS_PER_ENCODER_FRAME
 from models.core.results import STEP_CONVENTION
 from models.families.speech import model as speech
+from models.families.speech import timing
 from models.families.speech.model import SpeechResult
 from viz import export, heatmap
 from viz import speech as drawing
@@ -125,7 +126,7 @@ def speech_step(result: SpeechResult, options: SpeechStepOptions) -> Figure:
 
 
 @view("word_timestamps", "Word timestamps against CTranslate2's align()", NoOptions,
-      analysis=speech.ctranslate2_alignment)
+      analysis=timing.ctranslate2_alignment)
 def word_timestamps(comparison: dict, options: NoOptions) -> Figure:
     rows = comparison["words"]
     table = pd.DataFrame(rows)
