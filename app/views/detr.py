@@ -47,7 +47,8 @@ else:
 result = widgets.run_or_stop(loaded, inputs)
 cross = result.maps("cross")
 for state_key, limit in (("detr_layer", cross.num_layers), ("detr_query", len(result.scores))):
-    if st.session_state.get(state_key, 0) >= limit:  # another model with fewer layers or queries was picked
+    value = st.session_state.get(state_key)
+    if value is not None and not (isinstance(value, int) and 0 <= value < limit):  # another model, fewer of them
         del st.session_state[state_key]
 
 c1, c2, c3 = st.columns(3)
@@ -72,9 +73,12 @@ with queries_tab:
         display.show(figure, "detr_queries")
 with query_tab:
     order = [int(q) for q in np.argsort(-result.scores, kind="stable")]
-    query = st.selectbox("Query (most confident first)", order, key="detr_query",
-                         format_func=lambda q: f"query {q}: {result.label_names[result.labels[q]]} "
-                                               f"{result.scores[q]:.0%}")
+    # The browser sends a choice back as its label, so a label names the query alone: one that also held this
+    # image's class and score would not be found again on the next image, and the choice would come back as text.
+    query = st.selectbox("Query (most confident first)", order, key="detr_query", format_func=lambda q: f"query {q}",
+                         help="Its class and score are under the picture; 'All detections' lists every query")
+    if query not in order:  # a label from an older version of this page, kept by an open tab
+        query = order[0]
     if (figure := widgets.figure_or_none("detr_query", result, QueryOptions(query=query, layer=layer))) is not None:
         display.show(figure, "detr_query")
 with boxes_tab:
