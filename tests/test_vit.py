@@ -177,7 +177,7 @@ def test_every_view_the_family_offers_is_the_models_numbers(tiny_run):
         return view.build(view.analysis(loaded, result, options) if view.data == "analysis" else result, options)
 
     drawn = {}
-    for name in vit.FAMILY.views:
+    for name in families.get("vit").views:
         if name == "saliency":  # the packaged backbone's decoder only
             with pytest.raises(ValueError, match="no saliency decoder"):
                 build(name)
@@ -188,7 +188,7 @@ def test_every_view_the_family_offers_is_the_models_numbers(tiny_run):
             continue
         drawn[name] = build(name)
         check_files(drawn[name])
-    assert vit.FAMILY.views[0] == "cls" and set(vit.FAMILY.views) <= set(figures.VIEWS)
+    assert families.get("vit").views[0] == "cls" and set(families.get("vit").views) <= set(figures.VIEWS)
 
     # [CLS] over the patches, by default the last layer and the head average: row 0, prefix columns dropped
     cls = drawn["cls"]
