@@ -133,3 +133,28 @@ def test_a_bad_upload_is_named_and_the_page_goes_on(tiny_detr, case):
     at.radio(key="detr_input").set_value("Generated shapes").run()
     assert not at.exception and not at.error
     assert "True objects" in _captions(at) and len(at.get("image")) >= 3
+
+
+def test_default_view_finds_each_object_once(offered):
+    """The shipped mini DETR on the page's first scene, as a visitor first sees it: every query above the 50 %
+    threshold with its cross-attention (last decoder layer, average of heads), and one query per true object with
+    no non-maximum suppression, DETR's lesson (set prediction; the mini's duplicate rate: tests/test_detr.py)."""
+    import streamlit as st
+
+    from models.minis.detr_shapes import data, metrics
+
+    st.cache_resource.clear()
+    at = _page().run()
+    assert not at.exception, at.exception
+    assert [t.label for t in at.tabs][0] == "Queries and their attention"
+    assert at.slider(key="detr_layer").value == 2 and at.selectbox(key="detr_head").value == "average of heads"
+    assert at.slider(key="detr_threshold").value == 0.5
+    scene = data.page_scene(at.number_input(key="detr_seed").value)
+    detections = offered["detr_queries"].payload["detections"]
+    assert offered["detr_queries"].payload["above_threshold"] and len(detections) == len(scene.labels)
+    boxes = np.array([[d["x0"], d["y0"], d["x1"], d["y1"]] for d in detections])
+    overlap = metrics.box_iou(boxes, scene.boxes)  # (detections, objects)
+    assert sorted(overlap.argmax(1).tolist()) == list(range(len(scene.labels)))  # each object found once …
+    assert (overlap.max(1) >= 0.5).all()  # … by a box on it
+    assert sorted(d["class_id"] for d in detections) == sorted(scene.labels.tolist())
+    st.cache_resource.clear()
