@@ -7,7 +7,7 @@ import torch
 from PIL import Image
 
 from models import families
-from models.core import images
+from models.core import images, loading
 from models.core.inputs import ImageInput
 from models.core.specs import ModelSpec
 from models.families.vit import attribution as vit_attribution
@@ -134,11 +134,11 @@ def test_patch_pool_and_rank_correlation():
 def test_imagenet_classifiers_get_timm_class_names():
     in1k = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=1,
                              embed_dim=16, num_heads=2)
-    names = vit.label_names(in1k)
+    names = loading.timm_label_names(in1k)
     assert len(names) == 1000 and names[281] == "tabby, tabby cat"
     headless = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=1,
                                  embed_dim=16, num_heads=2, num_classes=0)
-    assert vit.label_names(headless) == ()
+    assert loading.timm_label_names(headless) == ()
 
 
 # --- the figures: each one's numbers are the model's ----------------------------------------------------------------

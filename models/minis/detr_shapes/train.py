@@ -12,7 +12,6 @@ model.safetensors), so the app loads it through transformers with the capture at
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -22,8 +21,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from models.minis import cli
 from models.minis.detr_shapes import data, metrics
-from models.minis.vit_shapes.train import to_tensor  # the same uint8 -> normalised tensor the shapes minis use
+from models.minis.vit_shapes.train import (
+    to_tensor,  # the same uint8 -> normalised tensor the shapes minis use
+)
 
 OUT_DIR = Path(__file__).resolve().parents[3] / "sample_data" / "detr_shapes"
 PAGE_THRESHOLD = 0.5  # the DETR page's default score threshold: duplicates are counted at it
@@ -289,20 +291,18 @@ def rewrite_card(out_dir: Path = OUT_DIR) -> None:
     write_card(out_dir, config, saved)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--max-steps", type=int, default=Config.max_steps)
-    parser.add_argument("--max-minutes", type=float, default=Config.max_minutes)
-    parser.add_argument("--out", type=Path, default=OUT_DIR)
-    parser.add_argument("--init", type=Path, help="go on from the model saved in this folder (its metrics.json too)")
-    parser.add_argument("--eos-coefficient", type=float, default=Config.eos_coefficient,
-                        help="weight of 'no object' in the class loss")
-    parser.add_argument("--class-cost", type=int, default=Config.class_cost,
-                        help="weight of the class term in the matching cost")
-    parser.add_argument("--lr", type=float, default=Config.lr)
-    parser.add_argument("--warmup-steps", type=int, default=Config.warmup_steps)
-    args = parser.parse_args()
-    train(Config(max_steps=args.max_steps, max_minutes=args.max_minutes, eos_coefficient=args.eos_coefficient,
+def main(argv: list[str] | None = None) -> None:
+    def extra(parser):
+        parser.add_argument("--init", type=Path, help="go on from the model saved in this folder (its metrics.json too)")
+        parser.add_argument("--eos-coefficient", type=float, default=Config.eos_coefficient,
+                            help="weight of 'no object' in the class loss")
+        parser.add_argument("--class-cost", type=int, default=Config.class_cost,
+                            help="weight of the class term in the matching cost")
+        parser.add_argument("--lr", type=float, default=Config.lr)
+        parser.add_argument("--warmup-steps", type=int, default=Config.warmup_steps)
+
+    args = cli.parse(__doc__, argv, OUT_DIR, Config.max_steps, Config.max_minutes, measure=False, extra=extra)
+    train(Config(max_steps=args.steps, max_minutes=args.minutes, eos_coefficient=args.eos_coefficient,
                  class_cost=args.class_cost, lr=args.lr, warmup_steps=args.warmup_steps), args.out, init=args.init)
 
 
