@@ -99,3 +99,14 @@ def test_norms_figure_lists_every_patch_highest_first(runs):
     check_files(figure)
     quiet = figures.build("patch_norms", runs["coffee"])
     assert "No patch's norm is an outlier" in quiet.caption and quiet.payload["high_norm_patches"] == []
+
+
+def test_the_pages_charts_keep_their_own_size(runs):
+    """Streamlit draws a chart without an autosize of its own with "fit": title, axes and legend squeezed into the
+    chart's width × height, which flattened the 200 px prefix chart and clipped its title (issue 28). The ViT charts
+    carry "pad": the plot keeps its size and the decorations go around it."""
+    from viz.figures.vit import PrefixOptions
+
+    for name, options in (("cls_prefix", PrefixOptions()), ("patch_norms", None), ("distance", None)):
+        spec = figures.build(name, runs["cat"], options).chart.to_dict()
+        assert spec["autosize"] == {"type": "pad", "contains": "padding"}, name

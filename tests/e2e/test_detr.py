@@ -19,7 +19,7 @@ def _png(width: int = 120, height: int = 90) -> bytes:
 def test_an_uploaded_png_draws_its_detections(page, app_url, tmp_path):
     open_page(page, app_url, "detr", timeout_s=300)
     assert_healthy(page)
-    page.get_by_role("tab", name="One query, head by head").click()  # the query chooser is drawn with this scene's labels
+    page.get_by_role("tab", name="One query, head by head").click()  # the query chooser drawn for this scene
     wait_until_idle(page)
     page.get_by_text("Photo or your image", exact=True).click()
     wait_until_idle(page)

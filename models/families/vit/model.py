@@ -233,13 +233,13 @@ def run(loaded: LoadedVision, inputs: ImageInput, options: None = None) -> ViTRe
 # +0.53 (mean 0.49); layer 11 −0.21, +0.51, +0.50, +0.48 (mean 0.32); layers 8 and 9 are worse on the cat. With
 # registers (vit_small_patch14_reg4_dinov2) the registers take that role, so the last layer is the default there.
 OPENING_LAYERS = {
-    "vit_small_patch14_dinov2": (-2, "It opens on layer {layer} of 0–{last}, not the last: in the last layer this "
-                                     "model (DINOv2 ViT-S, no registers) sends its [CLS] attention to a few "
-                                     "background patches at the image border (head 3 to the high-norm patches "
-                                     "outlined in white, the other heads to a corner), while layer {layer} looks at "
-                                     "the object (the cat's eyes and nose). Measured against the package's saliency "
-                                     "decoder on the four sample photos: Spearman ρ 0.49 on average for layer "
-                                     "{layer}, 0.32 for the last layer (−0.21 on the cat)."),
+    "vit_small_patch14_dinov2": (-2, "It opens on layer {layer} of 0–{last}, not the last. In its last layer this "
+                                     "model (DINOv2 ViT-S, no registers) sends much of its [CLS] attention to "
+                                     "background at the image border (on the cat photo: head 3 to the high-norm "
+                                     "patches outlined in white, the other heads to a corner), while layer {layer} "
+                                     "looks at the object (the cat's eyes and nose). Measured against the package's "
+                                     "saliency decoder on the four sample photos: Spearman ρ 0.49 on average for "
+                                     "layer {layer}, 0.32 for the last layer (−0.21 on the cat)."),
 }
 
 

@@ -293,7 +293,8 @@ def rewrite_card(out_dir: Path = OUT_DIR) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     def extra(parser):
-        parser.add_argument("--init", type=Path, help="go on from the model saved in this folder (its metrics.json too)")
+        parser.add_argument("--init", type=Path,
+                            help="go on from the model saved in this folder (its metrics.json too)")
         parser.add_argument("--eos-coefficient", type=float, default=Config.eos_coefficient,
                             help="weight of 'no object' in the class loss")
         parser.add_argument("--class-cost", type=int, default=Config.class_cost,
