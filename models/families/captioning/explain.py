@@ -30,7 +30,7 @@ from models.analysis import attribution, faithfulness, rollout
 from models.analysis.attribution import Explainable, Explanations
 from models.core import capture
 from models.families.captioning import model as captioning
-from models.families.causal_lm.explain import eager_weights
+from models.analysis.records import eager_weights
 
 METHODS = {
     "raw_attention": "raw attention (the word's map as drawn)",

@@ -19,41 +19,32 @@ they draw attention whatever the word, so the page marks them and can leave them
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from models.core import capture
+from models.core import capture, hooks
 from models.core.results import RecomputedAttention
 from models.families.captioning import geometry
 
 SINK_RATIO = 10.0  # an image token is a sink when its largest |activation| is this many times the image tokens' median
 DEFAULT_INSTRUCTION = "Describe this image in one sentence."
 
-_CALL: contextvars.ContextVar[object | None] = contextvars.ContextVar("captioning_hook_call", default=None)
-
 
 @contextlib.contextmanager
 def first_output(module: torch.nn.Module):
-    """The output (first tensor, detached, on the CPU) of ``module``'s first forward in *this* call: a forward hook
-    that acts only while this context is the caller's (a ContextVar guard, so another session's forward through the
-    same cached model is ignored), removed in ``finally``. Yields a list that holds it once the forward ran."""
-    marker = object()
+    """The output (first tensor, detached, on the CPU) of ``module``'s first forward in this call: a hook installed
+    through ``models.core.hooks`` (it acts only for the forwards of this ``with`` block, never for another session's
+    forward through the same cached model, and is removed on exit). Yields a list that holds it once the forward ran."""
     kept: list[torch.Tensor] = []
 
     def keep(mod, args, output) -> None:  # returns None: the output is unchanged
-        if _CALL.get() is marker and not kept:
-            kept.append((output[0] if isinstance(output, tuple) else output).detach().float().cpu())
+        if not kept:
+            kept.append(hooks.hidden_of(output).detach().float().cpu())
 
-    handle = module.register_forward_hook(keep)
-    token = _CALL.set(marker)
-    try:
+    with hooks.installed(hooks.after(module, keep)):
         yield kept
-    finally:
-        _CALL.reset(token)
-        handle.remove()
 
 
 # --- what the model is -----------------------------------------------------------------------------------------
