@@ -59,6 +59,17 @@ def pointing_line(summary: dict, what: str) -> str:
     return line + "."
 
 
+def _stopped(m: dict) -> str:
+    """What the card says of weights that are a stopped run's checkpoint, not its end."""
+    stopped = m.get("stopped_at")
+    if not stopped:
+        return ""
+    train = m.get("train", {})
+    return (f" **These weights are a checkpoint**: the run was set for {train.get('steps', 0):,} steps or "
+            f"{train.get('minutes', 0):g} CPU minutes and was stopped after its save at step {stopped['step']:,}, "
+            f"its learning rate still {_percent(stopped['learning_rate_left'])} of its peak (not annealed).")
+
+
 def command(m: dict) -> str:
     """The training command that made this model, from what its metrics recorded."""
     train = m.get("train", {})
@@ -102,7 +113,7 @@ def card_text(m: dict) -> str:
          f"{m.get('steps', 0):,} steps ({m.get('images_seen', 0):,} captions) drawn from a pool of "
          f"{train.get('pool_size', '?'):,} scenes renewed by {train.get('pool_fresh', '?')} every step, each "
          f"through one of the square's 8 symmetries; **{minutes:.1f} CPU minutes on one thread** ({wall:.1f} min "
-         "wall clock on a machine shared with other jobs)."),
+         "wall clock on a machine shared with other jobs)." + _stopped(m)),
         "",
         f"## Measured on {m['test_scenes']:,} held-out scenes (a separate random stream)",
         "",
@@ -116,7 +127,9 @@ def card_text(m: dict) -> str:
         "  - " + pointing_line(m["pointing"]["nouns"], "Nouns (shape words)"),
         "  - " + pointing_line(m["pointing"]["colours"], "Colour words"),
         "",
-        f"Reproduce: `{command(m)}` (seed 0; results vary slightly with the hardware's floating-point order"
+        f"Reproduce: `{command(m)}` ("
+        + (f"stopped after its step-{m['stopped_at']['step']:,} checkpoint; " if m.get("stopped_at") else "")
+        + "seed 0; results vary slightly with the hardware's floating-point order"
         + ("; the vision tower's encoder–decoder checkpoint is the `checkpoint_every` save of a run of that command "
            "for the encoder–decoder" if "vision_tower" in m else "") + "). Licence: the weights are this project's; "
         "the photo backgrounds are CC0 / public domain (`sample_data/images/LICENSES`).",

@@ -8,7 +8,13 @@ Each model trains on batches drawn from a pool of generated scenes renewed a lit
 first half, for a number of optimiser steps or a budget of CPU minutes of its one thread, whichever ends first; the
 learning rate (warm-up, cosine) follows the larger of the two fractions done, so a slow machine still anneals. The
 decoder-only model's vision tower is the encoder–decoder's trained ViT, frozen, as LLaVA keeps its pretrained CLIP
-encoder. Weights are saved every ``checkpoint_every`` steps, so a run that is cut off still leaves a model.
+encoder. Weights are saved every ``checkpoint_every`` steps, so a run that is cut off still leaves a model; measure
+it with the run's log, which the card needs for its steps and times:
+
+    python -m models.minis.captioning.train --models encoder-decoder --measure-only --checkpoint-log RUN.log
+
+The shared flags (``--steps``, ``--minutes``, ``--out``, ``--measure-only``, ``--threads``) are
+``models/minis/cli.py``'s.
 
 Writes ``sample_data/captioning/<model>/``: the weights (transformers' ``save_pretrained`` for the two Transformers,
 config.json + model.safetensors for Show, Attend and Tell), the shared word-level tokenizer, ``metrics.json`` (every
@@ -16,9 +22,9 @@ number of the card) and ``card.md``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
+import re
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -27,6 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from models.minis import cli
 from models.minis.captioning import architectures, card, metrics, scenes, vocabulary
 from models.minis.captioning.show_attend_tell import (
     ShowAttendTell,
@@ -57,6 +64,8 @@ class Config:
 
 
 STEPS = {"show-attend-tell": 8000, "encoder-decoder": 8000, "decoder-only": 6000}
+LOG_LINE = re.compile(r"(?P<model>[a-z-]+) step (?P<step>\d+): loss (?P<loss>[\d.]+), (?P<cpu>[\d.]+) CPU s, "
+                      r"(?P<wall>[\d.]+) wall s")  # what ``train_one`` prints every 100 steps
 
 
 def build(name: str, out: Path, vision_from: Path | None = None, train_vision: bool = False):
@@ -204,21 +213,46 @@ def measure(name: str, model, config: Config) -> dict:
     return metrics.evaluate(model, name, test, validation)
 
 
+def checkpoint_run(log: Path, name: str, config: Config) -> dict:
+    """The run behind the weights a stopped training left: its last ``checkpoint_every`` save, read from the lines the
+    run printed (``<model> step N: loss L, C CPU s, W wall s``). Those weights are step N's, before the learning rate
+    had decayed (``stopped_at`` says so on the card)."""
+    saved = None
+    for found in LOG_LINE.finditer(log.read_text()):
+        if found["model"] == name and int(found["step"]) % config.checkpoint_every == 0:
+            saved = found
+    if saved is None:
+        raise SystemExit(f"{log}: no checkpoint of {name} in this log (saves every {config.checkpoint_every} steps)")
+    step = int(saved["step"])
+    return {"steps": step, "images_seen": step * config.batch_size, "train_cpu_seconds": float(saved["cpu"]),
+            "train_wall_seconds": float(saved["wall"]), "final_loss": float(saved["loss"]), "train": asdict(config),
+            "stopped_at": {"step": step, "learning_rate_left": round(learning_rate_left(config, step,
+                                                                                        float(saved["cpu"])), 3)}}
+
+
+def learning_rate_left(config: Config, step: int, cpu_seconds: float) -> float:
+    """The learning rate's share of its peak at ``step`` (past the warm-up): the cosine of the larger fraction done."""
+    done = min(1.0, max(step / config.steps, cpu_seconds / 60 / config.minutes))
+    return min(1.0, (step + 1) / config.warmup_steps) * 0.5 * (1 + math.cos(math.pi * done))
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", choices=architectures.ARCHITECTURES,
-                        default=list(architectures.ARCHITECTURES))
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--steps", type=int, default=None, help=f"optimiser steps per model (default {STEPS})")
-    parser.add_argument("--minutes", type=float, default=Config.minutes, help="cap per model in CPU minutes")
-    parser.add_argument("--test-scenes", type=int, default=Config.test_scenes)
-    parser.add_argument("--measure-only", action="store_true", help="measure the saved models without training")
-    parser.add_argument("--vision-from", type=Path, default=None,
-                        help="decoder-only: the encoder–decoder folder its vision tower comes from (default: OUT's)")
-    parser.add_argument("--train-vision", action="store_true",
-                        help="decoder-only: train the vision tower too (default: frozen, as LLaVA)")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
+    def own(parser):
+        parser.add_argument("--models", nargs="+", choices=architectures.ARCHITECTURES,
+                            default=list(architectures.ARCHITECTURES))
+        parser.add_argument("--test-scenes", type=int, default=Config.test_scenes)
+        parser.add_argument("--vision-from", type=Path, default=None,
+                            help="decoder-only: the encoder–decoder folder its vision tower comes from (default: "
+                                 "--out's)")
+        parser.add_argument("--train-vision", action="store_true",
+                            help="decoder-only: train the vision tower too (default: frozen, as LLaVA)")
+        parser.add_argument("--checkpoint-log", type=Path, default=None,
+                            help="with --measure-only: the log of the stopped run whose checkpoint is in --out (its "
+                                 "steps, times and loss go on the card; --steps and --minutes: that run's)")
+
+    args = cli.parse(__doc__, argv, OUT, None, Config.minutes, extra=own)  # --steps: each model's own (STEPS)
+    if args.checkpoint_log and not args.measure_only:
+        raise SystemExit("--checkpoint-log measures a stopped run's checkpoint: give --measure-only too")
     for name in args.models:
         config = replace(Config(), steps=args.steps or STEPS[name], minutes=args.minutes,
                          test_scenes=args.test_scenes)
@@ -226,8 +260,11 @@ def main(argv: list[str] | None = None) -> None:
         previous = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").is_file() else {}
         if args.measure_only:
             model = load_saved(name, folder)
-            run = {k: previous[k] for k in ("steps", "images_seen", "train_cpu_seconds", "train_wall_seconds",
-                                            "final_loss", "train", "vision_tower", "runs") if k in previous}
+            if args.checkpoint_log:
+                run = checkpoint_run(args.checkpoint_log, name, config)
+            else:
+                run = {k: previous[k] for k in ("steps", "images_seen", "train_cpu_seconds", "train_wall_seconds",
+                                                "final_loss", "train", "vision_tower", "stopped_at") if k in previous}
         else:
             model, run = train_one(name, config, args.out, vision_from=args.vision_from,
                                    train_vision=args.train_vision)
