@@ -118,7 +118,10 @@ def query_row(result: RunResult, kind: str, layer: int, head: int | None, key: s
                             help="Whose attention to list: click a cell or double-click a pixel above, or type it.")
     figure = widgets.figure_or_none("query_row", result, RowOptions(kind, layer, head, int(query)))
     if figure is not None:
-        display.show(figure, f"{key}_row")
+        display.show(figure, f"{key}_row", downloads=False)
+        st.dataframe(figure.table, hide_index=True, key=f"{key}_row_table",
+                     column_config={"weight": st.column_config.NumberColumn(format="%.4f")})
+        display.offer(figure, f"{key}_row")
 
 
 def _apply_row_pick(key: str, n_q: int) -> None:

@@ -367,13 +367,18 @@ def _tile_pass_torch(scores: Scores, heads: list[int], query_edges: torch.Tensor
             if counts is None:  # a mask given whole: count its cells
                 seen = scores.visible(torch.arange(r0, r1, device=device), torch.arange(lo, hi, device=device))
                 counts = _along_last(seen.float(), cols, "sum")
+            # the query tiles this chunk's rows fall in (one or two): only their lines of the output are touched
+            first_tile = int(torch.searchsorted(query_edges, r0, right=True)) - 1
+            last_tile = int(torch.searchsorted(query_edges, r1 - 1, right=True))
+            rows = rows[first_tile:last_tile]
             for target, values, reduce in ((maximum, by_col_max, "max"), (total, by_col_sum, "sum"),
                                            (visible, counts, "sum")):
-                by_tile = _along_last(values.transpose(1, 2).contiguous(), rows, reduce).transpose(1, 2)  # (B,TQ,TK)
+                by_tile = _along_last(values.transpose(1, 2), rows, reduce).transpose(1, 2)  # (B, tiles here, TK)
+                lines = target[:, slot, first_tile:last_tile]
                 if reduce == "max":
-                    torch.maximum(target[:, slot], by_tile, out=target[:, slot])
+                    torch.maximum(lines, by_tile, out=lines)
                 else:
-                    target[:, slot].add_(by_tile)
+                    lines.add_(by_tile)
     return TilePass(query_edges, key_edges, maximum, total, visible, row_max)
 
 
@@ -386,6 +391,8 @@ def _along_last(values: torch.Tensor, lengths: torch.Tensor, reduce: str) -> tor
     """``values (..., n)`` reduced over consecutive segments of ``lengths (T,)`` (summing to n) -> ``(..., T)``; an
     empty segment gives 0 (weights are never negative)."""
     lengths = lengths.expand(*values.shape[:-1], -1).contiguous()
+    if not values.is_contiguous() or values.stride()[-1] != 1:  # segment_reduce reads rows with stride 1 (a
+        values = values.new_empty(values.shape).copy_(values)  # transposed (…, 1) passes is_contiguous: not this)
     return torch.segment_reduce(values, reduce, lengths=lengths, axis=values.dim() - 1, initial=0.0)
 
 

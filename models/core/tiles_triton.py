@@ -55,7 +55,8 @@ def _row_kernel(Q, K, BIAS, KEY_START, KEY_STOP, HEADS, LSE, ROW_MAX, PS, PD,
                 stride_ob, stride_oh,
                 n_queries, head_dim, n_outputs, group, row_start, row_stop, scale_log2, offset, window,
                 CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_BIAS: tl.constexpr, STATISTICS: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
+                UPCAST: tl.constexpr):
     block = tl.program_id(0)
     b = tl.program_id(1) // n_outputs
     slot = tl.program_id(1) % n_outputs
@@ -69,6 +70,8 @@ def _row_kernel(Q, K, BIAS, KEY_START, KEY_STOP, HEADS, LSE, ROW_MAX, PS, PD,
     # 64-bit offsets: rows × stride passes 2³¹ for a large model at 131,072 tokens
     q = tl.load(Q + b.to(tl.int64) * stride_qb + head.to(tl.int64) * stride_qh + rows.to(tl.int64)[:, None] * stride_qm
                 + dims[None, :] * stride_qd, mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
     key_start = tl.load(KEY_START + b)
     key_stop = tl.load(KEY_STOP + b)
     last_row = tl.minimum(first_row + BLOCK_M, row_stop) - 1
@@ -88,6 +91,8 @@ def _row_kernel(Q, K, BIAS, KEY_START, KEY_STOP, HEADS, LSE, ROW_MAX, PS, PD,
         k = tl.load(K + b.to(tl.int64) * stride_kb + kv_head.to(tl.int64) * stride_kh
                     + cols.to(tl.int64)[:, None] * stride_kn + dims[None, :] * stride_kd,
                     mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
+        if UPCAST:
+            k = k.to(tl.float32)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2  # (BLOCK_M, BLOCK_N), base 2
         relative = cols[None, :] - rows[:, None]
         if HAS_BIAS:
@@ -131,7 +136,8 @@ def _tile_kernel(Q, K, BIAS, KEY_START, KEY_STOP, HEADS, LSE, QUERY_EDGES, KEY_E
                  n_queries, head_dim, n_outputs, per_output, n_key_tiles, group, lse_start, window_start,
                  scale_log2, offset, window,
                  CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_BIAS: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
+                 UPCAST: tl.constexpr):
     tile_q = tl.program_id(0)
     b = tl.program_id(1) // n_outputs
     slot = tl.program_id(1) % n_outputs
@@ -179,6 +185,9 @@ def _tile_kernel(Q, K, BIAS, KEY_START, KEY_STOP, HEADS, LSE, QUERY_EDGES, KEY_E
                         k = tl.load(K + b.to(tl.int64) * stride_kb + (head // group).to(tl.int64) * stride_kh
                                     + cols.to(tl.int64)[:, None] * stride_kn + dims[None, :] * stride_kd,
                                     mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
+                        if UPCAST:
+                            q = q.to(tl.float32)
+                            k = k.to(tl.float32)
                         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2
                         if HAS_BIAS:
                             s += tl.load(BIAS + b * stride_bb + head * stride_bh + (relative + n_queries - 1)
@@ -212,8 +221,12 @@ def kernels(interpret: bool) -> tuple:
 
 def _blocks(scores: Scores) -> dict:
     head_dim = scores.query.shape[-1]
-    precision = "ieee" if scores.query.dtype == torch.float32 else "tf32"  # fp32 q/k: exact products, no TF32
-    return {"BLOCK_D": max(16, triton.next_power_of_2(head_dim)), "PRECISION": precision}
+    # Triton's interpreter multiplies bfloat16 blocks wrongly (numpy has no bfloat16): there the blocks are cast to
+    # float32 first (exact: every bfloat16 is a float32), and the products are the same as the GPU's, which
+    # accumulates bfloat16 products in float32
+    upcast = scores.device.type == "cpu" and scores.query.dtype == torch.bfloat16
+    precision = "ieee" if scores.query.dtype == torch.float32 or upcast else "tf32"  # fp32 q/k: exact, no TF32
+    return {"BLOCK_D": max(16, triton.next_power_of_2(head_dim)), "PRECISION": precision, "UPCAST": upcast}
 
 
 def _common(scores: Scores) -> tuple:
