@@ -100,9 +100,8 @@ def head_heatmap(result: RunResult, kind: str, layer: int, head: int | None, key
                                                             origin=(queries[0], keys[0]), pick="pick"),
                                 on_select="rerun", key=f"{key}_level_brush", width="content")
                 st.caption(level.caption + " Drag to zoom further; double-click to open a row.")
-        if st.button("Whole map", key=f"{key}_unzoom", help="Show the whole input again on the right"):
-            st.session_state[f"{key}_zoom_q"], st.session_state[f"{key}_zoom_k"] = (0, n_q - 1), (0, n_k - 1)
-            st.rerun()
+        st.button("Whole map", key=f"{key}_unzoom", help="Show the whole input again on the right",
+                  on_click=_zoom_to, args=(key, (0, n_q - 1), (0, n_k - 1)))
     display.offer(figure, key)
     query_row(result, kind, layer, head, key, n_q, queries)
 
@@ -136,6 +135,11 @@ def _apply_row_pick(key: str, n_q: int) -> None:
             if st.session_state.get(f"{source}_row_last") != picked:
                 st.session_state[f"{source}_row_last"] = picked
                 st.session_state[f"{key}_row"] = picked
+
+
+def _zoom_to(key: str, queries: tuple[int, int], keys: tuple[int, int]) -> None:
+    """Set the window (before the sliders are drawn: a button's callback)."""
+    st.session_state[f"{key}_zoom_q"], st.session_state[f"{key}_zoom_k"] = queries, keys
 
 
 def _zoom_ranges(key: str, n_q: int, n_k: int, limit: int) -> tuple[tuple[int, int], tuple[int, int]]:

@@ -191,10 +191,10 @@ def test_a_long_prompt_shows_an_overview_cells_and_a_query_rows_top_keys(patched
     at.number_input(key="gpt_row").set_value(5).run()
     top = _top_keys(at)
     assert not at.exception and len(top) == 6 and set(top["key position"]) == set(range(6))  # row 5 sees 0..5
-    at.session_state["gpt_zoom_q"], at.session_state["gpt_zoom_k"] = (0, 399), (0, 399)  # the whole map: a level
-    at.run()
+    at.button(key="gpt_unzoom").click().run()  # the whole map on the right: a level of the pyramid
     assert not at.exception, at.exception
-    assert any("each pixel" in c.value or "cell by cell" in c.value for c in at.caption)
+    assert at.slider(key="gpt_zoom_q").value == (0, 511)
+    assert any(c.value.startswith("queries 0–511, keys 0–511") for c in at.caption)
 
 
 # --- caches bounded in bytes -------------------------------------------------------------------------------------------

@@ -112,11 +112,23 @@ def test_the_pytorch_path_equals_the_float64_reference(arguments, query_edges, k
     check_backend(case(**arguments), "torch", query_edges, key_edges)
 
 
-@pytest.mark.parametrize("arguments, query_edges, key_edges", GRID[:1] + GRID[2:5])
-def test_the_triton_kernels_equal_the_float64_reference_in_the_interpreter(arguments, query_edges, key_edges,
-                                                                           monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")  # CPU tensors through Triton's interpreter: the kernels' own logic
-    check_backend(case(**arguments), "triton", query_edges, key_edges)
+INTERPRETED = GRID[:1] + GRID[2:5]  # the interpreter runs a program at a time in Python: a few cases, small
+
+
+def test_the_triton_kernels_equal_the_float64_reference_in_the_interpreter():
+    """CPU tensors through Triton's interpreter: the kernels' own logic (masks, online softmax, tiles), in a fresh
+    process with ``TRITON_INTERPRET=1`` set before Triton is imported (its library of reductions is interpreted only
+    then; a process that imported Triton before, as the rest of the suite may, cannot run the interpreter)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-m", "tests.test_tiles"], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    assert done.stdout.strip().splitlines()[-1] == f"{len(INTERPRETED)} cases equal the reference"
 
 
 @needs_cuda
@@ -171,3 +183,12 @@ def test_pyramid_levels_are_powers_of_two_that_fit():
     assert tiles.pyramid_tile(900, 900) == 1 and tiles.pyramid_tile(901, 900) == 2
     assert tiles.pyramid_tile(8192, 640) == 16
     assert tiles.uniform_edges(5, 20, 8) == [5, 13, 20]
+
+
+if __name__ == "__main__":  # the interpreter's cases, run by the test above in a process of their own
+    import os
+
+    assert os.environ.get("TRITON_INTERPRET") == "1", "run with TRITON_INTERPRET=1"
+    for arguments, query_edges, key_edges in INTERPRETED:
+        check_backend(case(**arguments), "triton", query_edges, key_edges)
+    print(f"{len(INTERPRETED)} cases equal the reference")

@@ -72,7 +72,7 @@ def head(result: RunResult, options: HeadOptions) -> Figure:
         overview = maps.tiles(layer, options.head, tile=tile)
         image, vmax = heatmap.tiles_image(overview, options.statistic, options.scheme, heatmap.OVERVIEW_PX)
         which = "largest" if options.statistic == "maximum" else "mean"
-        caption = (f"{title}: all {n_q:,} × {n_k:,}"
+        caption = (f"{title}: all {n_q} × {n_k}"
                    + (f" (each pixel the {which} weight of {tile} × {tile} cells)" if tile > 1 else "")
                    + f". Colours saturate at {vmax:.3f} (the median of each query's largest weight"
                    + (", or the 99th percentile of the block means" if options.statistic == "mean" else "")
