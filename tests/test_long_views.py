@@ -191,6 +191,8 @@ def test_a_long_prompt_shows_an_overview_cells_and_a_query_rows_top_keys(patched
     at.number_input(key="gpt_row").set_value(5).run()
     top = _top_keys(at)
     assert not at.exception and len(top) == 6 and set(top["key position"]) == set(range(6))  # row 5 sees 0..5
+    at.radio(key="gpt_pixels").set_value("mean").run()  # each pixel a block's mean instead of its maximum
+    assert not at.exception and any("99th percentile of the block means" in c.value for c in at.caption)
     at.button(key="gpt_unzoom").click().run()  # the whole map on the right: a level of the pyramid
     assert not at.exception, at.exception
     assert at.slider(key="gpt_zoom_q").value == (0, 511)
