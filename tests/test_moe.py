@@ -373,7 +373,6 @@ def test_code_line_heuristic_agrees_with_the_generator():
 
 # --- the mini ---------------------------------------------------------------------------------------------------
 
-@pytest.mark.skipif(not (MINI / "model.safetensors").exists(), reason="mini MoE not trained")
 def test_the_mini_loads_routes_and_has_its_card():
     assert (MINI / "model.safetensors").stat().st_size < 20 * 2**20
     spec = next(s for s in families.specs("moe") if s.source == "mini")
@@ -565,7 +564,6 @@ def test_a_model_without_experts_is_refused_when_it_loads(tiny_folders, monkeypa
 
 # --- the command line (the page's offline mini, as a user runs it) ---------------------------------------------------
 
-@pytest.mark.skipif(not (MINI / "model.safetensors").exists(), reason="mini MoE not trained")
 def test_cli_default_view_writes_the_minis_routing(tmp_path, capsys):
     from app import cli
     assert cli.main(["--page", "moe", "--out", str(tmp_path), "--format", "png,csv,json,npz"]) == 0

@@ -349,7 +349,7 @@ def test_every_view_draws_the_models_numbers(model, tiny_result):
     from viz import figures
 
     result, pixels = tiny_result
-    built = {name: figures.build(name, result) for name in swin.FAMILY.views
+    built = {name: figures.build(name, result) for name in families.get("swin").views
              if figures.get(name).data != "analysis"}  # explanations: tests/test_faithfulness_swin.py
     for figure in built.values():
         assert "json" in check_files(figure)  # python -m app.cli --format png,json works for every view

@@ -30,7 +30,7 @@ from models.core import audio as audio_lib
 from models.core import capture, loading, text
 from models.core.inputs import AudioInput
 from models.core.loading import LoadedModel, Progress
-from models.core.results import GenerationStep, RunResult, TokenProbability
+from models.core.results import GenerationStep, RunResult
 from models.core.specs import ModelSpec
 
 TASKS = ("transcribe", "translate")

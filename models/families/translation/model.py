@@ -35,7 +35,6 @@ from models.core.results import (
     GenerationStep,
     RunResult,
     StoredAttention,
-    TokenProbability,
 )
 from models.core.specs import ModelSpec
 

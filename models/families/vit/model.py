@@ -115,31 +115,7 @@ def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
         decoder = loading.finish(decoder, device, dtype)
     progress("Ready", 1.0)
     return LoadedVision(spec, model, None, device, dtype, capture=capture_timm.CAPTURE_DESCRIPTION,
-                        notes=tuple(notes), data_config=config, label_names=label_names(model), decoder=decoder)
-
-
-def label_names(model: torch.nn.Module) -> tuple[str, ...]:
-    """Human-readable class names, one per output: the checkpoint's own, ImageNet's (from timm), or "class i"."""
-    import timm.data
-
-    classes = int(getattr(model, "num_classes", 0) or 0)
-    if classes == 0:
-        return ()
-    cfg = dict(getattr(model, "pretrained_cfg", {}) or {})
-    names = cfg.get("label_names")
-    if names:
-        described = cfg.get("label_descriptions") or {}
-        names = [described.get(n, n) for n in (names.values() if isinstance(names, dict) else names)]
-        if len(names) == classes:
-            return tuple(str(n) for n in names)
-    subset = timm.data.infer_imagenet_subset(model)
-    if subset:
-        info = timm.data.ImageNetInfo(subset)
-        offset = int(cfg.get("label_offset") or 0)
-        descriptions = ["background"] * offset + list(info.label_descriptions())
-        if len(descriptions) == classes:
-            return tuple(descriptions)
-    return tuple(f"class {i}" for i in range(classes))
+                        notes=tuple(notes), data_config=config, label_names=loading.timm_label_names(model), decoder=decoder)
 
 
 # --- running -------------------------------------------------------------------------------------------------------

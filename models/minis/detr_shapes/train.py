@@ -12,7 +12,6 @@ model.safetensors), so the app loads it through transformers with the capture at
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -22,8 +21,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from models.minis import cli
 from models.minis.detr_shapes import data, metrics
-from models.minis.vit_shapes.train import to_tensor  # the same uint8 -> normalised tensor the shapes minis use
+from models.minis.vit_shapes.train import (
+    to_tensor,  # the same uint8 -> normalised tensor the shapes minis use
+)
 
 OUT_DIR = Path(__file__).resolve().parents[3] / "sample_data" / "detr_shapes"
 
@@ -268,14 +270,12 @@ def rewrite_card(out_dir: Path = OUT_DIR) -> None:
     write_card(out_dir, config, saved)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--max-steps", type=int, default=Config.max_steps)
-    parser.add_argument("--max-minutes", type=float, default=Config.max_minutes)
-    parser.add_argument("--out", type=Path, default=OUT_DIR)
-    parser.add_argument("--init", type=Path, help="go on from the model saved in this folder (its metrics.json too)")
-    args = parser.parse_args()
-    train(Config(max_steps=args.max_steps, max_minutes=args.max_minutes), args.out, init=args.init)
+def main(argv: list[str] | None = None) -> None:
+    def init(parser):
+        parser.add_argument("--init", type=Path, help="go on from the model saved in this folder (its metrics.json too)")
+
+    args = cli.parse(__doc__, argv, OUT_DIR, Config.max_steps, Config.max_minutes, measure=False, extra=init)
+    train(Config(max_steps=args.steps, max_minutes=args.minutes), args.out, init=args.init)
 
 
 if __name__ == "__main__":
