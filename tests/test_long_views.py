@@ -123,7 +123,8 @@ def test_a_view_at_16384_tokens_allocates_far_less_than_the_map():
     generator = torch.Generator().manual_seed(0)
     maps = RecomputedAttention(
         "self", [str(i) for i in range(n)], [str(i) for i in range(n)],
-        queries=[torch.randn(2, n, d, generator=generator).half()], keys=[torch.randn(1, n, d, generator=generator).half()],
+        queries=[torch.randn(2, n, d, generator=generator).half()],
+        keys=[torch.randn(1, n, d, generator=generator).half()],
         scalings=[d ** -0.5], allowed_masks=[CausalMask(n, n)], mask_index=[0])
     assert maps.streams
     whole_map = n * n * 4  # 1 GiB in float32
@@ -199,7 +200,7 @@ def test_a_long_prompt_shows_an_overview_cells_and_a_query_rows_top_keys(patched
     assert any(c.value.startswith("queries 0–511, keys 0–511") for c in at.caption)
 
 
-# --- caches bounded in bytes -------------------------------------------------------------------------------------------
+# --- caches bounded in bytes ----------------------------------------------------------------------------------------
 
 class _Held:
     def __init__(self, run_id: str, nbytes: int, device: str = "cuda:0"):

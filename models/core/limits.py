@@ -97,7 +97,8 @@ def tokens_that_fit(free_bytes: int, bytes_per_token: int, share: float = 0.8) -
 
 def summary() -> dict[str, int]:
     """Every limit by name, for the docs and the tests."""
-    return {"MAX_TOKENS": MAX_TOKENS, "MAX_TOKENS_GPU": MAX_TOKENS_GPU, "DEFAULT_TOKENS": DEFAULT_TOKENS, "MAX_CHARACTERS": MAX_CHARACTERS,
+    return {"MAX_TOKENS": MAX_TOKENS, "MAX_TOKENS_GPU": MAX_TOKENS_GPU, "DEFAULT_TOKENS": DEFAULT_TOKENS,
+            "MAX_CHARACTERS": MAX_CHARACTERS,
             "MAX_NEW_TOKENS": MAX_NEW_TOKENS, "MAX_IMAGE_PIXELS": MAX_IMAGE_PIXELS, "MAX_IMAGE_SIDE": MAX_IMAGE_SIDE,
             "MAX_UPLOAD_BYTES": MAX_UPLOAD_BYTES, "MAX_UPLOAD_BYTES_PER_SESSION": MAX_UPLOAD_BYTES_PER_SESSION,
             "MAX_UPLOADS_PER_SESSION": MAX_UPLOADS_PER_SESSION}

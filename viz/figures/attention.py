@@ -106,7 +106,8 @@ def _tiles_frame(tiles) -> pd.DataFrame:
     rows, cols = np.meshgrid(np.arange(tiles.shape[0]), np.arange(tiles.shape[1]), indexing="ij")
     return pd.DataFrame({"first query": tiles.query_edges[:-1][rows.ravel()],
                          "last query": tiles.query_edges[1:][rows.ravel()] - 1,
-                         "first key": tiles.key_edges[:-1][cols.ravel()], "last key": tiles.key_edges[1:][cols.ravel()] - 1,
+                         "first key": tiles.key_edges[:-1][cols.ravel()],
+                         "last key": tiles.key_edges[1:][cols.ravel()] - 1,
                          "maximum": tiles.maximum.ravel(), "mean": tiles.mean.ravel(),
                          "visible": tiles.visible.ravel()})
 
