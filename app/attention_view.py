@@ -52,6 +52,7 @@ def layer_head_picker(maps: AttentionMaps, key: str) -> tuple[int, int | None]:
 
 
 STATISTICS = {"maximum": "largest weight", "mean": "mean weight"}
+FOCUS_CHOICES = 4096  # beyond this many tokens the focus tab's query is typed, not picked from a list
 
 
 def head_heatmap(result: RunResult, kind: str, layer: int, head: int | None, key: str, scheme: str) -> None:
@@ -216,8 +217,13 @@ def model_view(result: RunResult, kind: str, layer: int, head: int | None, key: 
 def token_focus(result: RunResult, kind: str, layer: int, head: int | None, key: str) -> None:
     """Pick a query token and see its attention over the keys."""
     labels = heatmap.token_labels(result.maps(kind).tokens_in(layer)[0])
-    position = st.selectbox("Query token", range(len(labels)), index=len(labels) - 1,
-                            format_func=lambda i: f"{i}: {labels[i]}", key=f"{key}_focus")
+    if len(labels) > FOCUS_CHOICES:  # a list of 100,000 options would be megabytes sent to every rerun
+        if not 0 <= st.session_state.get(f"{key}_focus_position", -1) < len(labels):
+            st.session_state[f"{key}_focus_position"] = len(labels) - 1
+        position = int(st.number_input("Query token (position)", 0, len(labels) - 1, key=f"{key}_focus_position"))
+    else:
+        position = st.selectbox("Query token", range(len(labels)), index=len(labels) - 1,
+                                format_func=lambda i: f"{i}: {labels[i]}", key=f"{key}_focus")
     figure = widgets.figure_or_none("focus", result, FocusOptions(kind, layer, head, position))
     if figure is not None:
         display.show(figure, f"{key}_focus", downloads=False)

@@ -18,7 +18,8 @@ that Triton's kernels are compiled before anything is timed):
   that fits 900 px, block maxima), its image, and the default 64 × 64 cells at the end of the text;
   ``row_topk_s``: one query row's exact weights and its top 20 keys; ``layer_thumbnails_s``: every head of one layer
   reduced to 64 × 64 thumbnails; ``all_heads_statistics_s``: the heads table's statistics of every head of every
-  layer (``None`` when skipped: ``--cpu-statistics-max-n``).
+  layer (``None`` when skipped: ``--cpu-statistics-max-n``). Each with ``…_cpu_s``, the process's CPU seconds (on a
+  shared machine the wall time counts other jobs' turns; CPU seconds / threads approximates a quiet machine's).
 - ``extra_device_mb``: our run's peak memory above the baseline's on the device (GPU: ``max_memory_allocated``; CPU:
   peak RSS), against the bytes of q/k kept (``qk_mb``); ``host_growth_mb``: host memory (RSS) still held after our
   run while its result lives, above the level before it (on the CPU this is where q/k live).
@@ -104,11 +105,16 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+CPU_SECONDS: dict[str, float] = {}  # the process's CPU time of the last ``_timed`` call (a loaded machine's wall time
+# counts the other jobs' turns; CPU seconds / threads is what a quiet machine's wall time would be, near enough)
+
+
 def _timed(fn, device: str):
     _sync(device)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     value = fn()
     _sync(device)
+    CPU_SECONDS["last"] = time.process_time() - cpu
     return time.perf_counter() - started, value
 
 
@@ -142,9 +148,14 @@ def _views(result, device: str, statistics: bool) -> dict:
         return [{name: v.cpu() for name, v in tiles.head_statistics(maps.scores(layer)).items()}
                 for layer in range(maps.num_layers)]
 
-    out = {"first_view_s": _timed(first_view, device)[0], "row_topk_s": _timed(row_topk, device)[0],
-           "layer_thumbnails_s": _timed(thumbnails, device)[0],
-           "all_heads_statistics_s": _timed(all_statistics, device)[0] if statistics else None}
+    out = {}
+    for name, fn in (("first_view", first_view), ("row_topk", row_topk), ("layer_thumbnails", thumbnails),
+                     ("all_heads_statistics", all_statistics)):
+        if name == "all_heads_statistics" and not statistics:
+            out[f"{name}_s"] = out[f"{name}_cpu_s"] = None
+            continue
+        out[f"{name}_s"] = _timed(fn, device)[0]
+        out[f"{name}_cpu_s"] = CPU_SECONDS["last"]
     assert head_analysis.STATISTICS  # the same statistics the heads table shows
     return out
 
@@ -209,7 +220,7 @@ def task_long_context(job: dict) -> dict:
     tokens = len(loaded.tokenizer(text)["input_ids"][:n])
     row = {"case": "long_context", "n": tokens, "device": device, "model": loaded.spec.key, "dtype": str(dtype),
            "threads": torch.get_num_threads()}
-    ours_samples, base_samples = [], []
+    ours_samples, base_samples, ours_cpu, base_cpu = [], [], [], []
     with_baseline = job["baseline"]
     for repeat in range(job["repeats"] if with_baseline else 1):
         order = (("ours", ours), ("baseline", baseline)) if repeat % 2 else (("baseline", baseline), ("ours", ours))
@@ -218,6 +229,7 @@ def task_long_context(job: dict) -> dict:
                 continue
             elapsed, result = _timed(lambda fn=fn: fn(text), device)
             (ours_samples if name == "ours" else base_samples).append(elapsed)
+            (ours_cpu if name == "ours" else base_cpu).append(CPU_SECONDS["last"])
             del result
     # memory, each side once more: the device peak above the start, and what the host holds after ours
     if device.startswith("cuda"):
@@ -240,6 +252,7 @@ def task_long_context(job: dict) -> dict:
     else:
         row["ours_s"], row["baseline_s"], row["ratio"] = ours_samples[0], None, None
     row["ours_samples"], row["baseline_samples"] = ours_samples, base_samples
+    row["ours_cpu_s"], row["baseline_cpu_s"] = ours_cpu, base_cpu  # process CPU seconds of each sample
     row["load_1min"] = os.getloadavg()[0]
     row["ok"] = _targets_met(row, device)
     return row
