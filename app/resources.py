@@ -179,9 +179,14 @@ class _Store:
         return dropped
 
     def evict_one(self, device: str) -> bool:
-        """Drop the least recently used entry holding memory on ``device``; False when none does."""
+        """Drop the least recently used entry holding memory on ``device`` ("cuda" is any CUDA device's entry, as
+        a model loaded on "cuda" holds "cuda:0"); False when none does."""
+        def on_device(held: dict) -> bool:
+            return any(nbytes > 0 and (name == device or (":" not in device and name.split(":")[0] == device))
+                       for name, nbytes in held.items())
+
         with self._lock:
-            victim = next((key for key, (_, held, _, _) in self._entries.items() if held.get(device, 0) > 0), None)
+            victim = next((key for key, (_, held, _, _) in self._entries.items() if on_device(held)), None)
             value = None if victim is None else self._entries.pop(victim)[0]
         if victim is not None:
             self.on_evict(victim, value)

@@ -223,7 +223,8 @@ def test_the_run_cache_is_bounded_by_the_bytes_its_runs_hold_and_drops_what_came
     store.get(("b",), lambda: pytest.fail("b is cached"))
     store.get(("host",), lambda: _Held("host", 1000, "cpu"))  # no bound on the host here: keeps the GPU's runs
     assert forgotten == ["a"]
-    assert store.evict_one("cuda:0") and forgotten == ["a", "c"]  # least recently used on that device: c, not b
+    assert store.evict_one("cuda") and forgotten == ["a", "c"]  # least recently used there: c, not b ("cuda" is
+    assert not store.evict_one("mps")  # any CUDA device's, as a model loaded on "cuda" holds "cuda:0")
     figures = resources._Store(max_entries=8)
     figures.get(("head", "b"), lambda: "figure of b", tag="b")
     figures.get(("head", "x"), lambda: "figure of x", tag="x")
