@@ -308,3 +308,13 @@ def test_on_a_gpu_q_and_k_stay_there_in_the_models_dtype_and_the_views_equal_the
     np.testing.assert_allclose(found[0], expected[0], atol=1e-5)
     for name in expected[1]:
         np.testing.assert_allclose(found[1][name], expected[1][name], atol=1e-4, err_msg=name)
+
+
+def test_a_key_in_context_reads_as_the_text_and_stays_plain_text():
+    from viz.figures.long_inputs import in_context
+
+    labels = ["Mrs", "D", "urs", "ley", "of", "number", "four", "↵", "<b>"]
+    pieces = (" Mrs", " D", "urs", "ley", " of", " number", " four", "\n", "<b>")
+    assert in_context(labels, 2, 3, pieces) == "Mrs D⟦urs⟧ley of number …"
+    assert in_context(labels, 6, 2, pieces) == "… of number ⟦four⟧↵<b>"  # a line break as its marker
+    assert in_context(labels, 2, 2) == "Mrs D ⟦urs⟧ ley of …"  # no pieces (an encoder's keys): labels and spaces

@@ -719,6 +719,9 @@ class TextResult(RunResult):
     # tokens only the last ``causal_lm.RESIDUAL_WINDOW`` positions are kept and the lens re-runs other windows
     residual_start: int = 0
     token_ids: tuple[int, ...] = ()  # the prompt's ids as the model saw them (causal LM prompt runs), for re-runs
+    # each token's own decoded text, leading spaces kept (causal LM prompt runs): a token shown in context reads as
+    # the text did; () when not kept
+    pieces: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     def __post_init__(self):
         if self.residual is not None:

@@ -35,6 +35,13 @@ def display_token(text: str) -> str:
     return visible_text(text[1:] if text.startswith(" ") else text)
 
 
+def token_pieces(tokenizer, ids) -> tuple[str, ...]:
+    """Each token's own text as the tokenizer decodes it, leading spaces kept: joined, a stretch of them reads as the
+    text did ("Mrs Dursley of number four"), where display labels would read "Mrs D urs ley of number four"."""
+    pieces = {i: tokenizer.decode([i]) for i in set(map(int, ids))}  # each distinct id decoded once
+    return tuple(pieces[int(i)] for i in ids)
+
+
 def display_tokens(tokenizer, ids) -> list[str]:
     labels = {i: display_token(tokenizer.decode([i])) for i in set(map(int, ids))}  # each distinct id decoded once
     return [labels[int(i)] for i in ids]

@@ -74,11 +74,21 @@ class RowOptions:
     context: int = 6  # tokens shown on each side of a key
 
 
-def in_context(tokens: list[str], position: int, context: int) -> str:
-    """Key ``position`` among its neighbours, marked: ``… the cat ⟦sat⟧ on the …`` (tokens are plain text)."""
+def in_context(tokens: list[str], position: int, context: int, pieces: tuple[str, ...] = ()) -> str:
+    """Key ``position`` among its neighbours, marked: ``… the cat ⟦sat⟧ on the …``. With ``pieces`` (each token's
+    decoded text, leading spaces kept) they are joined as the text was; else the labels are joined by spaces.
+    Plain text either way (line breaks and invisible characters shown as markers)."""
+    from models.core.text import visible_text
+
     first, last = max(0, position - context), min(len(tokens), position + context + 1)
-    words = [f"⟦{tokens[i]}⟧" if i == position else tokens[i] for i in range(first, last)]
-    return ("… " if first > 0 else "") + " ".join(words) + (" …" if last < len(tokens) else "")
+    if len(pieces) == len(tokens):
+        key = pieces[position]
+        lead = key[:len(key) - len(key.lstrip(" "))]
+        text = "".join(pieces[first:position]) + lead + f"⟦{key.strip(' ')}⟧" + "".join(pieces[position + 1:last])
+        text = visible_text(text.strip(" "))
+    else:
+        text = " ".join(f"⟦{tokens[i]}⟧" if i == position else tokens[i] for i in range(first, last))
+    return ("… " if first > 0 else "") + text + (" …" if last < len(tokens) else "")
 
 
 @view("query_row", "One query: its top keys in context", RowOptions)
@@ -95,11 +105,12 @@ def query_row(result: RunResult, options: RowOptions) -> Figure:
     if not 1 <= options.top <= 1000:
         raise ValueError(f"top must be between 1 and 1,000 keys, not {options.top}")
     row, allowed = maps.row(layer, options.head, query), maps.row_allowed(layer, query)
+    pieces = getattr(result, "pieces", ()) if maps.kind == "self" else ()  # the keys are the result's tokens
     order = np.argsort(-np.where(allowed, row, -1.0), kind="stable")[:min(options.top, int(allowed.sum()))]
     top = pd.DataFrame({
         "rank": np.arange(1, len(order) + 1), "key position": order, "key": [key_tokens[i] for i in order],
         "weight": row[order].astype(float),
-        "in context": [in_context(key_tokens, int(i), options.context) for i in order]})
+        "in context": [in_context(key_tokens, int(i), options.context, pieces) for i in order]})
     label = heatmap.token_labels(query_tokens)[query]
     bars = alt.Chart(top).mark_bar().encode(
         y=alt.Y("rank:O", title=None, axis=alt.Axis(labelExpr="''")),  # the key's text is data, never an expression

@@ -162,7 +162,7 @@ def run(loaded: LoadedModel, inputs: TextInput, options: GenerationSettings | No
     return TextResult(model=loaded.info(), tokens=tokens, attention={"self": maps}, input_name=inputs.name,
                       next_token=_top(probabilities[-1], loaded.tokenizer, top_k), notices=tokenized.notices,
                       prompt_length=len(tokens), residual=residual, residual_start=start,
-                      token_ids=tuple(tokenized.ids))
+                      token_ids=tuple(tokenized.ids), pieces=text.token_pieces(loaded.tokenizer, tokenized.ids))
 
 
 def generate(loaded: LoadedModel, inputs: TextInput, settings: GenerationSettings, candidates: int = 5) -> TextResult:
