@@ -4,6 +4,12 @@ values live in the URL's query string (``st.query_params``), so a copied link re
 On the first run of a session the URL's values are copied into the widgets' state (``restore``); afterwards every
 run writes the state back (``publish``). Values from a URL are untrusted: the coercers below refuse what a widget
 could not take, which leaves that widget at its default. Uploads are never put in a link.
+
+``restore`` also keeps a page's widgets showing what the page uses after a run that stopped early (``stopped_early``,
+called by ``widgets.stop``): Streamlit keeps the values of widgets such a run did not draw, but the browser forgets
+those widgets, and draws them again at their defaults while the page goes on using the kept values (issue 28: the
+controls said layer 0, the figure drew layer 18). A value set through session state is sent with its widget, so the
+run after a stop sets each kept value again.
 """
 from __future__ import annotations
 
@@ -13,6 +19,23 @@ from typing import Callable
 import streamlit as st
 
 MAX_URL_TEXT = 1500  # longer inputs are not put in the URL (browsers and chat apps cut long links)
+_STOPS = "_url_state_stops"  # how many runs of this session stopped before drawing every widget
+
+
+def stopped_early() -> None:
+    """Note that this run stops before the page's later widgets are drawn (``widgets.stop``)."""
+    st.session_state[_STOPS] = st.session_state.get(_STOPS, 0) + 1
+
+
+def _resend_after_stop(keys: list[str], marker: str) -> None:
+    """Once after each early stop: set the kept values of ``keys`` again, so the widgets drawn afresh show them."""
+    stops = st.session_state.get(_STOPS, 0)
+    if st.session_state.get(marker + "_stops", 0) == stops:
+        return
+    st.session_state[marker + "_stops"] = stops
+    for key in keys:
+        if key in st.session_state:
+            st.session_state[key] = st.session_state[key]
 
 
 def restore(keys: list[str], coerce: dict[str, Callable] | None = None, names: dict[str, str] | None = None) -> None:
@@ -22,8 +45,10 @@ def restore(keys: list[str], coerce: dict[str, Callable] | None = None, names: d
     names = names or {}
     marker = "_restored_" + "|".join(names.get(key, key) for key in keys)
     if st.session_state.get(marker):
+        _resend_after_stop(keys, marker)
         return
     st.session_state[marker] = True
+    st.session_state[marker + "_stops"] = st.session_state.get(_STOPS, 0)
     coerce = coerce or {}
     for key in keys:
         name = names.get(key, key)

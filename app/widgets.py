@@ -3,10 +3,11 @@ presets and upload, token limit, model card, notices."""
 from __future__ import annotations
 
 import re
+from typing import NoReturn
 
 import streamlit as st
 
-from app import resources, sidebar
+from app import resources, sidebar, url_state
 from models import families
 from models.core import limits, text
 from models.core.loading import LoadedModel
@@ -33,6 +34,13 @@ def plain(text: str) -> str:
     return _MARKDOWN_PUNCTUATION.sub(r"\\\1", unlinked)
 
 
+def stop() -> NoReturn:
+    """``st.stop()``, noting that the widgets after this point were not drawn (see ``url_state.stopped_early``): the
+    next run sends their kept values again, so they show what the page uses."""
+    url_state.stopped_early()
+    st.stop()
+
+
 def show_error(error: Exception | str) -> None:
     """A user-facing error as plain text: no HTML and no Markdown from the message (it may echo user input)."""
     st.error(plain(str(error)), icon="⚠️")
@@ -51,7 +59,7 @@ def model_picker(family: str) -> ModelSpec:
                               placeholder="e.g. gpt2 or ~/models/my-model")
     if not typed.strip():
         st.info("Type a hub id or a local folder in the sidebar, or pick one of the listed models.")
-        st.stop()
+        stop()
     return families.custom(family, typed)
 
 
@@ -62,7 +70,7 @@ def load_or_stop(spec: ModelSpec) -> LoadedModel:
         return resources.load(spec, device, dtype)
     except ValueError as error:
         show_error(error)
-        st.stop()
+        stop()
 
 
 def run_or_stop(loaded: LoadedModel, inputs, options=None) -> RunResult:
@@ -72,7 +80,7 @@ def run_or_stop(loaded: LoadedModel, inputs, options=None) -> RunResult:
         return resources.run(loaded, inputs, options)
     except ValueError as error:
         show_error(error)
-        st.stop()
+        stop()
 
 
 def figure_or_none(name: str, result: RunResult | None = None, options=None,

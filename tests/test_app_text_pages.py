@@ -1,6 +1,8 @@
 """AppTest of the GPT and encoder pages with the loader patched to tiny models: no exception, charts present."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -121,3 +123,52 @@ def test_gpt_page_long_input_shows_the_overview_and_zooms_cell_by_cell(patched_l
     np.testing.assert_allclose(heatmap_weights(at), maps.head(0, 0)[10:41, 0:31], atol=1e-6)
     at.selectbox(key="gpt_head").set_value("head 3").run()
     np.testing.assert_allclose(heatmap_weights(at), maps.head(0, 3)[10:41, 0:31], atol=1e-6)
+
+
+def head_chart_title(at: AppTest) -> str:
+    """The title of the page's one-head heatmap ("layer 1, head 3"), read from the chart's own spec."""
+    chart = next(c for c in at.get("vega_lite_chart") if '"mark": {"type": "rect"}' in c.proto.spec)
+    return json.loads(chart.proto.spec)["title"]
+
+
+def browser_shows(widget, mounted_before: bool):
+    """What a browser displays in ``widget``: one it already had shows its own value (AppTest's ``value``); one it
+    draws afresh (it was not on the page after the previous run) shows the value the server sent with it
+    (``set_value``), else its default. A selectbox's default is an index into its options."""
+    if mounted_before or widget.proto.set_value:
+        return widget.value
+    if widget.type == "selectbox":
+        return widget.options[widget.proto.default] if widget.proto.HasField("default") else None
+    return type(widget.value)(widget.proto.default[0])
+
+
+def test_gpt_layer_and_head_controls_show_the_head_the_figure_draws(patched_loader):
+    """Issue 28: open a link to layer 1 head 3, clear the prompt (the page stops before drawing the controls), type
+    a sentence: the controls drawn afresh showed layer 0 / average of heads while the figure still drew layer 1,
+    head 3 (Streamlit kept the values on the server, the browser had forgotten the widgets). After every step, the
+    heatmap's title is the head the controls show."""
+    at = _page("gpt")
+    at.query_params.update({"gpt_layer": "1", "gpt_head": "head 3"})
+    at.run()
+    assert not at.exception, at.exception
+
+    def agree(mounted_before: bool) -> None:
+        layer = browser_shows(at.slider(key="gpt_layer"), mounted_before)
+        head = browser_shows(at.selectbox(key="gpt_head"), mounted_before)
+        assert head_chart_title(at) == f"layer {layer}, {head}", (layer, head)
+
+    agree(mounted_before=False)  # first draw: the link's head
+    assert head_chart_title(at) == "layer 1, head 3"
+    at.text_area(key="gpt_text").set_value("").run()
+    assert any("Type a prompt" in info.value for info in at.info)
+    assert not [s for s in at.slider if s.key == "gpt_layer"]  # the page stopped before the controls
+    at.text_area(key="gpt_text").set_value("The cat sat on the mat because it was warm.").run()
+    assert not at.exception, at.exception
+    agree(mounted_before=False)  # drawn afresh after the stopped run
+    assert head_chart_title(at) == "layer 1, head 3"  # the chosen head survives the empty prompt
+    at.slider(key="gpt_layer").set_value(0).run()
+    agree(mounted_before=True)
+    assert head_chart_title(at) == "layer 0, head 3"
+    at.selectbox(key="gpt_head").set_value("average of heads").run()
+    agree(mounted_before=True)
+    assert head_chart_title(at) == "layer 0, average of heads"

@@ -24,7 +24,7 @@ loaded = widgets.load_or_stop(spec)
 sentence = widgets.text_source(PRESETS, key="encoder", label="Sentence")
 if not sentence.strip():
     st.info("Type a sentence above, pick a sample, or upload a .txt file.")
-    st.stop()
+    widgets.stop()
 
 result = widgets.run_or_stop(loaded, TextInput(sentence, max_tokens))
 widgets.show_notices(result)

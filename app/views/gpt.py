@@ -3,13 +3,12 @@ import streamlit as st
 
 from app import attention_view, display, presentation, url_state, widgets
 from app.sections import compare as compare_section
-from app.sections import decoding_penalties, generation
+from app.sections import generation
 from app.sections import faithfulness as faithfulness_section
 from app.sections import knockout as knockout_section
 from app.sections import patching as patching_section
 from models.core.inputs import TextInput
 from viz.figures.ablation import AblationOptions
-from viz.figures.attention import StepOptions
 from viz.figures.lens import LensOptions
 
 PRESETS = {
@@ -37,7 +36,7 @@ loaded = widgets.load_or_stop(spec)
 prompt = widgets.text_source(PRESETS, key="gpt", label="Prompt")
 if not prompt.strip():
     st.info("Type a prompt above, pick a sample, or upload a .txt file.")
-    st.stop()
+    widgets.stop()
 inputs = TextInput(prompt, max_tokens)
 
 # the lens tab runs only when open (on_change="rerun"): a new prompt does not pay for unembedding every layer
@@ -114,22 +113,4 @@ if faithfulness_tab.open:  # every explanation of the next token and its deletio
         url_state.publish(SHARED)
 
 with generate_tab:
-    if (settings := generation.form()) is None:
-        st.info("Choose the decoding settings and press Generate.")
-        st.stop()
-    with st.spinner("Generating…"):
-        generated = widgets.run_or_stop(loaded, inputs, settings)
-    widgets.show_notices(generated)
-    st.text(prompt + generated.generated_text)  # plain text: never markup
-    if not generated.generation:
-        st.info("Nothing was generated (the model ended the text at once).")
-        st.stop()
-    step = generation.step_slider(len(generated.generation))
-    layer, head = attention_view.layer_head_picker(generated.maps("self"), key="gpt_gen")
-    url_state.publish(SHARED)
-    if (figure := widgets.figure_or_none("generation_step", generated, StepOptions(layer, head, step))) is not None:
-        for column, chart in zip(st.columns([3, 2]), figure.charts):  # where it looked, wider than its candidates
-            with column:
-                display.part(chart, figure.width)
-        st.caption(figure.caption)
-    decoding_penalties.show(generated, loaded)
+    generation.show(loaded, inputs, prompt)
