@@ -386,7 +386,7 @@ def run(loaded: LoadedModel, inputs: AudioInput, options: SpeechSettings | None 
     }
     probabilities_per_step = torch.softmax(logits[first:first + len(produced)].float(), dim=-1).cpu()
     steps = tuple(GenerationStep(t, output_tokens[t], float(probabilities_per_step[t, token]),
-                                 _top(probabilities_per_step[t], tokenizer, settings.candidates))
+                                 _top(probabilities_per_step[t], tokenizer, settings.candidates), query=t)
                   for t, token in enumerate(produced))
     vocab = vocabulary(loaded)
     notices = list(clip.notes)

@@ -345,7 +345,7 @@ def run(loaded: LoadedModel, inputs: TextInput, options: TranslationSettings | N
                                                      [weights[0].float().cpu().numpy()[None]])
     probabilities = torch.softmax(logits.float(), dim=-1).cpu()  # (steps, vocab)
     steps = tuple(GenerationStep(t, output_tokens[t], float(probabilities[t, token]),
-                                 _top(probabilities[t], tokenizer, settings.candidates))
+                                 _top(probabilities[t], tokenizer, settings.candidates), query=t)
                   for t, token in enumerate(produced))
 
     source_groups, source_words, special_source = _words(tokenizer, source_ids)
