@@ -172,3 +172,13 @@ def test_gpt_layer_and_head_controls_show_the_head_the_figure_draws(patched_load
     at.selectbox(key="gpt_head").set_value("average of heads").run()
     agree(mounted_before=True)
     assert head_chart_title(at) == "layer 0, average of heads"
+
+
+def test_grey_cells_are_explained_only_where_something_is_masked(patched_loader):
+    """Issue 28: the encoder's heatmap said "Grey cells are masked" under a map where nothing is masked."""
+    encoder = _page("encoder").run()
+    assert not encoder.exception, encoder.exception
+    captions = " ".join(c.value for c in encoder.caption)
+    assert "Rows: the token doing the attending" in captions and "Grey cells" not in captions
+    gpt = _page("gpt").run()
+    assert "Grey cells are masked" in " ".join(c.value for c in gpt.caption)  # the causal mask

@@ -18,7 +18,13 @@ from viz import export, heatmap
 from viz.figure import Figure, NoOptions, view
 
 ROWS_COLUMNS = ("Rows: the token doing the attending (query). Columns: the tokens it attends to (keys). Each row "
-                "sums to 1. Grey cells are masked (the model could not look there).")
+                "sums to 1.")
+MASKED = "Grey cells are masked (the model could not look there)."
+
+
+def rows_columns(allowed: np.ndarray) -> str:
+    """How to read a heatmap; the grey cells explained only when the map has some (a causal or padding mask)."""
+    return ROWS_COLUMNS + (" " + MASKED if not np.all(allowed) else "")
 
 
 def head_label(head: int | None) -> str:
@@ -53,7 +59,7 @@ def head(result: RunResult, options: HeadOptions) -> Figure:
     query_tokens, key_tokens = maps.tokens_in(layer)
     title = f"layer {layer}, {'average of heads' if options.head is None else f'head {options.head}'}"
     chart = image = None
-    caption = ROWS_COLUMNS
+    caption = rows_columns(allowed)
     if max(weights.shape) <= heatmap.MAX_CHART_TOKENS:
         chart = heatmap.attention_chart(weights, query_tokens, key_tokens, allowed, title, options.scheme)
     else:
@@ -61,7 +67,8 @@ def head(result: RunResult, options: HeadOptions) -> Figure:
         shrink = -(-max(weights.shape) // heatmap.OVERVIEW_PX)
         caption = (f"{title}: all {weights.shape[0]} × {weights.shape[1]}"
                    + (f" (each pixel the largest of {shrink} × {shrink} cells)" if shrink > 1 else "")
-                   + f". Colours saturate at {vmax:.3f} (the median of each query's largest weight). " + ROWS_COLUMNS)
+                   + f". Colours saturate at {vmax:.3f} (the median of each query's largest weight). "
+                   + rows_columns(allowed))
     return Figure(
         _stem(result, maps.kind, f"layer {layer}", f"head {name}"), chart=chart, image=image, caption=caption,
         table=lambda: export.matrix_frame(weights, query_tokens, key_tokens),
