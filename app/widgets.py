@@ -101,14 +101,14 @@ def token_limit(default: int = text.DEFAULT_MAX_TOKENS) -> int:
 
 
 def text_source(presets: dict[str, str], key: str, label: str = "Text", height: int = 100) -> str:
-    """Presets to click, a text box, and a .txt upload; returns the text to run (may be empty)."""
-    state_key = f"{key}_text"
+    """Presets to click, a text box, and a .txt upload; returns the text to run (may be empty).
+
+    A preset's button stays highlighted only while the text is that preset: typing over it or uploading a file
+    clears it (the button is drawn after the upload is read, in a slot above it)."""
+    state_key, pill_key, last_key = f"{key}_text", f"{key}_preset", f"{key}_last_preset"
     if state_key not in st.session_state:
         st.session_state[state_key] = next(iter(presets.values()))
-    chosen = st.pills("Samples", list(presets), key=f"{key}_preset", label_visibility="collapsed")
-    if chosen and st.session_state.get(f"{key}_last_preset") != chosen:
-        st.session_state[state_key] = presets[chosen]
-    st.session_state[f"{key}_last_preset"] = chosen
+    slot = st.container()
     upload = st.file_uploader("…or upload a .txt file (UTF-8)", type=["txt"], key=f"{key}_upload")
     if upload is not None and st.session_state.get(f"{key}_last_upload") != upload.file_id:
         st.session_state[f"{key}_last_upload"] = upload.file_id
@@ -116,6 +116,13 @@ def text_source(presets: dict[str, str], key: str, label: str = "Text", height: 
             st.session_state[state_key] = text.decode_upload(upload.getvalue())
         except ValueError as error:
             show_error(error)
+    chosen = st.session_state.get(pill_key)
+    if chosen and chosen != st.session_state.get(last_key):  # a click: load that preset
+        st.session_state[state_key] = presets.get(chosen, st.session_state[state_key])
+    elif chosen and st.session_state.get(state_key) != presets.get(chosen):  # its text was replaced
+        st.session_state[pill_key] = chosen = None
+    st.session_state[last_key] = chosen
+    slot.pills("Samples", list(presets), key=pill_key, label_visibility="collapsed")
     return st.text_area(label, key=state_key, height=height)
 
 

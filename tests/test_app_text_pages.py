@@ -182,3 +182,20 @@ def test_grey_cells_are_explained_only_where_something_is_masked(patched_loader)
     assert "Rows: the token doing the attending" in captions and "Grey cells" not in captions
     gpt = _page("gpt").run()
     assert "Grey cells are masked" in " ".join(c.value for c in gpt.caption)  # the causal mask
+
+
+def test_sample_button_is_cleared_when_the_text_is_no_longer_the_sample(patched_loader):
+    """Issue 28: a sample button stayed highlighted after its text was replaced. A click loads the sample and
+    highlights it; typing over it (or uploading a file) clears the highlight, in the browser too (``set_value``)."""
+    counting = "one two three four five six seven eight"
+    at = _page("gpt").run()
+    at.button_group(key="gpt_preset").set_value("Counting").run()
+    assert at.text_area(key="gpt_text").value == counting
+    assert at.button_group(key="gpt_preset").value == "Counting"
+    at.text_area(key="gpt_text").set_value("one two three").run()
+    assert not at.exception, at.exception
+    pills = at.button_group(key="gpt_preset")
+    assert pills.value is None and pills.proto.set_value  # the browser is told to clear it
+    assert at.text_area(key="gpt_text").value == "one two three"  # and the typed text stays
+    at.button_group(key="gpt_preset").set_value("Counting").run()  # the same sample again loads it again
+    assert at.text_area(key="gpt_text").value == counting
