@@ -19,6 +19,7 @@ from typing import Callable
 import streamlit as st
 
 MAX_URL_TEXT = 1500  # longer inputs are not put in the URL (browsers and chat apps cut long links)
+OMITTED = "_omitted"  # URL name suffix: a text left out of the link, its value the text's length in characters
 _STOPS = "_url_state_stops"  # how many runs of this session stopped before drawing every widget
 
 
@@ -52,6 +53,11 @@ def restore(keys: list[str], coerce: dict[str, Callable] | None = None, names: d
     coerce = coerce or {}
     for key in keys:
         name = names.get(key, key)
+        if name + OMITTED in st.query_params and name not in st.query_params:
+            try:
+                st.session_state[_left_out(key)] = int(st.query_params[name + OMITTED])
+            except ValueError:
+                pass
         if name in st.query_params:
             value = st.query_params[name]
             try:
@@ -63,12 +69,32 @@ def restore(keys: list[str], coerce: dict[str, Callable] | None = None, names: d
                 pass  # a hand-edited link with a bad value: keep the default
 
 
+def _left_out(key: str) -> str:
+    return f"_url_left_out_{key}"
+
+
+def left_out(key: str) -> int | None:
+    """The length in characters of the text the page's link was made with but could not carry (``key``'s), or
+    None when the link carried it or said nothing."""
+    return st.session_state.get(_left_out(key))
+
+
+def forget_left_out(key: str) -> None:
+    st.session_state.pop(_left_out(key), None)
+
+
 def publish(keys: list[str], names: dict[str, str] | None = None) -> None:
-    """Write the current values of ``keys`` into the URL (text longer than the URL limit is left out)."""
+    """Write the current values of ``keys`` into the URL. A text longer than the URL limit is left out, and the link
+    says so (``<name>_omitted=<characters>``) so that the page it opens can tell its visitor."""
     names = names or {}
     for key in keys:
         name, value = names.get(key, key), st.session_state.get(key)
-        if value is None or (isinstance(value, str) and len(value) > MAX_URL_TEXT):
+        too_long = isinstance(value, str) and len(value) > MAX_URL_TEXT
+        if too_long:
+            st.query_params[name + OMITTED] = str(len(value))
+        else:
+            st.query_params.pop(name + OMITTED, None)
+        if value is None or too_long:
             st.query_params.pop(name, None)
             continue
         text = str(value)

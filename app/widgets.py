@@ -123,7 +123,26 @@ def text_source(presets: dict[str, str], key: str, label: str = "Text", height: 
         st.session_state[pill_key] = chosen = None
     st.session_state[last_key] = chosen
     slot.pills("Samples", list(presets), key=pill_key, label_visibility="collapsed")
-    return st.text_area(label, key=state_key, height=height)
+    typed = st.text_area(label, key=state_key, height=height)
+    _link_notes(key, typed, next(iter(presets.values())))
+    return typed
+
+
+def _link_notes(key: str, typed: str, default: str) -> None:
+    """What a link does with a text too long for it (``url_state.MAX_URL_TEXT``): the page that has the text offers it
+    as a file; the page a link opened without its text says so while it shows its default in its place."""
+    left_out = url_state.left_out(f"{key}_text")
+    if left_out and typed == default:
+        st.info(f"This link was made with a text of {left_out:,} characters, too long to travel in a link, so the "
+                "page opened on its sample text instead. If you were sent the text as a .txt file, upload it above.")
+    elif left_out:
+        url_state.forget_left_out(f"{key}_text")
+    if len(typed) > url_state.MAX_URL_TEXT:
+        note, button = st.columns([3, 1], vertical_alignment="center")
+        note.caption(f"This text ({len(typed):,} characters) is too long to travel in a link: a copied link opens "
+                     "the page on its sample text (and says so). To share it, send the text as a file with the link.")
+        button.download_button("Download the text (.txt)", typed, file_name=f"{key}-text.txt", mime="text/plain",
+                               key=f"{key}_text_download", on_click="ignore")
 
 
 def model_card(result_or_spec: RunResult | ModelSpec) -> None:

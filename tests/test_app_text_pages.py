@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, url_param
 
 TIMEOUT = 120
 
@@ -199,3 +199,32 @@ def test_sample_button_is_cleared_when_the_text_is_no_longer_the_sample(patched_
     assert at.text_area(key="gpt_text").value == "one two three"  # and the typed text stays
     at.button_group(key="gpt_preset").set_value("Counting").run()  # the same sample again loads it again
     assert at.text_area(key="gpt_text").value == counting
+
+
+def test_a_prompt_too_long_for_a_link_says_so_and_offers_the_text(patched_loader):
+    """Issue 28: a link to a pasted 1,500-word prompt silently reopened on the default sentence. The page that has the
+    long text says the link will not carry it and offers it as a .txt; the link says a text was left out, and the
+    page it opens says so."""
+    from app import url_state
+
+    long_text = "word " * 2000  # 10,000 characters, past url_state.MAX_URL_TEXT
+    at = _page("gpt")
+    at.session_state["gpt_text"] = long_text
+    at.run()
+    assert not at.exception, at.exception
+    assert "gpt_text" not in at.query_params
+    assert url_param(at, "gpt_text_omitted") == str(len(long_text))
+    notes = " ".join(c.value for c in at.caption)
+    assert "too long to travel in a link" in notes
+    download = next(b for b in at.download_button if "text" in b.label.lower())
+    assert download.proto.label and len(long_text) > url_state.MAX_URL_TEXT
+
+    opened = _page("gpt")
+    opened.query_params.update({"gpt_text_omitted": str(len(long_text)), "gpt_layer": "1"})
+    opened.run()
+    assert not opened.exception, opened.exception
+    message = " ".join(i.value for i in opened.info)
+    assert "10,000 characters" in message and "upload" in message
+    opened.text_area(key="gpt_text").set_value("A text of my own.").run()
+    assert not any("10,000 characters" in i.value for i in opened.info)  # gone once the text is replaced
+    assert "gpt_text_omitted" not in opened.query_params
