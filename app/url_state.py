@@ -20,6 +20,7 @@ import streamlit as st
 
 MAX_URL_TEXT = 1500  # longer inputs are not put in the URL (browsers and chat apps cut long links)
 OMITTED = "_omitted"  # URL name suffix: a text left out of the link, its value the text's length in characters
+_LINKED = "_url_state_linked"  # the keys whose values came from the link the session opened with
 _STOPS = "_url_state_stops"  # how many runs of this session stopped before drawing every widget
 
 
@@ -65,8 +66,14 @@ def restore(keys: list[str], coerce: dict[str, Callable] | None = None, names: d
                 if isinstance(parsed, float) and not math.isfinite(parsed):  # float("nan"), float("1e309")
                     raise ValueError(f"{name}={value!r} is not a finite number")
                 st.session_state[key] = parsed
+                st.session_state.setdefault(_LINKED, set()).add(key)
             except (TypeError, ValueError):
                 pass  # a hand-edited link with a bad value: keep the default
+
+
+def from_link(key: str) -> bool:
+    """Whether ``key``'s value was set by the link the session opened with."""
+    return key in st.session_state.get(_LINKED, ())
 
 
 def _left_out(key: str) -> str:

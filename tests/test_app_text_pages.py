@@ -73,10 +73,12 @@ def test_gpt_page_layer_and_head_controls_redraw_the_chosen_head(patched_loader)
     loaded = families.load(families.default_spec("causal_lm"))  # the same tiny model the page was given
     maps = families.run(loaded, TextInput(at.text_area(key="gpt_text").value, 512)).maps("self")
     first = heatmap_weights(at)
-    np.testing.assert_allclose(first, maps.head(0, 0), atol=1e-6)
-    at.slider(key="gpt_layer").set_value(1).run()
+    layer, head = _shown_head(at, "gpt")  # the head the sample opens on
+    np.testing.assert_allclose(first, maps.head(layer, head), atol=1e-6)
+    at.slider(key="gpt_layer").set_value(1 - layer).run()
     assert not at.exception, at.exception
-    np.testing.assert_allclose(heatmap_weights(at), maps.head(1, 0), atol=1e-6)
+    np.testing.assert_allclose(heatmap_weights(at), maps.head(1 - layer, head), atol=1e-6)
+    at.slider(key="gpt_layer").set_value(1).run()
     at.selectbox(key="gpt_head").set_value("head 2").run()
     np.testing.assert_allclose(heatmap_weights(at), maps.head(1, 2), atol=1e-6)
     at.selectbox(key="gpt_head").set_value("average of heads").run()
@@ -228,3 +230,79 @@ def test_a_prompt_too_long_for_a_link_says_so_and_offers_the_text(patched_loader
     opened.text_area(key="gpt_text").set_value("A text of my own.").run()
     assert not any("10,000 characters" in i.value for i in opened.info)  # gone once the text is replaced
     assert "gpt_text_omitted" not in opened.query_params
+
+
+def _shown_head(at: AppTest, key: str) -> tuple[int, int | None]:
+    choice = at.selectbox(key=f"{key}_head").value
+    return at.slider(key=f"{key}_layer").value, None if choice == "average of heads" else int(choice.split()[1])
+
+
+def _maps_of(family: str, text: str):
+    from models import families
+    from models.core.inputs import TextInput
+
+    loaded = families.load(families.default_spec(family))  # the same tiny model the page was given
+    result = families.run(loaded, TextInput(text, 512))
+    return result.maps("self"), list(result.tokens)
+
+
+def _best(scores: np.ndarray) -> tuple[int, int]:
+    layer, head = np.unravel_index(int(np.argmax(scores)), scores.shape)
+    return int(layer), int(head)
+
+
+def test_gpt_page_opens_on_the_head_that_teaches_its_sample(patched_loader):
+    """Issue 28: the GPT page opened on layer 0 head 0, which shows little. It opens on the head whose attention on
+    the sample in view shows the sample's lesson most strongly, and says why: the coreference sample on the head
+    where "it" attends most to "animal", the induction sample on its strongest induction head, counting on a
+    previous-token head (counted here by hand from the tiny model's maps)."""
+    at = _page("gpt").run()
+    assert not at.exception, at.exception
+    maps, tokens = _maps_of("causal_lm", at.text_area(key="gpt_text").value)
+    it, animal = tokens.index("it"), tokens.index("animal")
+    scores = np.array([[maps.head(layer, head)[it, animal] for head in range(maps.num_heads)]
+                       for layer in range(maps.num_layers)])
+    layer, head = _best(scores)
+    assert _shown_head(at, "gpt") == (layer, head)
+    assert head_chart_title(at) == f"layer {layer}, head {head}"
+    assert any(f"Opened on layer {layer}, head {head}" in c.value and "'it'" in c.value for c in at.caption)
+
+    at.button_group(key="gpt_preset").set_value("Induction").run()
+    maps, tokens = _maps_of("causal_lm", at.text_area(key="gpt_text").value)
+    pairs = [(q, max(p for p in range(q - 1) if tokens[p] == tokens[q]) + 1) for q in range(len(tokens))
+             if any(tokens[p] == tokens[q] for p in range(q - 1))]
+    pairs = [(q, k) for q, k in pairs if k < q]
+    rows, cols = np.array(pairs).T
+    scores = np.array([[maps.head(layer, head)[rows, cols].mean() for head in range(maps.num_heads)]
+                       for layer in range(maps.num_layers)])
+    assert _shown_head(at, "gpt") == _best(scores)
+    assert any("induction head" in c.value for c in at.caption)
+
+    at.button_group(key="gpt_preset").set_value("Counting").run()
+    maps, tokens = _maps_of("causal_lm", at.text_area(key="gpt_text").value)
+    scores = np.array([[np.diagonal(maps.head(layer, head), -1).mean() for head in range(maps.num_heads)]
+                       for layer in range(maps.num_layers)])
+    assert _shown_head(at, "gpt") == _best(scores)
+    at.slider(key="gpt_layer").set_value(0 if _best(scores)[0] else 1).run()  # a head of one's own: no "why" line
+    assert not any("Opened on layer" in c.value for c in at.caption)
+
+
+def test_gpt_page_link_to_a_head_is_not_overridden_by_the_sample(patched_loader):
+    at = _page("gpt")
+    at.query_params.update({"gpt_layer": "1", "gpt_head": "head 2"})
+    at.run()
+    assert _shown_head(at, "gpt") == (1, 2)
+
+
+def test_encoder_page_opens_on_the_head_that_teaches_its_sample(patched_loader):
+    """The encoder's coreference sample opens on the head where "it" attends most to "trophy", and says why."""
+    at = _page("encoder").run()
+    assert not at.exception, at.exception
+    maps, tokens = _maps_of("encoder", at.text_area(key="encoder_text").value)
+    it, trophy = tokens.index("it"), tokens.index("trophy")
+    scores = np.array([[maps.head(layer, head)[it, trophy] for head in range(maps.num_heads)]
+                       for layer in range(maps.num_layers)])
+    layer, head = _best(scores)
+    assert _shown_head(at, "encoder") == (layer, head)
+    assert head_chart_title(at) == f"layer {layer}, head {head}"
+    assert any(f"Opened on layer {layer}, head {head}" in c.value for c in at.caption)

@@ -7,18 +7,32 @@ from app.sections import generation
 from app.sections import faithfulness as faithfulness_section
 from app.sections import knockout as knockout_section
 from app.sections import patching as patching_section
+from models.analysis.showcase import Sample
 from models.core.inputs import TextInput
 from viz.figures.ablation import AblationOptions
 from viz.figures.lens import LensOptions
 
-PRESETS = {
-    "Coreference": "The animal didn't cross the street because it was too tired.",
-    "Induction": "Mr and Mrs Dursley of number four, Privet Drive, were proud to say that they were perfectly normal. "
-                 "Mr and Mrs Dursley of number four, Privet Drive,",
-    "Code": "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(",
-    "Counting": "one two three four five six seven eight",
-    "Question": "The capital of France is",
+# Each sample opens on the head that shows its lesson, measured on the run in view (models/analysis/showcase.py).
+# On SmolLM2-135M: coreference layer 13 head 8 ("it" -> "animal", 0.75), induction 18/6 (0.54, also its strongest
+# on repeated random tokens, models/analysis/roles.py), code 17/5 (induction, 0.48), counting 11/1 (previous token,
+# 0.88), question 23/4 ("is" -> "France", 0.90).
+SAMPLES = {
+    "Coreference": Sample("The animal didn't cross the street because it was too tired.", "word", "it", "animal",
+                          "it resolves 'it' to the animal that was too tired"),
+    "Induction": Sample("Mr and Mrs Dursley of number four, Privet Drive, were proud to say that they were perfectly "
+                        "normal. Mr and Mrs Dursley of number four, Privet Drive,", "induction",
+                        lesson="an induction head: it finds where the current token appeared before and looks at what "
+                               "came next, which is how the model continues text it has seen (Olsson et al. 2022)"),
+    "Code": Sample("def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(",
+                   "induction", lesson="an induction head: code repeats itself, and this head looks up what followed "
+                                       "the same tokens before, such as the argument after 'fibonacci('"),
+    "Counting": Sample("one two three four five six seven eight", "previous_token",
+                       lesson="a previous-token head: each number reads the one before it, a first step towards "
+                              "continuing the sequence"),
+    "Question": Sample("The capital of France is", "word", key="France",
+                       lesson="the last word reads the country the question is about, where the answer comes from"),
 }
+PRESETS = {name: sample.text for name, sample in SAMPLES.items()}
 
 SHARED = ["model_causal_lm", "max_tokens", "gpt_text", "gpt_layer", "gpt_head", "gpt_statistic", "gpt_tab",
           "gpt_lens_count", "gpt_lens_last", "gpt_ablation_target", "gpt_ablation_mode", "gpt_patch_corrupt",
@@ -49,7 +63,7 @@ with attention_tab:
     widgets.show_notices(result)
     maps = result.maps("self")
     st.caption(f"{len(result.tokens)} tokens · {maps.num_layers} layers × {maps.num_heads} heads")
-    attention_view.explorer(result, "self", key="gpt", loaded=loaded)
+    attention_view.explorer(result, "self", key="gpt", loaded=loaded, samples=SAMPLES, text=prompt)
     url_state.publish(SHARED)
     st.subheader("Next token")
     if (figure := widgets.figure_or_none("next_token", result)) is not None:
