@@ -14,6 +14,7 @@ import pandas as pd
 
 from models.analysis import heads
 from models.core.results import STEP_CONVENTION, RunResult, TextResult
+from models.core.text import with_marks
 from viz import export, heatmap
 from viz.figure import Figure, NoOptions, view
 
@@ -70,7 +71,8 @@ def head(result: RunResult, options: HeadOptions) -> Figure:
                    + f". Colours saturate at {vmax:.3f} (the median of each query's largest weight). "
                    + rows_columns(allowed))
     return Figure(
-        _stem(result, maps.kind, f"layer {layer}", f"head {name}"), chart=chart, image=image, caption=caption,
+        _stem(result, maps.kind, f"layer {layer}", f"head {name}"), chart=chart, image=image,
+        caption=with_marks(caption, query_tokens, key_tokens),
         table=lambda: export.matrix_frame(weights, query_tokens, key_tokens),
         payload=lambda: {"model": result.model.key, "kind": maps.kind, "layer": layer, "head": name,
                          "query_tokens": query_tokens, "key_tokens": key_tokens, "weights": weights,
@@ -204,6 +206,7 @@ def focus(result: RunResult, options: FocusOptions) -> Figure:
     chart = heatmap.token_bars(row, key_tokens, f"Where '{label}' looks", allowed)
     return Figure(
         _stem(result, maps.kind, f"layer {layer}", f"head {name}", f"query {query}"), chart=chart, width="stretch",
+        caption=with_marks("", [label], key_tokens),
         table=lambda: pd.DataFrame({"key": key_tokens, "weight": row, "visible": allowed}),
         payload=lambda: {"model": result.model.key, "kind": maps.kind, "layer": layer, "head": name, "query": query,
                          "query_token": query_tokens[query], "key_tokens": key_tokens, "weights": row},
@@ -221,7 +224,7 @@ def next_token(result: TextResult, options: NoOptions) -> Figure:
     return Figure(
         _stem(result, "next token"),
         chart=heatmap.probability_bars(tokens, probabilities, f"Top {len(tokens)} after the last token"),
-        width="stretch",
+        width="stretch", caption=with_marks("", tokens),
         table=lambda: pd.DataFrame({"token": tokens, "token_id": [t.token_id for t in result.next_token],
                                     "probability": probabilities}),
         payload=lambda: {"model": result.model.key, "tokens": tokens, "probabilities": probabilities},
@@ -259,9 +262,9 @@ def generation_step(result: TextResult, options: StepOptions) -> Figure:
     return Figure(
         _stem(result, "generation", f"step {options.step}", f"layer {options.layer}", f"head {name}"),
         charts=charts, width="stretch",
-        caption=f"{STEP_CONVENTION} Attention and probabilities come from one teacher-forced forward over the final "
-                "text; probabilities are the model's raw distribution, before temperature, top-k, top-p and "
-                "repetition penalty.",
+        caption=with_marks(f"{STEP_CONVENTION} Attention and probabilities come from one teacher-forced forward "
+                           "over the final text; probabilities are the model's raw distribution, before temperature, "
+                           "top-k, top-p and repetition penalty.", key_tokens[visible], candidates),
         table=lambda: pd.DataFrame({"key": key_tokens[visible], "weight": weights[visible]}),
         payload=lambda: {"model": result.model.key, "step": options.step, "token": chosen.token,
                          "probability": chosen.probability, "layer": options.layer, "head": name,
