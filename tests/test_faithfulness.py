@@ -208,7 +208,7 @@ def test_views_draw_from_a_run(loaded, sample):
     found = explainable.faithfulness(loaded, result, options)
     table = figures.build("faithfulness", found, options)
     frame = table.table()
-    assert list(frame["method"])[-1] == "random" and len(frame) == len(attribution.METHODS) + 1
+    assert list(frame["method"])[-1] == "Random order" and len(frame) == len(attribution.METHODS) + 1
     maps = figures.build("explanations", found, options)
     assert maps.image.size[0] > 4 * 64 and set(maps.arrays()) >= set(attribution.METHODS)
 
@@ -231,7 +231,10 @@ def test_the_vit_page_shows_the_faithfulness_tab_on_the_mini():
     assert not at.exception, at.exception
     tables = [frame.value for frame in at.dataframe]
     faithfulness_table = next(t for t in tables if "deletion AUC (lower better)" in t.columns)
-    assert list(faithfulness_table["method"]) == [*attribution.METHODS, "random"]
+    # methods by name, not snake_case; the random row's verdict and seconds are "—", not "None" (issue 28)
+    assert list(faithfulness_table["method"]) == [*(attribution.NAMES[m] for m in attribution.METHODS),
+                                                  "Random order"]
+    assert faithfulness_table["no better than random"].iloc[-1] == "—"
     assert any("top patch on the shape" in t.columns for t in tables)  # the generated shape's own mask
     assert any("A removed patch becomes" in m.value for m in at.markdown)
 
