@@ -3,6 +3,8 @@ presets and upload, token limit, model card, notices."""
 from __future__ import annotations
 
 import re
+import time
+from contextlib import contextmanager
 from typing import NoReturn
 
 import streamlit as st
@@ -92,6 +94,36 @@ def figure_or_none(name: str, result: RunResult | None = None, options=None,
     except ValueError as error:
         show_error(error)
         return None
+
+
+_RATE = "_seconds_per_token_forward"  # model key -> seconds one forward pass took per prompt token, measured here
+
+
+def asked(key: str, label: str, what: str, forwards: int, tokens: int, loaded: LoadedModel, inputs: tuple) -> bool:
+    """Whether the visitor asked for an expensive computation on exactly these ``inputs`` (the run and the options):
+    until then the section says what it costs (``forwards`` forward passes of a ``tokens``-token prompt; in seconds
+    once this session has timed one on this model) and shows a button ``label``, so a tab opened in passing computes
+    nothing."""
+    done = st.session_state.setdefault(f"{key}_asked", set())
+    if inputs in done:
+        return True
+    rate = st.session_state.get(_RATE, {}).get(loaded.spec.key)
+    estimate = f", about {forwards * tokens * rate:.0f} s here" if rate else ""
+    st.caption(f"{what} runs {forwards:,} forward passes of the {tokens}-token prompt (batched){estimate}.")
+    if st.button(label, key=f"{key}_go", type="primary"):
+        done.add(inputs)
+        return True
+    return False
+
+
+@contextmanager
+def timed(loaded: LoadedModel, forwards: int, tokens: int):
+    """Time the computation inside the block, say how long it took, and keep the rate for the next ``asked``."""
+    started = time.perf_counter()
+    yield
+    seconds = time.perf_counter() - started
+    st.session_state.setdefault(_RATE, {})[loaded.spec.key] = seconds / max(forwards * tokens, 1)
+    st.caption(f"Computed in {seconds:.1f} s ({forwards:,} forward passes).")
 
 
 def token_limit(default: int = text.DEFAULT_MAX_TOKENS) -> int:

@@ -100,10 +100,14 @@ if ablation_tab.open is not False:
         mode = right.radio("Switch a head off by setting its output to", ["zero", "mean"], horizontal=True,
                            key="gpt_ablation_mode")
         maps = result.maps("self")
-        with st.spinner(f"Switching off {maps.num_layers * maps.num_heads} heads one at a time (batched)…"):
-            figure = widgets.figure_or_none("ablation", result, AblationOptions(target, mode), loaded)
-        if figure is not None:
-            display.show(figure, "gpt_ablation")
+        heads, options = maps.num_layers * maps.num_heads, AblationOptions(target, mode)
+        if widgets.asked("gpt_ablation", f"Switch off each of the {heads} heads", f"Switching off each of the {heads} "
+                         "heads in turn", heads, len(result.tokens), loaded, (result.run_id, options)):
+            with st.spinner(f"Switching off {heads} heads one at a time (batched)…"), \
+                    widgets.timed(loaded, heads, len(result.tokens)):
+                figure = widgets.figure_or_none("ablation", result, options, loaded)
+            if figure is not None:
+                display.show(figure, "gpt_ablation")
     url_state.publish(SHARED)
 
 if patching_tab.open is not False:
