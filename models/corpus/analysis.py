@@ -14,15 +14,17 @@
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from models.core import capture, text
+from models.core import text
+from models.corpus.forward import Batch, BatchRunner, LayerCall, Reduction
 from models.corpus.readers import Document
-from models.corpus.statistics import STATISTICS, attention_weights
+from models.corpus.statistics import STATISTICS
 from models.corpus.store import ResultStore, RunInfo, stacked
 
 
@@ -122,36 +124,7 @@ def top_examples(store: ResultStore, tokenizer, layer: int, head: int, count: in
                                       "query_context", "key_context"])
 
 
-# --- questions that run the model again ------------------------------------------------------------------------
-
-class _LayerObserver(capture.Recorder):
-    """Calls ``reduce(layer_index, query, key, scaling, allowed, bias)`` for each self-attention layer."""
-
-    def __init__(self, module_names, reduce):
-        super().__init__(module_names=module_names)
-        self.reduce = reduce
-        self.index = 0
-
-    def record(self, module, query, key, attention_mask, kwargs) -> None:
-        name = self.module_names.get(id(module), "")
-        if self.kind_of(module, name) == "cross":
-            return
-        q_len, k_len = query.shape[2], key.shape[2]
-        scaling = kwargs.get("scaling")
-        scaling = float(scaling) if scaling is not None else float(query.shape[-1]) ** -0.5
-        allowed, bias = self._mask(module, attention_mask, kwargs, q_len, k_len)
-        self.reduce(self.index, query, key, scaling, allowed, bias)
-        self.index += 1
-
-
-def _forward(loaded, ids: list[int], reduce) -> None:
-    model = loaded.model
-    base = getattr(model, "base_model", model) or model
-    observer = _LayerObserver({id(m): name for name, m in model.named_modules()}, reduce)
-    extra = {"use_cache": False} if "use_cache" in __import__("inspect").signature(base.forward).parameters else {}
-    with torch.inference_mode(), capture.observing(model, observer):
-        base(input_ids=torch.tensor([ids], device=loaded.device), **extra)
-
+# --- questions that read the model's q and k: reductions that run in the corpus pass ---------------------------
 
 def token_matcher(pattern: str, regex: bool):
     """A predicate on a token's text (stripped of surrounding spaces): equality, or ``re.search``."""
@@ -167,63 +140,92 @@ def token_matcher(pattern: str, regex: bool):
     return lambda token: token.strip() == wanted
 
 
+class PatternShare(Reduction):
+    """The A→B search, read in the forward: for every head, the summed share of attention that each A query (a
+    token matching A that can see a token matching B) puts on the B keys, over every document of every batch.
+
+    ``total`` ``(layers, heads)`` float64, ``queries`` (A queries counted), ``documents`` (documents with both)."""
+
+    def __init__(self, tokenizer, pattern_a: str, pattern_b: str, regex: bool = False):
+        self.tokenizer = tokenizer
+        self.pattern_a, self.pattern_b = pattern_a, pattern_b
+        self.match_a, self.match_b = token_matcher(pattern_a, regex), token_matcher(pattern_b, regex)
+        self.total: np.ndarray | None = None
+        self.queries = 0
+        self.documents = 0
+
+    def matches(self, token_ids: list[int]) -> tuple[list[bool], list[bool]]:
+        tokens = text.display_tokens(self.tokenizer, token_ids)
+        return [self.match_a(t) for t in tokens], [self.match_b(t) for t in tokens]
+
+    def start(self, batch: Batch) -> None:
+        a = torch.zeros(batch.ids.shape, dtype=torch.bool)
+        b = torch.zeros(batch.ids.shape, dtype=torch.bool)
+        for row, token_ids in enumerate(batch.token_ids):
+            found_a, found_b = self.matches(token_ids)
+            a[row, :len(token_ids)] = torch.tensor(found_a)
+            b[row, :len(token_ids)] = torch.tensor(found_b)
+        self.documents += int((a.any(-1) & b.any(-1)).sum())
+        self.a, self.b = a.to(batch.ids.device), b.to(batch.ids.device)
+        self.seeing: torch.Tensor | None = None
+        self.layers: list[torch.Tensor] = []
+
+    def layer(self, call: LayerCall) -> None:
+        if self.seeing is None:  # A queries that can see a B key (causal: a B token at or before them)
+            self.seeing = (call.mask.allowed & self.b[:, None, :]).any(-1) & self.a  # (B, q)
+            self.on_b = self.b[:, None, None, :].to(torch.float32)  # (B, 1, 1, k)
+        share = 0
+        for tile in call.tiles():  # the mass each query puts on B keys, summed over the A queries that count
+            on_b = torch.linalg.vecdot(tile.weights, self.on_b[..., :tile.keys])  # (B, H, rows)
+            share = share + (on_b * self.seeing[:, None, tile.start:tile.end]).sum(-1)  # (B, H)
+        self.layers.append(share)
+
+    def finish(self) -> None:
+        if not self.layers:
+            return
+        share = torch.stack(self.layers, dim=1).sum(0).cpu().numpy().astype(np.float64)  # (layers, H)
+        self.total = share if self.total is None else self.total + share
+        self.queries += int(self.seeing.sum())
+        self.layers = []
+
+    def ranked(self):
+        """(DataFrame layer, head, share, queries; best first): the mean share over the counted A queries."""
+        import pandas as pd
+
+        if self.total is None or not self.queries:
+            raise ValueError(f"no document has a token matching A ({self.pattern_a!r}) that can see one matching B "
+                             f"({self.pattern_b!r}); try other tokens or regex mode")
+        mean = self.total / self.queries
+        layers, heads = mean.shape
+        layer_index, head_index = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
+        frame = pd.DataFrame({"layer": layer_index.ravel(), "head": head_index.ravel(), "share": mean.ravel(),
+                              "queries": self.queries})
+        return frame.sort_values("share", ascending=False, kind="stable").reset_index(drop=True)
+
+
 def search_heads(loaded, documents: list[Document], pattern_a: str, pattern_b: str, regex: bool = False,
                  max_tokens: int = 256, max_documents: int = 200):
     """Rank heads by how much A tokens attend to B tokens: per head, the mean over every A query (that can see a B
-    key) of its attention mass on B keys, over the first ``max_documents`` documents that contain both.
+    key) of its attention mass on B keys, over the first ``max_documents`` documents that contain both, read in
+    one batched pass (``PatternShare``).
 
     Returns (DataFrame layer, head, share, queries; best first, documents searched)."""
-    import pandas as pd
-
-    match_a, match_b = token_matcher(pattern_a, regex), token_matcher(pattern_b, regex)
-    total, counts, searched = None, 0, 0
+    runner = BatchRunner(loaded, max_tokens)
+    search = PatternShare(loaded.tokenizer, pattern_a, pattern_b, regex)
+    chosen = []
     for document in documents:
-        if searched >= max_documents:
+        if len(chosen) >= max_documents:
             break
         try:
-            ids = text.tokenize(loaded.tokenizer, document.text, max_tokens).ids
+            ids = runner.tokenize(document)
         except ValueError:
             continue
-        tokens = text.display_tokens(loaded.tokenizer, ids)
-        a_rows = [i for i, t in enumerate(tokens) if match_a(t)]
-        b_cols = [i for i, t in enumerate(tokens) if match_b(t)]
-        if not a_rows or not b_cols:
-            continue
-        searched += 1
-        layers_share: list[torch.Tensor] = []
-        rows, cols = torch.tensor(a_rows), torch.tensor(b_cols)
-
-        def reduce(index, query, key, scaling, allowed, bias):
-            weights = attention_weights(query[:, :, rows.to(query.device)], key, scaling,
-                                        allowed[:, rows], None if bias is None else bias[..., rows, :])
-            layers_share.append(weights[0][:, :, cols.to(weights.device)].sum(-1).cpu())  # (H, a)
-
-        _forward(loaded, ids, reduce)
-        share = torch.stack(layers_share)  # (layers, H, a)
-        visible = allowed_any(loaded, a_rows, b_cols)
-        if not visible.any():
-            continue
-        share = share[:, :, torch.tensor(visible)]
-        total = share.sum(-1) if total is None else total + share.sum(-1)
-        counts += int(visible.sum())
-    if total is None:
-        raise ValueError(f"no document has a token matching A ({pattern_a!r}) that can see one matching B "
-                         f"({pattern_b!r}); try other tokens or regex mode")
-    mean = (total / counts).numpy()
-    layers, heads = mean.shape
-    layer_index, head_index = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
-    frame = pd.DataFrame({"layer": layer_index.ravel(), "head": head_index.ravel(), "share": mean.ravel(),
-                          "queries": counts})
-    return frame.sort_values("share", ascending=False).reset_index(drop=True), searched
-
-
-def allowed_any(loaded, a_rows: list[int], b_cols: list[int]) -> np.ndarray:
-    """Which A queries can see at least one B key (a causal model: a B token at or before it)."""
-    causal = not getattr(loaded.model.config, "is_encoder_decoder", False) and loaded.spec.family != "encoder"
-    if not causal:
-        return np.ones(len(a_rows), dtype=bool)
-    first_b = min(b_cols)
-    return np.asarray([row >= first_b for row in a_rows])
+        found_a, found_b = search.matches(ids)
+        if any(found_a) and any(found_b):
+            chosen.append((document, ids))
+    for group in runner.groups(chosen):
+        runner.forward(runner.padded(group), [search])
+    return search.ranked(), search.documents
 
 
 @dataclass(frozen=True)
@@ -241,37 +243,59 @@ class Embedding:
     context: list[str]
 
 
+class QueryKeySample(Reduction):
+    """One head's queries and keys of every document, read in the forward at its layer: ``queries[doc_id]`` and
+    ``keys[doc_id]`` float32 ``(tokens, d)``, each scaled by √scaling (so q·k is the score)."""
+
+    def __init__(self, layer: int, head: int):
+        self.layer_index, self.head = layer, head
+        self.queries: dict[str, np.ndarray] = {}
+        self.keys: dict[str, np.ndarray] = {}
+
+    def start(self, batch: Batch) -> None:
+        self.batch = batch
+
+    def layer(self, call: LayerCall) -> None:
+        if call.index != self.layer_index:
+            return
+        root = math.sqrt(call.scaling)
+        queries = (call.query[:, self.head].to(torch.float32) * root).cpu().numpy()  # (B, S, d): one host copy
+        keys = (call.key[:, self.head // call.group].to(torch.float32) * root).cpu().numpy()
+        for row, (document, token_ids) in enumerate(zip(self.batch.documents, self.batch.token_ids)):
+            self.queries[document.doc_id] = queries[row, :len(token_ids)]
+            self.keys[document.doc_id] = keys[row, :len(token_ids)]
+
+
 def query_key_embedding(loaded, documents: list[Document], layer: int, head: int, max_documents: int = 40,
                         max_tokens: int = 128, method: str = "pca") -> Embedding:
-    """AttentionViz's joint embedding of one head's queries and keys over ``max_documents`` documents."""
-    queries, keys, meta = [], [], []
+    """AttentionViz's joint embedding of one head's queries and keys over ``max_documents`` documents, read in one
+    batched pass (``QueryKeySample``)."""
     shape = _heads(loaded)
     if not (0 <= layer < shape[0] and 0 <= head < shape[1]):
         raise ValueError(f"there is no head {layer}.{head}: the model has layers 0..{shape[0] - 1} and heads "
                          f"0..{shape[1] - 1}")
-    for document in documents[:max_documents]:
-        try:
-            ids = text.tokenize(loaded.tokenizer, document.text, max_tokens).ids
-        except ValueError:
-            continue
-        tokens = text.display_tokens(loaded.tokenizer, ids)
-        kept = {}
+    runner = BatchRunner(loaded, max_tokens)
+    tokenized, _ = runner.tokenized(documents[:max_documents])
+    if not tokenized:
+        raise ValueError("none of these documents could be read")
+    sample = QueryKeySample(layer, head)
+    for group in runner.groups(tokenized):
+        runner.forward(runner.padded(group), [sample])
+    return embed(sample, tokenized, loaded.tokenizer, method)
 
-        def reduce(index, query, key, scaling, allowed, bias):
-            if index == layer:
-                group = query.shape[1] // key.shape[1]
-                kept["q"] = query[0, head].float().cpu().numpy() * np.sqrt(scaling)
-                kept["k"] = key[0, head // group].float().cpu().numpy() * np.sqrt(scaling)
 
-        _forward(loaded, ids, reduce)
-        queries.append(kept["q"])
-        keys.append(kept["k"])
+def embed(sample: QueryKeySample, tokenized: list[tuple[Document, list[int]]], tokenizer,
+          method: str = "pca") -> Embedding:
+    """The joint 2-D embedding of a ``QueryKeySample`` (documents in ``tokenized``'s order)."""
+    queries = [sample.queries[document.doc_id] for document, _ in tokenized]
+    keys = [sample.keys[document.doc_id] for document, _ in tokenized]
+    meta = []
+    for document, ids in tokenized:  # per document, its queries then its keys: the stacking order below
+        tokens = text.display_tokens(tokenizer, ids)
+        contexts = [_context(tokenizer, ids, position) for position in range(len(ids))]
         for kind in ("query", "key"):
             for position, token in enumerate(tokens):
-                meta.append((kind, document.doc_id, position, token, _context(loaded.tokenizer, ids, position)))
-        # meta order must match stacking below: per document, its queries then its keys
-    if not queries:
-        raise ValueError("none of these documents could be read")
+                meta.append((kind, document.doc_id, position, token, contexts[position]))
     all_q, all_k = np.concatenate(queries), np.concatenate(keys)
     # q·c and k/c leave every score q·k unchanged; c makes the two clouds' mean norms equal
     factor = np.sqrt(np.linalg.norm(all_k, axis=1).mean() / max(np.linalg.norm(all_q, axis=1).mean(), 1e-12))
@@ -283,7 +307,7 @@ def query_key_embedding(loaded, documents: list[Document], layer: int, head: int
     method = method if method in ("pca", "umap") else "pca"
     if method == "umap":
         try:
-            import umap  # noqa: F401
+            import umap
         except ImportError:
             method = "pca"
     if method == "umap":
@@ -295,8 +319,8 @@ def query_key_embedding(loaded, documents: list[Document], layer: int, head: int
         _, _, vt = np.linalg.svd(centred, full_matrices=False)
         points = centred @ vt[:2].T
     kind, doc_id, position, token, context = (list(column) for column in zip(*meta))
-    return Embedding(layer, head, method, points.astype(np.float32), kind, doc_id, [int(p) for p in position],
-                     token, context)
+    return Embedding(sample.layer_index, sample.head, method, points.astype(np.float32), kind, doc_id,
+                     [int(p) for p in position], token, context)
 
 
 def _heads(loaded) -> tuple[int, int]:
