@@ -290,3 +290,39 @@ def test_cli_writes_the_heads_json_and_resumes(allowed_dirs, tmp_path, capsys):
                      str(reopened)]) == 0
     again = json.loads(next(reopened.glob("corpus_*.json")).read_text())
     assert again["heads"] == data["heads"] and len(list(reopened.glob("*.csv"))) == 1
+
+
+def test_cli_draws_every_corpus_view_and_reads_search_and_embedding_in_the_run(allowed_dirs, tmp_path):
+    """Each corpus view is reachable with --view; with --input the A→B search and the query–key embedding are read
+    in the statistics' own pass, and reopening the folder later (a pass of their own) gives the same numbers."""
+    from app import cli
+    from tests.tiny_text_models import save_tiny_causal_lm
+
+    model = save_tiny_causal_lm(allowed_dirs / "lm")
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "a.txt").write_text("\n\n".join(TEXTS))
+    run = ["--page", "corpus", "--input", str(inputs), "--model", str(model), "--max-tokens", "64"]
+    out, results = tmp_path / "run", tmp_path / "results"
+    search = ["--view", "corpus_search", "--a", "the", "--b", "the", "--format", "json"]
+    assert cli.main([*run, "--results", str(results), *search, "--out", str(out)]) == 0
+    in_pass = json.loads(next(out.glob("*.json")).read_text())
+    assert in_pass["documents"] >= 2 and len(in_pass["heads"]) == 8
+    assert cli.main(["--page", "corpus", "--results", str(results), *search, "--out", str(tmp_path / "again")]) == 0
+    again = json.loads(next((tmp_path / "again").glob("*.json")).read_text())
+    assert [h["share"] for h in again["heads"]] == pytest.approx([h["share"] for h in in_pass["heads"]], rel=1e-5)
+    embedding = ["--view", "corpus_embedding", "--layer", "1", "--head", "2", "--format", "npz"]
+    fresh = tmp_path / "fresh"  # a new folder: the embedding is read in this run's pass
+    assert cli.main([*run, "--results", str(fresh), *embedding, "--out", str(tmp_path / "e1")]) == 0
+    assert cli.main(["--page", "corpus", "--results", str(fresh), *embedding, "--out", str(tmp_path / "e2")]) == 0
+    first = np.load(next((tmp_path / "e1").glob("*.npz")))["points"]
+    second = np.load(next((tmp_path / "e2").glob("*.npz")))["points"]
+    np.testing.assert_allclose(np.abs(first), np.abs(second), atol=1e-4)  # PCA axes may flip sign
+    for view, extra in (("corpus_heads", ["--statistic", "induction"]), ("corpus_top", ["--layer", "1"])):
+        folder = tmp_path / view
+        assert cli.main(["--page", "corpus", "--results", str(results), "--view", view, *extra, "--format",
+                         "json,csv", "--out", str(folder)]) == 0
+        assert len(list(folder.glob("*.json"))) == 1 and len(list(folder.glob("*.csv"))) == 1
+    assert cli.main(["--page", "corpus", "--results", str(results), "--view", "corpus_experts", "--format", "json",
+                     "--out", str(tmp_path / "x")]) == 2  # not an MoE model: a message, not a traceback
+    assert cli.main(["--page", "corpus", "--results", str(results), "--view", "nope"]) == 2

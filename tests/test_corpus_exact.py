@@ -240,7 +240,9 @@ def test_smollm2_numbers_are_todays(reference, dtype):
     from models.corpus.readers import bundled
 
     loaded = families.load(families.default_spec("causal_lm"), "cpu", dtype)
-    results, _ = statistics.StatisticsRunner(loaded, 256).run(bundled("python-docs").head(12).documents)
+    # bfloat16: the recorded batches exactly (a bfloat16 forward's rounding depends on what it is batched with)
+    count = 6 if dtype == "float32" else 12
+    results, _ = statistics.StatisticsRunner(loaded, 256).run(bundled("python-docs").head(count).documents)
     assert_as_recorded(reference, "smollm2" if dtype == "float32" else "smollm2_bf16", results)
 
 

@@ -1,4 +1,4 @@
-"""What the corpus page and the CLI read from a results folder, and the two questions that need the model again.
+"""What the corpus page and the CLI read from a results folder, and the two questions that read q and k.
 
 - ``summarize``: each statistic's mean over documents (each document counts once) and its spread (standard
   deviation over documents; the induction score over documents that have a repeated token), per (layer, head); MoE
@@ -8,9 +8,14 @@
 - ``search_heads``: which heads attend from tokens matching A to tokens matching B (exact token text or a regular
   expression), ranked by the mean share of an A query's attention that lands on B keys, over the corpus.
 - ``query_key_embedding``: one head's queries and keys from many documents projected together (AttentionViz, Yeh et
-  al., IEEE VIS 2023): keys are translated so that their centroid meets the queries' (softmax is invariant to adding
-  one vector to every key changes a query's scores by a constant, so the shift keeps each query's attention), queries
-  scaled by c and keys by 1/c (scores unchanged) so both clouds have the same mean norm, then PCA to 2-D (UMAP when ``umap-learn`` is installed).
+  al., IEEE VIS 2023): keys are translated so that their centroid meets the queries' (adding one vector to every
+  key changes a query's scores by a constant, which softmax ignores, so the shift keeps each query's attention),
+  queries scaled by c and keys by 1/c (scores unchanged) so both clouds have the same mean norm, then PCA to 2-D
+  (UMAP when ``umap-learn`` is installed).
+The search and the embedding are reductions (``PatternShare``, ``QueryKeySample``) of the same forwards as the
+statistics: a corpus run can read them in its pass (``engine.run_corpus(..., also=...)``), and asked later they run
+one batched pass over the documents they need. The ``*_view`` functions are the corpus views' analyses
+(``viz/figures/corpus.py``): results folder and options in, what the figure draws out.
 """
 from __future__ import annotations
 
@@ -76,12 +81,16 @@ def summarize(store: ResultStore) -> CorpusSummary:
 
 
 def corpus_summary(loaded, result, options) -> CorpusSummary:
-    """The ``corpus_heads`` view's analysis: the summary of the results folder ``options.results`` (written by the
-    corpus page or ``python -m app.cli --page corpus``); ``loaded`` and ``result`` are not used."""
-    if not options.results:
+    """The ``corpus_heads`` and ``corpus_experts`` views' analysis: the summary of the results folder
+    ``options.results`` (written by the corpus page or ``python -m app.cli --page corpus``); needs no model."""
+    return summarize(open_results(options.results))
+
+
+def open_results(folder: str) -> ResultStore:
+    if not folder:
         raise ValueError("give the results folder of a corpus run (--results DIR); python -m app.cli --page corpus "
                          "--input FOLDER writes one")
-    return summarize(ResultStore.open(options.results))
+    return ResultStore.open(folder)
 
 
 def _context(tokenizer, ids: list[int], position: int, width: int = 8) -> str:
@@ -142,17 +151,32 @@ def token_matcher(pattern: str, regex: bool):
 
 class PatternShare(Reduction):
     """The A→B search, read in the forward: for every head, the summed share of attention that each A query (a
-    token matching A that can see a token matching B) puts on the B keys, over every document of every batch.
+    token matching A that can see a token matching B) puts on the B keys, over the documents of every batch (only
+    those in ``only``, when given: ``choose`` picks them).
 
     ``total`` ``(layers, heads)`` float64, ``queries`` (A queries counted), ``documents`` (documents with both)."""
 
-    def __init__(self, tokenizer, pattern_a: str, pattern_b: str, regex: bool = False):
+    def __init__(self, tokenizer, pattern_a: str, pattern_b: str, regex: bool = False, only: set[str] | None = None):
         self.tokenizer = tokenizer
         self.pattern_a, self.pattern_b = pattern_a, pattern_b
         self.match_a, self.match_b = token_matcher(pattern_a, regex), token_matcher(pattern_b, regex)
+        self.only = only
         self.total: np.ndarray | None = None
         self.queries = 0
         self.documents = 0
+        self.seen: set[str] = set()  # documents read
+
+    def choose(self, tokenized: list[tuple[Document, list[int]]], count: int) -> list[tuple[Document, list[int]]]:
+        """The first ``count`` documents that hold both A and B; the search then reads only those."""
+        chosen = []
+        for document, ids in tokenized:
+            if len(chosen) >= count:
+                break
+            found_a, found_b = self.matches(ids)
+            if any(found_a) and any(found_b):
+                chosen.append((document, ids))
+        self.only = {document.doc_id for document, _ in chosen}
+        return chosen
 
     def matches(self, token_ids: list[int]) -> tuple[list[bool], list[bool]]:
         tokens = text.display_tokens(self.tokenizer, token_ids)
@@ -161,7 +185,10 @@ class PatternShare(Reduction):
     def start(self, batch: Batch) -> None:
         a = torch.zeros(batch.ids.shape, dtype=torch.bool)
         b = torch.zeros(batch.ids.shape, dtype=torch.bool)
-        for row, token_ids in enumerate(batch.token_ids):
+        for row, (document, token_ids) in enumerate(zip(batch.documents, batch.token_ids)):
+            if self.only is not None and document.doc_id not in self.only:
+                continue
+            self.seen.add(document.doc_id)
             found_a, found_b = self.matches(token_ids)
             a[row, :len(token_ids)] = torch.tensor(found_a)
             b[row, :len(token_ids)] = torch.tensor(found_b)
@@ -212,20 +239,19 @@ def search_heads(loaded, documents: list[Document], pattern_a: str, pattern_b: s
     Returns (DataFrame layer, head, share, queries; best first, documents searched)."""
     runner = BatchRunner(loaded, max_tokens)
     search = PatternShare(loaded.tokenizer, pattern_a, pattern_b, regex)
-    chosen = []
-    for document in documents:
-        if len(chosen) >= max_documents:
-            break
-        try:
-            ids = runner.tokenize(document)
-        except ValueError:
-            continue
-        found_a, found_b = search.matches(ids)
-        if any(found_a) and any(found_b):
-            chosen.append((document, ids))
+    chosen = search.choose(_readable(runner, documents), max_documents)
     for group in runner.groups(chosen):
         runner.forward(runner.padded(group), [search])
     return search.ranked(), search.documents
+
+
+def _readable(runner: BatchRunner, documents: list[Document]):
+    """``(document, ids)`` of the documents that tokenise, lazily (a search stops at its count)."""
+    for document in documents:
+        try:
+            yield document, runner.tokenize(document)
+        except ValueError:
+            continue
 
 
 @dataclass(frozen=True)
@@ -241,35 +267,48 @@ class Embedding:
     position: list[int]
     token: list[str]
     context: list[str]
+    model: str = ""
 
 
 class QueryKeySample(Reduction):
-    """One head's queries and keys of every document, read in the forward at its layer: ``queries[doc_id]`` and
-    ``keys[doc_id]`` float32 ``(tokens, d)``, each scaled by √scaling (so q·k is the score)."""
+    """One head's queries and keys of the documents in ``only`` (every document when None), read in the forward at
+    its layer: ``queries[doc_id]`` and ``keys[doc_id]`` float32 ``(tokens, d)`` (the first ``positions`` tokens when
+    given), each scaled by √scaling (so q·k is the score)."""
 
-    def __init__(self, layer: int, head: int):
+    def __init__(self, layer: int, head: int, only: set[str] | None = None, positions: int | None = None):
         self.layer_index, self.head = layer, head
+        self.only = only
+        self.positions = positions
         self.queries: dict[str, np.ndarray] = {}
         self.keys: dict[str, np.ndarray] = {}
+
+    @property
+    def seen(self) -> set[str]:
+        return set(self.queries)
 
     def start(self, batch: Batch) -> None:
         self.batch = batch
 
     def layer(self, call: LayerCall) -> None:
-        if call.index != self.layer_index:
+        if call.index != self.layer_index or (self.only is not None and not any(
+                document.doc_id in self.only for document in self.batch.documents)):
             return
         root = math.sqrt(call.scaling)
         queries = (call.query[:, self.head].to(torch.float32) * root).cpu().numpy()  # (B, S, d): one host copy
         keys = (call.key[:, self.head // call.group].to(torch.float32) * root).cpu().numpy()
         for row, (document, token_ids) in enumerate(zip(self.batch.documents, self.batch.token_ids)):
-            self.queries[document.doc_id] = queries[row, :len(token_ids)]
-            self.keys[document.doc_id] = keys[row, :len(token_ids)]
+            if self.only is not None and document.doc_id not in self.only:
+                continue
+            kept = min(len(token_ids), self.positions or len(token_ids))
+            self.queries[document.doc_id] = queries[row, :kept]
+            self.keys[document.doc_id] = keys[row, :kept]
 
 
 def query_key_embedding(loaded, documents: list[Document], layer: int, head: int, max_documents: int = 40,
-                        max_tokens: int = 128, method: str = "pca") -> Embedding:
-    """AttentionViz's joint embedding of one head's queries and keys over ``max_documents`` documents, read in one
-    batched pass (``QueryKeySample``)."""
+                        max_tokens: int = 128, method: str = "pca", positions: int | None = None) -> Embedding:
+    """AttentionViz's joint embedding of one head's queries and keys over ``max_documents`` documents (each read
+    to ``max_tokens`` tokens, of which the first ``positions`` are embedded), in one batched pass
+    (``QueryKeySample``)."""
     shape = _heads(loaded)
     if not (0 <= layer < shape[0] and 0 <= head < shape[1]):
         raise ValueError(f"there is no head {layer}.{head}: the model has layers 0..{shape[0] - 1} and heads "
@@ -278,19 +317,20 @@ def query_key_embedding(loaded, documents: list[Document], layer: int, head: int
     tokenized, _ = runner.tokenized(documents[:max_documents])
     if not tokenized:
         raise ValueError("none of these documents could be read")
-    sample = QueryKeySample(layer, head)
+    sample = QueryKeySample(layer, head, {document.doc_id for document, _ in tokenized}, positions)
     for group in runner.groups(tokenized):
         runner.forward(runner.padded(group), [sample])
-    return embed(sample, tokenized, loaded.tokenizer, method)
+    return embed(sample, tokenized, loaded.tokenizer, method, loaded.spec.key)
 
 
 def embed(sample: QueryKeySample, tokenized: list[tuple[Document, list[int]]], tokenizer,
-          method: str = "pca") -> Embedding:
+          method: str = "pca", model: str = "") -> Embedding:
     """The joint 2-D embedding of a ``QueryKeySample`` (documents in ``tokenized``'s order)."""
     queries = [sample.queries[document.doc_id] for document, _ in tokenized]
     keys = [sample.keys[document.doc_id] for document, _ in tokenized]
     meta = []
     for document, ids in tokenized:  # per document, its queries then its keys: the stacking order below
+        ids = ids[:len(sample.queries[document.doc_id])]
         tokens = text.display_tokens(tokenizer, ids)
         contexts = [_context(tokenizer, ids, position) for position in range(len(ids))]
         for kind in ("query", "key"):
@@ -320,10 +360,77 @@ def embed(sample: QueryKeySample, tokenized: list[tuple[Document, list[int]]], t
         points = centred @ vt[:2].T
     kind, doc_id, position, token, context = (list(column) for column in zip(*meta))
     return Embedding(sample.layer_index, sample.head, method, points.astype(np.float32), kind, doc_id,
-                     [int(p) for p in position], token, context)
+                     [int(p) for p in position], token, context, model)
 
 
 def _heads(loaded) -> tuple[int, int]:
     from models.corpus.statistics import _shape
 
     return _shape(loaded.model)
+
+
+# --- the corpus views' analyses: (loaded, result, options) -> what the figure draws --------------------------
+
+def stored_documents(store: ResultStore) -> list[Document]:
+    """The documents a results folder read, in the order they were written."""
+    frame = store.table()
+    ok = frame[frame["status"] == "ok"]
+    return [Document(row.doc_id, row.text, row.source) for row in ok.itertuples()]
+
+
+def _model_for(loaded, info: RunInfo, what: str) -> None:
+    """``loaded`` must be the model the results are of: a search or an embedding reads its q and k."""
+    if loaded is None:
+        raise ValueError(f"{what} needs the model these results are of ({info.model}); give it with --model")
+    if loaded.spec.key != info.model:
+        raise ValueError(f"these results are of {info.model}; {what} needs that model, not {loaded.spec.key}")
+
+
+@dataclass(frozen=True)
+class TopExamples:
+    model: str
+    layer: int
+    head: int
+    examples: object  # DataFrame: doc_id, peak_weight, query, key, their tokens and contexts
+
+
+def top_examples_view(loaded, result, options) -> TopExamples:
+    """``corpus_top``: the documents where head ``options.layer``.``options.head`` peaks highest (the tokenizer of
+    the results' model decodes their contexts)."""
+    store = open_results(options.results)
+    _model_for(loaded, store.info, "the top examples' contexts")
+    examples = top_examples(store, loaded.tokenizer, options.layer, options.head, options.count)
+    return TopExamples(store.info.model, options.layer, options.head, examples)
+
+
+def embedding_view(loaded, result, options) -> Embedding:
+    """``corpus_embedding``: the joint query–key embedding of one head over the first ``options.embedded``
+    documents of the results folder."""
+    store = open_results(options.results)
+    _model_for(loaded, store.info, "the query–key embedding")
+    return query_key_embedding(loaded, stored_documents(store), options.layer, options.head, options.embedded,
+                               store.info.max_tokens, options.method, EMBEDDING_TOKENS)
+
+
+# positions embedded per document (its first ones, read as the run read it): 30 documents of 128 tokens are
+# ~7,700 points to draw
+EMBEDDING_TOKENS = 128
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    model: str
+    pattern_a: str
+    pattern_b: str
+    ranked: object  # DataFrame layer, head, share, queries; best first
+    searched: int  # documents that hold both
+
+
+def search_view(loaded, result, options) -> SearchResult:
+    """``corpus_search``: the heads ranked by the share of attention from A tokens to B tokens over the first
+    ``options.searched`` documents of the results folder that hold both."""
+    store = open_results(options.results)
+    _model_for(loaded, store.info, "the A→B search")
+    ranked, searched = search_heads(loaded, stored_documents(store), options.a, options.b, options.regex,
+                                    store.info.max_tokens, options.searched)
+    return SearchResult(store.info.model, options.a, options.b, ranked, searched)

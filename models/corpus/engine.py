@@ -72,8 +72,7 @@ def rows_for(runner: StatisticsRunner, documents: list[Document], also=()) -> li
 def windows(runner: StatisticsRunner, pending: list[Document], batch_documents: int | None) -> list[list[Document]]:
     """The persisted batches of a local run: ``batch_documents`` documents each (default: ``BATCH_DOCUMENTS``, or
     what fills a few of a GPU's forwards), each sorted and padded into forwards by the runner."""
-    size = batch_documents or max(BATCH_DOCUMENTS, 4 * runner.limits.documents if runner.limits.tile_rows is None
-                                  else BATCH_DOCUMENTS)
+    size = batch_documents or max(BATCH_DOCUMENTS, 4 * runner.limits.documents)
     return [pending[start:start + size] for start in range(0, len(pending), size)]
 
 
