@@ -57,8 +57,9 @@ def _view(args):
     return figures.get(name)
 
 
-def render(args, given: dict[str, str]) -> list[Path]:
-    from app.cli import build_options
+def render(args, given: dict[str, str], build_options) -> list[Path]:
+    """The view's files (and the results folder of a run). ``build_options``: ``app.cli``'s, which turns flags
+    into a view's options."""
     from models import families
     from models.corpus import analysis, engine, store
 

@@ -326,3 +326,25 @@ def test_cli_draws_every_corpus_view_and_reads_search_and_embedding_in_the_run(a
     assert cli.main(["--page", "corpus", "--results", str(results), "--view", "corpus_experts", "--format", "json",
                      "--out", str(tmp_path / "x")]) == 2  # not an MoE model: a message, not a traceback
     assert cli.main(["--page", "corpus", "--results", str(results), "--view", "nope"]) == 2
+
+
+def test_ray_actors_take_one_gpu_each_when_the_cluster_has_gpus():
+    assert engine.actor_resources(4, "cpu", 8) == ("cuda", 1, 4)  # a GPU each, no more actors than GPUs
+    assert engine.actor_resources(8, "cuda", 2) == ("cuda", 1, 2)
+    assert engine.actor_resources(0, "cpu", 3) == ("cpu", 0, 3)  # one core each
+    with pytest.raises(ValueError, match="has none"):
+        engine.actor_resources(0, "cuda", 2)
+
+
+def test_gpu_batches_are_sized_to_free_memory(tiny_lm, monkeypatch):
+    from models.corpus import forward
+
+    loaded, _ = tiny_lm
+    assert forward.BatchLimits.for_device(loaded.model, "cpu", 256) == forward.BatchLimits()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (8 * 2**30, 16 * 2**30))
+    limits = forward.BatchLimits.for_device(loaded.model, "cuda", 256)
+    per_token = forward.bytes_per_token(loaded.model, 256)
+    assert limits.tile_rows is None and limits.documents == forward.GPU_MAX_DOCUMENTS
+    assert limits.tokens == min(int(0.5 * 8 * 2**30 / per_token), forward.GPU_MAX_DOCUMENTS * 256)
+    assert limits.tokens > forward.MAX_BATCH_TOKENS
