@@ -17,11 +17,11 @@ from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ct
 
 from app import display, resources, url_state, widgets
 from models.analysis import explanations as explainable
-from models.analysis.attribution import METHODS
+from models.analysis.attribution import METHODS, method_name
 from models.analysis.faithfulness import PROBABILITY, measure_symbol
 from models.core.inputs import ImageInput
 from models.families.vit import explain as vit_explain
-from viz.figures.faithfulness import NONE, FaithfulnessOptions, LocalisationOptions, method_name
+from viz.figures.faithfulness import NONE, FaithfulnessOptions, LocalisationOptions
 
 MINI = "vit_shapes"
 LOCALISATION_IMAGES = (8, 16, 32, 64, 128)

@@ -81,6 +81,15 @@ NAMES = {
     "input_x_gradient": "Input × gradient",
     "value_zeroing": "Value zeroing",
 }
+RANDOM = "random"  # the faithfulness baseline: random orders, which every method is compared with
+RANDOM_NAME = "Random order"  # how the random baseline is named in tables and legends
+
+
+def method_name(method: str) -> str:
+    """A method as tables and legends name it ("grad_cam" -> "Grad-CAM")."""
+    return RANDOM_NAME if method == RANDOM else NAMES.get(method, method)
+
+
 GRADIENT_METHODS = ("gradient_rollout", "grad_cam", "input_x_gradient")
 ATTENTION_METHODS = ("raw_attention", "rollout", "value_norms", "alti")
 

@@ -12,7 +12,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from models.analysis import explanations as explainable
 from models.analysis.attribution import ALL_METHODS as METHODS
-from models.analysis.attribution import NAMES
+from models.analysis.attribution import RANDOM, RANDOM_NAME, method_name
 from models.analysis.faithfulness import AUC_NOTE, Faithfulness, measure_symbol
 from models.core.text import with_marks
 from viz import export, image_overlay
@@ -21,15 +21,8 @@ from viz.heatmap import PAD
 
 TILE_PIXELS = 192
 LABEL_PIXELS = 24  # the method's name above each map
-RANDOM = "random"
-RANDOM_NAME = "Random order"  # how the random baseline is named in tables and legends
 RANDOM_MAP = "Random map"  # the localisation's baseline
 NONE = "—"  # a table cell with nothing to say (the random row's own verdict)
-
-
-def method_name(method: str) -> str:
-    """A method as tables and legends name it ("grad_cam" -> "Grad-CAM")."""
-    return RANDOM_NAME if method == RANDOM else NAMES.get(method, method)
 
 
 @dataclass(frozen=True)
