@@ -42,6 +42,25 @@ def token_pieces(tokenizer, ids) -> tuple[str, ...]:
     return tuple(pieces[int(i)] for i in ids)
 
 
+MARKS = {"↵": "a line break", "␣": "a space", "⇥": "a tab", "⏎": "a carriage return"}  # what display_token draws
+
+
+def whitespace_note(labels) -> str:
+    """The caption sentence that says what the blank marks in ``labels`` mean (only those present), or "" when
+    there are none: every figure that shows token labels says it, in these words."""
+    shown = [f"{mark} is {meaning}" for mark, meaning in MARKS.items() if any(mark in label for label in labels)]
+    if not shown:
+        return ""
+    listed = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+    return f"In token labels {listed} (a word's own leading space is not drawn)."
+
+
+def with_marks(caption: str, *labels) -> str:
+    """``caption`` and, when any of the groups of token ``labels`` holds a blank mark, ``whitespace_note``."""
+    note = whitespace_note([label for group in labels for label in group])
+    return f"{caption} {note}".strip() if note else caption
+
+
 def display_tokens(tokenizer, ids) -> list[str]:
     labels = {i: display_token(tokenizer.decode([i])) for i in set(map(int, ids))}  # each distinct id decoded once
     return [labels[int(i)] for i in ids]

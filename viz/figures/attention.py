@@ -13,12 +13,19 @@ import numpy as np
 import pandas as pd
 
 from models.analysis import heads
-from models.core.results import RunResult, TextResult
+from models.core.results import STEP_CONVENTION, RunResult, TextResult
+from models.core.text import with_marks
 from viz import export, heatmap
 from viz.figure import Figure, NoOptions, view
 
 ROWS_COLUMNS = ("Rows: the token doing the attending (query). Columns: the tokens it attends to (keys). Each row "
-                "sums to 1. Grey cells are masked (the model could not look there).")
+                "sums to 1.")
+MASKED = "Grey cells are masked (the model could not look there)."
+
+
+def rows_columns(allowed: np.ndarray) -> str:
+    """How to read a heatmap; the grey cells explained only when the map has some (a causal or padding mask)."""
+    return ROWS_COLUMNS + (" " + MASKED if not np.all(allowed) else "")
 
 
 def head_label(head: int | None) -> str:
@@ -61,10 +68,10 @@ def head(result: RunResult, options: HeadOptions) -> Figure:
     n_q, n_k = len(query_tokens), len(key_tokens)
     title = f"layer {layer}, {'average of heads' if options.head is None else f'head {options.head}'}"
     chart = image = None
-    caption = ROWS_COLUMNS
     whole = max(n_q, n_k) <= FULL_EXPORT_TOKENS  # the files hold every weight (computed on click only)
     if max(n_q, n_k) <= heatmap.MAX_CHART_TOKENS:
         weights, allowed = maps.head(layer, options.head), maps.allowed(layer)
+        caption = rows_columns(allowed)
         chart = heatmap.attention_chart(weights, query_tokens, key_tokens, allowed, title, options.scheme)
         overview = None
     else:
@@ -76,7 +83,8 @@ def head(result: RunResult, options: HeadOptions) -> Figure:
                    + (f" (each pixel the {which} weight of {tile} × {tile} cells)" if tile > 1 else "")
                    + f". Colours saturate at {vmax:.3f} (the median of each query's largest weight"
                    + (", or the 99th percentile of the block means" if options.statistic == "mean" else "")
-                   + "). " + ROWS_COLUMNS)
+                   + "). " + ROWS_COLUMNS
+                   + (" " + MASKED if float(overview.visible.sum()) < n_q * n_k else ""))
 
     def weights_now():  # recomputed when a file is asked for: a cached figure keeps no (q, k) map
         return maps.head(layer, options.head)
@@ -96,7 +104,8 @@ def head(result: RunResult, options: HeadOptions) -> Figure:
                           "maximum": overview.maximum, "mean": overview.mean, "visible": overview.visible,
                           "row_max": overview.row_max}
     return Figure(
-        _stem(result, maps.kind, f"layer {layer}", f"head {name}"), chart=chart, image=image, caption=caption,
+        _stem(result, maps.kind, f"layer {layer}", f"head {name}"), chart=chart, image=image,
+        caption=with_marks(caption, query_tokens, key_tokens),
         table=table, payload=payload, arrays=arrays,  # the head named in the file, nothing more
         metadata=_metadata(result, kind=maps.kind, layer=layer, head=name))
 
@@ -246,6 +255,7 @@ def focus(result: RunResult, options: FocusOptions) -> Figure:
     chart = heatmap.token_bars(row, key_tokens, f"Where '{label}' looks", allowed)
     return Figure(
         _stem(result, maps.kind, f"layer {layer}", f"head {name}", f"query {query}"), chart=chart, width="stretch",
+        caption=with_marks("", [label], key_tokens),
         table=lambda: pd.DataFrame({"key": key_tokens, "weight": row, "visible": allowed}),
         payload=lambda: {"model": result.model.key, "kind": maps.kind, "layer": layer, "head": name, "query": query,
                          "query_token": query_tokens[query], "key_tokens": key_tokens, "weights": row},
@@ -263,7 +273,7 @@ def next_token(result: TextResult, options: NoOptions) -> Figure:
     return Figure(
         _stem(result, "next token"),
         chart=heatmap.probability_bars(tokens, probabilities, f"Top {len(tokens)} after the last token"),
-        width="stretch",
+        width="stretch", caption=with_marks("", tokens),
         table=lambda: pd.DataFrame({"token": tokens, "token_id": [t.token_id for t in result.next_token],
                                     "probability": probabilities}),
         payload=lambda: {"model": result.model.key, "tokens": tokens, "probabilities": probabilities},
@@ -279,8 +289,9 @@ class StepOptions:
 
 @view("generation_step", "Generate and step through", StepOptions, run_options=True)
 def generation_step(result: TextResult, options: StepOptions) -> Figure:
-    """A generated token: where it looked (prompt and the tokens generated before it) and the candidates it was
-    chosen from, the model's raw distribution before temperature, top-k, top-p and repetition penalty."""
+    """A generated token: the attention of the position that chose it (the position before it, over the prompt and
+    the tokens generated before it; STEP_CONVENTION) and the candidates it was chosen from, that position's raw
+    distribution before temperature, top-k, top-p and repetition penalty."""
     if not result.generation:
         raise ValueError("nothing was generated: the model ended the text at once")
     if not 1 <= options.step <= len(result.generation):
@@ -288,25 +299,26 @@ def generation_step(result: TextResult, options: StepOptions) -> Figure:
     chosen = result.generation[options.step - 1]
     maps = result.maps("self")
     _, key_tokens = maps.tokens_in(options.layer)
-    weights = maps.row(options.layer, options.head, chosen.position)  # one row, computed where q and k are
-    visible = slice(0, chosen.position + 1)  # a generated token sees the prompt and the tokens before it
+    weights = maps.row(options.layer, options.head, chosen.query)  # one row, computed where q and k are
+    visible = slice(0, chosen.query + 1)  # the choosing position sees the prompt and the tokens before the chosen one
     candidates = [c.token for c in chosen.candidates]
     probabilities = [c.probability for c in chosen.candidates]
     charts = (heatmap.token_bars(weights[visible], key_tokens[visible],
-                                 f"Step {options.step}: where '{chosen.token}' looked"),
+                                 f"Step {options.step}: where the model looked to choose '{chosen.token}'"),
               heatmap.probability_bars(candidates, probabilities, f"Candidates at step {options.step}",
                                        highlight=chosen.token))
     name = head_label(options.head)
     return Figure(
         _stem(result, "generation", f"step {options.step}", f"layer {options.layer}", f"head {name}"),
         charts=charts, width="stretch",
-        caption="Attention and probabilities come from one teacher-forced forward over the final text; "
-                "probabilities are the model's raw distribution, before temperature, top-k, top-p and repetition "
-                "penalty.",
+        caption=with_marks(f"{STEP_CONVENTION} Attention and probabilities come from one teacher-forced forward "
+                           "over the final text; probabilities are the model's raw distribution, before temperature, "
+                           "top-k, top-p and repetition penalty.", key_tokens[visible], candidates),
         table=lambda: pd.DataFrame({"key": key_tokens[visible], "weight": weights[visible]}),
         payload=lambda: {"model": result.model.key, "step": options.step, "token": chosen.token,
                          "probability": chosen.probability, "layer": options.layer, "head": name,
-                         "key_tokens": key_tokens[visible], "weights": weights[visible], "candidates": candidates,
+                         "query_position": chosen.query, "key_tokens": key_tokens[visible],
+                         "weights": weights[visible], "candidates": candidates,
                          "candidate_probabilities": probabilities},
         arrays=lambda: {"weights": weights[visible], "candidate_probabilities": np.asarray(probabilities)},
         metadata=_metadata(result, step=options.step, layer=options.layer, head=name))

@@ -193,7 +193,7 @@ def generate(loaded: LoadedModel, inputs: TextInput, settings: GenerationSetting
         distribution = probabilities[position - 1 - first]
         chosen = output[position]
         steps.append(GenerationStep(position, tokens[position], float(distribution[chosen]),
-                                    tuple(_top(distribution, loaded.tokenizer, candidates))))
+                                    tuple(_top(distribution, loaded.tokenizer, candidates)), query=position - 1))
     notices = list(tokenized.notices)
     if len(output) - prompt_length < settings.max_new_tokens:
         notices.append("Generation stopped early at the end-of-text token.")

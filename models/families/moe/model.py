@@ -485,13 +485,22 @@ def prompt_pair(loaded: LoadedModel, result: RoutingResult | None, options) -> P
                         for prompt in (options.prompt_a, options.prompt_b)))
 
 
-# The page's sample texts (the first is what it opens with; "two prompts" compares the first two).
+# The page's sample texts: the first is what it opens with (and the command line's default text).
 SAMPLES = {
+    # prose, code and numbers in the mini's own vocabulary (its generator's words, models/minis/moe/data.py), so
+    # the coloured text shows each kind of token going to its own experts (word, code and number tokens route
+    # apart well beyond shuffled routing); plain prose alone shows little of that
+    "Mixed": "Anna found the old map in the kitchen. Later, she counted 12 boats by the river.\n\n"
+             "def count_prices(prices, total):\n    for item in prices:\n        total = total + item\n"
+             "    return total\n\n2024-03-15 17.25 381\n12 + 30 = 42",
     "Prose": "The old man walked slowly to the harbour in the morning. He was glad that the boats had returned "
              "before the storm, and he counted 12 of them.",
     "Code": "def average(values):\n    total = sum(values)\n    if len(values) == 0:\n        return 0\n"
             "    return total / len(values)",
     "Numbers": "3 + 4 = 7\n12 * 7 = 84\n2, 4, 6, 8, 10, 12\n2024-03-15 17.25 381",
-    "Mixed": "Anna wrote a function to add the prices:\n\ndef add(prices):\n    return sum(prices)\n\n"
-             "It returned 42.50 for 3 items.",
 }
+
+
+def per_category(counts: dict[str, int]) -> str:
+    """Tokens per category as a sentence reads them: "word 17, code 28, number 18, punctuation 8"."""
+    return ", ".join(f"{category} {count:,}" for category, count in counts.items())
