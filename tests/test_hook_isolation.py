@@ -128,8 +128,11 @@ def test_two_analyses_at_once_each_equal_their_solo_run(loaded, analysis, option
 
 def test_the_harness_catches_hooks_that_act_for_everyone(loaded, monkeypatch):
     """With the per-call guard removed (every hook acts for every forward), the same runs mix up."""
-    jobs = [analysis_of(loaded, prompt, ablation.head_ablation, AblationOptions("", "zero"))
-            for prompt in ("the cat sat on the mat. the dog", "a quick brown fox jumps over the lazy dog")]
+    # in lock-step both sessions switch off the same head at once: one zeroes it, the other sets it to its mean, so
+    # a hook acting in the other's forward changes what that forward computes
+    jobs = [analysis_of(loaded, prompt, ablation.head_ablation, AblationOptions("", mode))
+            for prompt, mode in (("the cat sat on the mat. the dog", "zero"),
+                                 ("a quick brown fox jumps over the lazy dog", "mean"))]
     alone = [job().effect for job in jobs]
     monkeypatch.setattr(hooks, "_for_block", lambda fn, block: fn)
     mixed = at_once(jobs, loaded.model, rounds=1)
