@@ -244,3 +244,56 @@ def test_the_page_names_the_closest_architecture_or_calls_a_tie():
     assert best == "encoder-decoder" and "90%" in sentence and "tie" not in sentence
     best, sentence = closest_to_truth({"show-attend-tell": card(0.80, 0.02), "encoder-decoder": card(0.79, 0.02)})
     assert best == "show-attend-tell" and "tie" in sentence
+
+
+# --- the shipped minis ------------------------------------------------------------------------------------------------
+
+def test_a_stopped_runs_checkpoint_is_measured_with_its_own_steps_and_times(tmp_path):
+    """--checkpoint-log: the card of weights a stopped run left says their step, times and loss (from the run's own
+    lines, the last save of that model), and that the learning rate had not decayed."""
+    from dataclasses import replace
+
+    from models.minis.captioning import card
+
+    log = tmp_path / "run.log"
+    log.write_text("Loading weights: 100%\n"
+                   "encoder-decoder step 1000: loss 0.546, 259 CPU s, 2770 wall s\n"
+                   "Writing model shards: 100%|██| 1/1\n"
+                   "show-attend-tell step 2000: loss 0.783, 641 CPU s, 7446 wall s\n"
+                   "encoder-decoder step 2000: loss 0.325, 532 CPU s, 5966 wall s\n"
+                   "encoder-decoder step 2100: loss 0.306, 559 CPU s, 6307 wall s\n")
+    config = replace(train.Config(), steps=8000, minutes=28.0)
+    run = train.checkpoint_run(log, "encoder-decoder", config)
+    assert (run["steps"], run["images_seen"], run["train_cpu_seconds"], run["final_loss"]) == (2000, 64000, 532.0,
+                                                                                               0.325)
+    assert run["stopped_at"] == {"step": 2000, "learning_rate_left": 0.772}  # cosine of 532 s / 28 min
+    with pytest.raises(SystemExit, match="no checkpoint of decoder-only"):
+        train.checkpoint_run(log, "decoder-only", config)
+    text = card.card_text({**json.loads((train.OUT / "encoder-decoder" / "metrics.json").read_text()), **run})
+    assert "**These weights are a checkpoint**" in text and "step 2,000" in text and "77.2% of its peak" in text
+    assert "stopped after its step-2,000 checkpoint" in text
+
+
+@pytest.mark.parametrize("name", architectures.ARCHITECTURES)
+def test_each_shipped_mini_is_float16_and_captions_as_its_card_says(name):
+    """The three minis ship (a missing one is a failure), in float16, with the card and metrics the page reads; read
+    back into float32 they caption held-out scenes of the card's test stream as well as the card says (within three
+    standard errors on the first 100 scenes)."""
+    from safetensors import safe_open
+
+    folder = train.OUT / name
+    recorded = json.loads((folder / "metrics.json").read_text())
+    assert (folder / "card.md").read_text().startswith(f"# captioning/{name}")
+    with safe_open(str(folder / "model.safetensors"), "pt") as weights:
+        names = weights.keys()
+        assert {str(weights.get_slice(k).get_dtype()) for k in names} == {"F16"}
+    assert set(captioning.mini_metrics()) == set(architectures.ARCHITECTURES)
+
+    model = train.load_saved(name, folder)
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    rng = np.random.default_rng(train.Config.test_seed)
+    test = [scenes.make_scene(rng, train.Config.clutter) for _ in range(100)]
+    said = metrics.greedy(model, name, np.stack([s.image for s in test]))
+    exact = np.mean([caption == scene.caption for caption, scene in zip(said, test)])
+    expected = recorded["exact_match"]
+    assert abs(exact - expected) <= 3 * max(np.sqrt(expected * (1 - expected) / len(test)), 0.01), (exact, expected)

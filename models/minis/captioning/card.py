@@ -34,9 +34,19 @@ def _tower(m: dict) -> str:
 
     source = tower.get("from", "encoder-decoder")
     step = re.search(r"step(\d+)", source)
-    where = (f"its checkpoint after {int(step.group(1)):,} of its steps" if step else "its final weights")
+    where = (f"its checkpoint after {int(step.group(1)):,} of its steps" if step else "its weights as shipped")
     return (f"{where}, trained further with the rest" if tower.get("trained") else
             f"{where}, **frozen**, as LLaVA keeps its pretrained CLIP encoder")
+
+
+def _tower_source(m: dict) -> str:
+    """Where the reproduce command's vision tower comes from."""
+    if "vision_tower" not in m:
+        return ""
+    if "step" in m["vision_tower"].get("from", ""):
+        return ("; the vision tower's encoder–decoder checkpoint is the `checkpoint_every` save of a run of that "
+                "command for the encoder–decoder")
+    return "; run after the encoder–decoder mini, whose saved encoder in `--out` becomes the vision tower"
 
 
 def _percent(value: float) -> str:
@@ -130,8 +140,7 @@ def card_text(m: dict) -> str:
         f"Reproduce: `{command(m)}` ("
         + (f"stopped after its step-{m['stopped_at']['step']:,} checkpoint; " if m.get("stopped_at") else "")
         + "seed 0; results vary slightly with the hardware's floating-point order"
-        + ("; the vision tower's encoder–decoder checkpoint is the `checkpoint_every` save of a run of that command "
-           "for the encoder–decoder" if "vision_tower" in m else "") + "). Licence: the weights are this project's; "
+        + _tower_source(m) + "). Licence: the weights are this project's; "
         "the photo backgrounds are CC0 / public domain (`sample_data/images/LICENSES`).",
     ]
     return "\n".join(lines) + "\n"
