@@ -11,6 +11,7 @@ from app import display, presentation, resources, widgets
 from models.analysis import heads, roles
 from models.core.results import AttentionMaps, RunResult
 from viz import heatmap
+from viz.figure import Figure
 from viz.figures.attention import (
     FocusOptions,
     GridOptions,
@@ -65,13 +66,14 @@ def head_heatmap(result: RunResult, kind: str, layer: int, head: int | None, key
         # both charts fit half a 1280-px laptop screen (402 px a column): Vega maps the pointer in its own pixels, so
         # a chart scaled down or cut off by its column would brush and tooltip the wrong cells
         png = resources.figure_png(figure, (result.run_id, kind, layer, head, scheme))
-        st.altair_chart(heatmap.zoom_overview_chart(png, n_q, n_k, queries, keys, width=320),
-                        on_select="rerun", key=f"{key}_brush", width="content")
-        st.caption(figure.caption + " Drag a rectangle to zoom; the red frame is the region on the right.")
+        overview = Figure(figure.stem, chart=heatmap.zoom_overview_chart(png, n_q, n_k, queries, keys, width=320),
+                          caption=figure.caption + " Drag a rectangle to zoom; the red frame is the region on the "
+                                                   "right.")
+        display.show(overview, f"{key}_overview", select=f"{key}_brush", downloads=False)
     with detail:
         zoom = widgets.figure_or_none("head_zoom", result, ZoomOptions(kind, layer, head, scheme, queries, keys))
         if zoom is not None:
-            display.part(zoom.chart)
+            display.show(zoom, f"{key}_zoom", downloads=False, caption=False)
     display.offer(figure, key)
 
 
@@ -137,10 +139,9 @@ def model_view(result: RunResult, kind: str, layer: int, head: int | None, key: 
         return
     left, right = st.columns([1, 1])
     with left:
-        st.altair_chart(chart.chart, on_select="rerun", key=f"{key}_grid_pick", width="content")
-        st.caption(chart.caption)
+        display.show(chart, f"{key}_statistics", select=f"{key}_grid_pick")
     with right:
-        st.dataframe(chart.table, hide_index=True, height=420, on_select="rerun", selection_mode="single-row",
+        st.dataframe(chart.table(), hide_index=True, height=420, on_select="rerun", selection_mode="single-row",
                      key=f"{key}_table", column_config={label: st.column_config.NumberColumn(format="%.3f")
                                                         for label in labels.values()})
         st.caption("Every head, one row each: click a column header to sort (e.g. the most focused heads by "

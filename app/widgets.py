@@ -97,11 +97,13 @@ def text_source(presets: dict[str, str], key: str, label: str = "Text", height: 
     state_key = f"{key}_text"
     if state_key not in st.session_state:
         st.session_state[state_key] = next(iter(presets.values()))
-    chosen = st.pills("Samples", list(presets), key=f"{key}_preset", label_visibility="collapsed")
+    # on a projector the upload button stands beside the samples (a compact header: the figure starts above the fold)
+    samples, uploads = st.columns([5, 1]) if st.session_state.get("presentation") else (st.container(),) * 2
+    chosen = samples.pills("Samples", list(presets), key=f"{key}_preset", label_visibility="collapsed")
     if chosen and st.session_state.get(f"{key}_last_preset") != chosen:
         st.session_state[state_key] = presets[chosen]
     st.session_state[f"{key}_last_preset"] = chosen
-    upload = st.file_uploader("…or upload a .txt file (UTF-8)", type=["txt"], key=f"{key}_upload")
+    upload = uploads.file_uploader("…or upload a .txt file (UTF-8)", type=["txt"], key=f"{key}_upload")
     if upload is not None and st.session_state.get(f"{key}_last_upload") != upload.file_id:
         st.session_state[f"{key}_last_upload"] = upload.file_id
         try:

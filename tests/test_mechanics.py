@@ -516,7 +516,7 @@ def test_cost_figures_hold_the_calculators_numbers():
 
     published = tuple(cost.published_kv_specs())
     kv = figures.build("kv_cache", cost.KVPresets(published, ("x: skipped",)), views.KVOptions(1024, "float32"))
-    assert kv.table.to_dict("records") == cost.kv_table(list(published), 1024, "float32")
+    assert kv.table().to_dict("records") == cost.kv_table(list(published), 1024, "float32")
     bars = pd.DataFrame(next(iter(kv.chart.to_dict()["datasets"].values())))
     np.testing.assert_allclose(bars["MiB"], [s.bytes_per_sequence(1024, "float32") / 2**20 for s in published])
     assert "DeepSeek-V2 (MLA)" in kv.caption and "Not read: x: skipped" in kv.caption

@@ -295,7 +295,7 @@ def test_figures_hold_the_models_numbers(fox):
     saved = np.load(io.BytesIO(files["npz"]))
     np.testing.assert_allclose(saved["cross_attention"], speech.cross_attention(fox)[0])
     step = figures.build("speech_step", fox, figures.get("speech_step").options(step=2, heads="one", layer=3, head=1))
-    np.testing.assert_allclose(step.arrays["attention"], fox.maps("cross").head(3, 1)[1, :fox.audio_frames])
+    np.testing.assert_allclose(step.arrays()["attention"], fox.maps("cross").head(3, 1)[1, :fox.audio_frames])
     check_files(figures.build("spectrogram", fox))
     with pytest.raises(ValueError, match="does not exist"):
         figures.build("cross", fox, figures.get("cross").options(heads="one", layer=9))
@@ -328,7 +328,7 @@ def test_page_shows_transcript_and_every_tab(fresh_caches, offered):
         at.session_state["sp_view"] = tab
         at.run()
         assert not at.exception, (tab, at.exception)
-    assert offered["sp_timing"].payload["max_difference"] <= 0.2
+    assert offered["sp_timing"].payload()["max_difference"] <= 0.2
     assert url_param(at, "sp_sample") == "en quick_brown_fox"
     at.session_state["sp_source"] = "Upload"
     at.run()

@@ -359,15 +359,15 @@ def test_every_view_draws_the_models_numbers(model, tiny_result):
     np.testing.assert_allclose(built["window_attention"].arrays()["weights"], reference[window], atol=1e-5)
     assert built["window_attention"].stem == f"tiny_photo_stage-1-block-2-sw-msa_average-of-heads_window-{window}"
     np.testing.assert_allclose(built["block_windows"].arrays()["windows"], reference, atol=1e-5)
-    patch = built["patch_attention"].arrays["attention"]
+    patch = built["patch_attention"].arrays()["attention"]
     np.testing.assert_allclose(patch, geometry.patch_attention_map(reference, (7, 7), (16, 16), (4, 4), (2, 2)),
                                atol=1e-5)
     assert abs(patch.sum() - 1) < 1e-5
     probabilities = torch.softmax(model(pixels)[0], -1).detach().numpy()
     table = built["swin_predictions"].table()
     np.testing.assert_allclose(table["probability"], np.sort(probabilities)[::-1][:5], atol=1e-6)
-    assert list(built["hierarchy"].table["tokens"]) == ["16 × 16", "8 × 8"]
-    np.testing.assert_array_equal(built["shifted_window_masks"].arrays["attn_mask"],
+    assert list(built["hierarchy"].table()["tokens"]) == ["16 × 16", "8 × 8"]
+    np.testing.assert_array_equal(built["shifted_window_masks"].arrays()["attn_mask"],
                                   model.layers[0].blocks[1].attn_mask.numpy())
 
 

@@ -84,6 +84,22 @@ def patch_grid(image: np.ndarray, grid: tuple[int, int], highlight: tuple[int, i
     return picture
 
 
+def outline_patch(picture: Image.Image, grid: tuple[int, int], patch: tuple[int, int]) -> Image.Image:
+    """A copy of ``picture`` (an image of the whole patch grid) with patch ``(row, col)`` of the ``(rows, cols)`` grid
+    outlined: a red frame inside a white one, visible over any colour map. The query of an any-patch view is marked
+    where it is, on the map it produced."""
+    picture = picture.copy()
+    draw = ImageDraw.Draw(picture)
+    (rows, cols), (r, c) = grid, patch
+    step_y, step_x = picture.height / rows, picture.width / cols
+    width = max(2, round(min(step_x, step_y) / 8))
+    box = [round(c * step_x), round(r * step_y), round((c + 1) * step_x) - 1, round((r + 1) * step_y) - 1]
+    draw.rectangle([box[0] - width, box[1] - width, box[2] + width, box[3] + width], outline=(255, 255, 255),
+                   width=width)
+    draw.rectangle(box, outline=(230, 0, 0), width=width)
+    return picture
+
+
 def tile(pictures: list[Image.Image], columns: int, gap: int = 4, background=(255, 255, 255)) -> Image.Image:
     """Pictures of one size in a grid, row-major (the all-heads grid)."""
     if not pictures:

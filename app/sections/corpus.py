@@ -155,9 +155,8 @@ def embedding_tab(summary, loaded, corpus) -> None:
     except ValueError as error:
         widgets.show_error(error)
         return
-    st.altair_chart(figure.chart, on_select="rerun", key="corpus_qk_pick", width="content")
-    st.caption(figure.caption + " Click a point to open its document's map below.")
-    display.offer(figure, "corpus_qk")
+    display.show(figure, "corpus_qk", select="corpus_qk_pick")
+    st.caption("Click a point to open its document's map below.")
     document_map(loaded, corpus, embedding, layer, head, min(info.max_tokens, 128))
 
 

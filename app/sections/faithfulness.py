@@ -190,10 +190,11 @@ def _show_image(result, loaded, key: str) -> None:
     if maps is None:
         return
     left, right = st.columns([3, 2])
-    left.image(maps.image, caption=maps.caption)
+    with left:
+        display.show(maps, f"{key}_maps")
     with right:
         found = resources.figure("faithfulness", result, options, loaded)  # the same analysis: cached by now
-        _summary(found.payload, "patch")
+        _summary(found.payload(), "patch")
     if loaded.spec.family == "swin":
         right.caption("Swin: each block's window maps are carried back to its stage's grid (the cyclic shift "
                       "undone), a stage's grid reaches the previous one through the 2 × 2 patch merge, and the "
@@ -204,7 +205,6 @@ def _show_image(result, loaded, key: str) -> None:
         right.caption("The mini ViT recognises its shapes by colour: one coloured patch left is often enough, so a "
                       "deletion curve stays high until almost every patch of the shape is gone, and on a photo "
                       "without a shape every curve is flat. That is the model, not the plot.")
-    display.offer(maps, f"{key}_maps")
     _table_and_curves(found, key, "patch")
     if sample is not None:
         _this_shape(maps.arrays(), sample, result)
@@ -242,7 +242,7 @@ def _summary(payload: dict, unit: str) -> None:
 
 
 def _table_and_curves(found, key: str, unit: str) -> None:
-    payload = found.payload
+    payload = found.payload()
     if unit == "token":
         _summary(payload, unit)
     st.dataframe(found.table(), hide_index=True, width="stretch",

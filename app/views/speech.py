@@ -75,7 +75,7 @@ def words_tab():
     figure = widgets.figure_or_none("word_timestamps", result, None, loaded)
     if figure is not None:
         display.show(figure, "sp_timing")
-        st.dataframe(figure.table, hide_index=True)
+        st.dataframe(figure.table(), hide_index=True)
 
 
 def steps_tab():

@@ -81,8 +81,7 @@ def linear_attention_view(_, options: LinearOptions) -> Figure:
               "difference_linear": result.difference_linear, "difference_flow": result.difference_flow}
     return Figure(
         export.file_stem("linear vs softmax vs flow attention", *_parts(options), options.sentence[:40]),
-        chart=combined(combined(*parts[:2]), combined(parts[2], difference), vertical=True),
-        charts=parts + (difference,),
+        charts=parts + (difference,), layout=((1, 1),),  # two by two: softmax | linear, flow | the difference
         caption=caption,
         table=lambda: pd.DataFrame({"token": trace.query_tokens, "difference_linear": result.difference_linear,
                                     "difference_flow": result.difference_flow,
@@ -127,7 +126,7 @@ def linear_recurrent(_, options: RecurrentOptions) -> Figure:
               "outputs_matrix": by_matrix, "causal_matrix": matrix}
     return Figure(
         export.file_stem("causal linear attention rnn", *_parts(options), f"step {step}", options.sentence[:40]),
-        chart=combined(parts[0], combined(*parts[1:], vertical=True)), charts=parts, caption=caption,
+        charts=parts, layout=((1, 1),), caption=caption,
         table=lambda: pd.DataFrame(rnn.outputs, index=pd.Index(labels, name="token"),
                                    columns=[f"y{i}" for i in features]),
         payload=lambda: {"sentence": options.sentence, "tokens": trace.query_tokens, "step": step, **arrays},

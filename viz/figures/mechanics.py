@@ -176,7 +176,7 @@ def multi_vs_single_head(_, options: HeadsOptions) -> Figure:
     width = options.heads * options.d_head
     return Figure(
         export.file_stem("multi vs single head", *_layer_parts(options), options.mask, options.sentence[:40]),
-        chart=combined(*(combined(*parts[i:i + 2]) for i in range(0, len(parts), 2)), vertical=True), charts=parts,
+        charts=parts, layout=((1, 1),),  # two by two
         caption=(f"The same width H·d_k = {width}, split into {options.heads} heads of {options.d_head} (each free to "
                  f"look somewhere else) or kept as one head of {width} (one pattern for everything). Colours run from "
                  "0 to each map's largest weight."),
@@ -254,7 +254,7 @@ def mask_zoo(_, options: ZooOptions) -> Figure:
                   for kind, pattern in patterns.items())
     return Figure(
         export.file_stem("mask zoo", f"{options.tokens} tokens"),
-        chart=combined(*(combined(*parts[i:i + 4]) for i in range(0, len(parts), 4)), vertical=True), charts=parts,
+        charts=parts, layout=((1, 1, 1, 1),),  # four to a row
         payload=lambda: {"tokens": options.tokens, "allowed": patterns}, arrays=lambda: patterns,
         metadata={"tokens": options.tokens})
 

@@ -62,10 +62,10 @@ def mixing(result: MixerResult, options: MixingOptions) -> Figure:
     return Figure(
         export.file_stem(result.model.short_name, *([result.input_name] if options.map == "input" else []),
                          "token mixing", options.map, f"patch {row} {col}", f"layer {layer}"),
-        image=image_overlay.attention_overlay(info.image, share, options.opacity, options.colormap,
-                                              options.upsampling, max(1, round(OVERLAY_PIXELS / info.image.shape[0])),
-                                              options.clip),
-        caption=f"patch ({row}, {col}) mixes from: |row| of the {MAPS[options.map]} map, block {layer}",
+        image=image_overlay.outline_patch(image_overlay.attention_overlay(
+            info.image, share, options.opacity, options.colormap, options.upsampling,
+            max(1, round(OVERLAY_PIXELS / info.image.shape[0])), options.clip), (rows, cols), (row, col)),
+        caption=f"patch ({row}, {col}) (framed in red) mixes from: |row| of the {MAPS[options.map]} map, block {layer}",
         table=lambda: pd.DataFrame(signed, index=pd.Index(range(rows), name="patch row"),
                                    columns=[f"col {c}" for c in range(cols)]),
         payload={"model": result.model.key, "image": result.input_name, "view": "mixing", **settings,

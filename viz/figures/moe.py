@@ -38,8 +38,13 @@ def _payload(result: RoutingResult, **numbers) -> dict:
 
 
 def _drawn(drawing) -> dict:
-    """``viz.moe`` draws big matrices as images and the rest as charts: the Figure field each one goes in."""
-    return {"image": drawing} if isinstance(drawing, Image.Image) else {"chart": drawing}
+    """``viz.moe`` draws big matrices as images and the rest as charts (a pair: a map and its summary beside it):
+    the Figure fields each one goes in."""
+    if isinstance(drawing, Image.Image):
+        return {"image": drawing}
+    if isinstance(drawing, tuple):
+        return {"charts": drawing, "layout": ((3, 1),)}
+    return {"chart": drawing}
 
 
 # --- tokens by expert ----------------------------------------------------------------------------------------------
@@ -80,6 +85,7 @@ def expert_legend(result: RoutingResult, options: NoOptions) -> Figure:
     experts = result.routing.num_experts
     colours = draw.expert_colours(experts)
     return Figure(export.file_stem(result.model.short_name, "expert colours"), chart=draw.expert_legend(experts),
+                  width="stretch",
                   table=lambda: pd.DataFrame({"expert": range(experts), "colour": colours}),
                   payload=lambda: {"model": result.model.key, "experts": list(range(experts)), "colours": colours},
                   metadata={"model": result.model.key})
@@ -262,7 +268,7 @@ def load_difference(pair: PromptPair, options: LoadDifferenceOptions) -> Figure:
     arrays = {"load_a": load_a, "load_b": load_b, "difference": load_a - load_b}
     return Figure(
         export.file_stem(model.short_name, "load difference", pair.a.input_name[:20], pair.b.input_name[:20]),
-        **_drawn(draw.load_difference(load_a, load_b, routing_a.layer_labels, "A", "B")),
+        **_drawn(draw.load_difference(load_a, load_b, routing_a.layer_labels, "A", "B")), width="stretch",
         payload=lambda: {"model": model.key, "prompt_a": routing_a.text, "prompt_b": routing_b.text,
                          "layers": routing_a.layer_labels, **arrays},
         arrays=arrays, metadata={"model": model.key, "prompt_a": pair.a.input_name, "prompt_b": pair.b.input_name})

@@ -15,7 +15,7 @@ import pandas as pd
 from models.lessons import positional as pe
 from viz import export, heatmap
 from viz import positional as vp
-from viz.figure import Figure, NoOptions, combined, view
+from viz.figure import Figure, NoOptions, view
 
 PAGE = "positional"
 SENTENCE = "the dog bit the man because the man shouted at the dog"
@@ -113,7 +113,7 @@ def sinusoidal(_, options: SinusoidalOptions) -> Figure:
     parts = tuple(vp.sinusoidal_charts(table, dot, wavelengths))
     return Figure(
         export.file_stem("sinusoidal", f"d {dim}", f"length {length}", f"base {base:g}"),
-        chart=combined(combined(*parts[:2]), combined(*parts[2:]), vertical=True), charts=parts,
+        charts=parts, layout=((1, 1),),
         caption=(f"PE(p)·PE(q) = Σₖ cos((p−q)·ωₖ): it depends only on the offset (constant diagonals), is the same "
                  f"for ±offset and peaks at d/2 = {dim // 2} for p = q — distance can be read off it, direction "
                  "cannot."),
@@ -329,7 +329,7 @@ def alibi(_, options: AlibiOptions) -> Figure:
     shown = sorted({0, 1 % heads, heads // 2, heads - 1})
     return Figure(
         export.file_stem("alibi", f"{heads} heads", f"length {length}", "causal" if causal else None),
-        charts=(vp.slopes_chart(slopes), vp.bias_small_multiples(bias, shown)), vertical=True,
+        charts=(vp.slopes_chart(slopes), *vp.bias_small_multiples(bias, shown)), layout=((1,), (1, 1, 1, 1)),
         caption=(f"Slopes for H = {heads}: " + ", ".join(f"{s:.4g}" for s in slopes)
                  + ". Each head subtracts a penalty growing linearly with distance; nothing is added to the tokens, "
                    "which is why ALiBi extrapolates to inputs longer than those it was trained on."),

@@ -18,7 +18,7 @@ from models.families.swin import geometry
 from models.families.swin.model import SwinResult
 from viz import export, heatmap, image_overlay
 from viz import swin as draw
-from viz.figure import Figure, NoOptions, combined, view
+from viz.figure import Figure, NoOptions, view
 
 AVERAGE = "average of heads"
 
@@ -188,8 +188,7 @@ def shifted_window_masks(result: SwinResult, options: MaskOptions) -> Figure:
              for name, index in kinds.items()]
     return Figure(
         export.file_stem(result.model.short_name, shifted.label, "attention masks"),
-        chart=combined(*(combined(*pair) for pair in pairs), vertical=True),
-        charts=tuple(chart for pair in pairs for chart in pair),
+        charts=tuple(chart for pair in pairs for chart in pair), layout=((1, 2),),  # a row per kind of window
         caption=f"{shifted.label}: the model's `attn_mask` buffer {tuple(shifted.attn_mask.shape)} is added to the "
                 "scores before softmax; −100 makes a weight ≈ 4·10⁻⁴⁴. Rebuilt from the region ids it is "
                 f"{'identical' if same else 'DIFFERENT'}.",
@@ -209,23 +208,30 @@ class BiasOptions:
     head: int = 0  # the head whose B is expanded
 
 
+def _bias_layout(heads: int) -> tuple[tuple[float, ...], ...]:
+    """Up to four heads' small tables in one row with B and the index (twice as wide) beside them; more heads in rows
+    of six, B and the index under them."""
+    if heads <= 4:
+        return ((1,) * heads + (2, 2),)
+    return tuple((1,) * min(6, heads - start) for start in range(0, heads, 6)) + ((1, 1),)
+
+
 @view("relative_position_bias", "Relative position bias", BiasOptions)
 def relative_position_bias(result: SwinResult, options: BiasOptions) -> Figure:
     """Every head's learned table over (Δx, Δy), then B = table[relative_position_index] for one head next to the
-    index buffer. ``charts``: (tables, B, index) as the page lays them out; the export stacks the tables over the
-    pair."""
+    index buffer. ``charts``: every head's table, then B and the index (laid out by ``_bias_layout``)."""
     block = result.structure.block_in(options.stage, options.block)
     if not 0 <= options.head < block.heads:
         raise ValueError(f"head {options.head} does not exist: {block.label} has heads 0..{block.heads - 1}")
     m, head = block.window[0], options.head
     bias = block.bias()[head]  # (N, N)
-    tables = draw.bias_tables_chart(geometry.bias_table_images(block.bias_table, block.window), block.window)
+    tables = draw.bias_tables_charts(geometry.bias_table_images(block.bias_table, block.window), block.window)
     pair = (draw.bias_matrix_chart(bias, block.window, f"B for head {head}"),
             draw.bias_matrix_chart(block.relative_position_index.astype(float), block.window,
                                    "relative_position_index s (buffer)"))
     return Figure(
         export.file_stem(result.model.short_name, block.label, "relative position bias", f"head {head}"),
-        chart=combined(tables, combined(*pair), vertical=True), charts=(tables, *pair),
+        charts=(*tables, *pair), layout=_bias_layout(len(tables)),
         caption=f"B is gathered from a learned table of (2M−1)² = {(2 * m - 1) ** 2} rows × {block.heads} heads at "
                 f"s(Δx, Δy) = (Δx + M − 1)(2M − 1) + (Δy + M − 1) with M = {m}; Δx, Δy ∈ [−{m - 1}, {m - 1}] are the "
                 "row and column offsets query − key. Shown: the model's `relative_position_bias_table` per head, "

@@ -62,15 +62,20 @@ def _head_label(head: int | None) -> str:
 
 
 def _grid_figure(result: ViTResult, values: np.ndarray, name: str, parts: tuple, settings: dict,
-                 options: OverlayOptions, caption: str, array_name: str, more_arrays=None, **payload) -> Figure:
+                 options: OverlayOptions, caption: str, array_name: str, more_arrays=None,
+                 marked: tuple[int, int] | None = None, **payload) -> Figure:
     """An overlay figure of one per-patch map ``(rows, cols)``: the picture, and the map as a table (one row per patch
     row), JSON and NPZ (with the crop under it, and ``more_arrays()``). ``parts`` name the settings in the file name;
-    ``settings`` are what the JSON and the NPZ metadata record of them."""
+    ``settings`` are what the JSON and the NPZ metadata record of them; ``marked``: a patch outlined on the picture
+    (the query of an any-patch view)."""
     info, values = result.image, np.asarray(values, dtype=np.float32)
     rows, cols = info.patch_grid
+    picture = _overlay(info, values, options)
+    if marked is not None:
+        picture = image_overlay.outline_patch(picture, (rows, cols), marked)
     return Figure(
         export.file_stem(result.model.short_name, result.input_name, name, *parts),
-        image=_overlay(info, values, options), caption=caption,
+        image=picture, caption=caption,
         table=lambda: pd.DataFrame(values, index=pd.Index(range(rows), name="patch row"),
                                    columns=[f"col {c}" for c in range(cols)]),
         payload={"model": result.model.key, "image": result.input_name, "view": name, **settings,
@@ -113,7 +118,7 @@ def predictions(result: ViTResult, options: NoOptions) -> Figure:
     probabilities = [p.probability for p in result.predictions]
     return Figure(
         export.file_stem(result.model.short_name, result.input_name, "predictions"),
-        chart=heatmap.probability_bars(names, probabilities, f"Top-{len(names)} predictions"),
+        chart=heatmap.probability_bars(names, probabilities, f"Top-{len(names)} predictions"), width="stretch",
         table=lambda: pd.DataFrame({"class": names, "class_id": [p.token_id for p in result.predictions],
                                     "probability": probabilities}),
         payload={"model": result.model.key, "image": result.input_name, "classes": names,
@@ -232,8 +237,9 @@ def patch_query(result: ViTResult, options: QueryOptions) -> Figure:
     head = "mean" if options.head is None else options.head
     return _grid_figure(result, values, "patch query", (f"patch {row} {col}", f"layer {layer}", f"head {head}"),
                         {"patch": [row, col], "layer": layer, "head": head}, options,
-                        f"where it attends, layer {layer}, {_head_label(options.head)}", "patch_query",
-                        query_token=query, prefix_share=to_prefix)
+                        f"where patch ({row}, {col}) attends (framed in red), layer {layer}, "
+                        f"{_head_label(options.head)}", "patch_query", marked=(row, col), query_token=query,
+                        prefix_share=to_prefix)
 
 
 # --- rollout, saliency, attributions --------------------------------------------------------------------------------
