@@ -35,6 +35,7 @@ PRESENTATION_FONTS = {"axis": {"labelFontSize": 20, "titleFontSize": 22},
                       "header": {"labelFontSize": 20, "titleFontSize": 22},
                       "title": {"fontSize": 26, "subtitleFontSize": 20},
                       "text": {"fontSize": 20}}
+PRESENTATION_GRADIENT = (300, 22)  # px: a colour bar's length and thickness on a projector
 LAPTOP_LABEL_PX = 12  # Streamlit's theme: axis and legend labels
 
 FONT_KEYS = frozenset({"fontSize", "labelFontSize", "titleFontSize", "subtitleFontSize"})
@@ -88,6 +89,8 @@ def fitted(chart: alt.TopLevelMixin, screen: Screen = Screen(), stretch: bool = 
             for name, size in fonts.items():
                 current = config.setdefault(part, {}).get(name)
                 config[part][name] = max(size, round(current * FONT_SCALE)) if current else size
+        config["legend"].setdefault("gradientLength", PRESENTATION_GRADIENT[0])  # a colour bar as tall as a plot
+        config["legend"].setdefault("gradientThickness", PRESENTATION_GRADIENT[1])
         spec.setdefault("usermeta", {}).setdefault("embedOptions", {})["renderer"] = "svg"
     if stretch or not single:
         return Fitted(spec, "stretch" if single else "content")

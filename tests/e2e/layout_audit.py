@@ -2,7 +2,8 @@
 laptop's 1280 × 800 and in presentation mode at a projector's 1920 × 1080.
 
 ``audit_page`` opens one page at one size, walks its tabs by clicking them (no reload: one server, one browser, the
-session's caches stay warm) and measures what is drawn in each view with ``GEOMETRY_JS``. It returns one ``View``
+session's caches stay warm), presses the buttons of ``FOLLOW_UPS`` (a generation, an example) where a tab's figures
+wait for one, and measures what is drawn in each view with ``GEOMETRY_JS``. It returns one ``View``
 per tab state; ``View.findings`` lists what a lecturer would see go wrong:
 
 * a figure (a Vega chart's drawing, an image, a table) sticking out of its column or the window;
@@ -30,6 +31,11 @@ FILL_WIDTH = 0.6  # a figure is at least this share of its column's width ...
 FILL_HEIGHT = 0.5  # ... or of the window's height (a square heatmap in a wide column)
 FOLD_SHARE = 0.7  # the page's first figure starts in this top share of the window (30% of it shows at least)
 SLACK_PX = 2  # sub-pixel rounding
+# Views that show their figures only after a button (a generation, an example to try): (page, tab) -> the buttons
+# to press, by the start of their label; each press is audited as a view of its own
+FOLLOW_UPS = {("gpt", "Generate and step through"): ("Generate",),
+              ("gpt", "Knockout"): ("Try: cut",),
+              ("gpt", "Patching"): ("Try: Eiffel",)}
 
 # Everything measured in one pass of the page. Figures: Vega charts (their svg/canvas drawing, which is what sticks
 # out when a chart is wider than its element), images, tables. A figure's column is its stColumn, else the main block;
@@ -249,10 +255,24 @@ def audit_page(page, base_url: str, name: str, path: str, size: str, log=print) 
         views.append(view)
         log(f"{view.name}: {len(view.findings)} finding(s)" + "".join(f"\n    {f}" for f in view.findings))
 
+    def follow_up(tabs: tuple[str, ...]) -> None:
+        for label in FOLLOW_UPS.get((name, tabs[-1] if tabs else ""), ()):
+            button = page.locator('[data-testid="stMain"] button:visible').filter(has_text=label).first
+            if not button.count():
+                views.append(View(name, size, tabs + (f"after “{label}”",), False, {},
+                                  [f"no button labelled “{label}…” to press (FOLLOW_UPS is out of date)"]))
+                continue
+            button.scroll_into_view_if_needed()
+            button.click()
+            page.wait_for_timeout(300)
+            wait_idle(page)
+            record(tabs + (f"after “{label}”",), False)
+
     def visit(depth: int, tabs: tuple[str, ...], default: bool) -> None:
         groups = page.evaluate(TAB_GROUPS_JS)
         if depth >= len(groups):
             record(tabs, default)
+            follow_up(tabs)
             return
         labels = [label for label, _ in groups[depth]]
         selected = next((i for i, (_, chosen) in enumerate(groups[depth]) if chosen), 0)

@@ -169,7 +169,7 @@ def explanations(found: Faithfulness, options: FaithfulnessOptions) -> Figure:
     if getattr(found.result, "image", None) is None:  # text: methods × tokens
         scores = {m: np.asarray(s, dtype=np.float32) for m, s in found.explanations.scores.items()}
         return Figure(
-            _stem(found, "explanations", options), chart=token_chart(found),
+            _stem(found, "explanations", options), chart=token_chart(found), width="stretch",
             caption=f"Every method's relevance of each input token for {found.target_name!r} "
                     f"({found.target_kind}), each row scaled to its own range.",
             table=lambda: pd.DataFrame(scores, index=pd.Index(found.unit_names, name="token")),
