@@ -36,8 +36,9 @@ PAGES = (
     Page("vit", "Vision Transformer", ":material/image:", "vit", "cat"),
     Page("swin", "Swin Transformer", ":material/grid_view:", "swin", "cat"),
     Page("moe", "Mixture of experts", ":material/call_split:", "moe",
-         "The old man walked slowly to the harbour in the morning. He was glad that the boats had returned before "
-         "the storm, and he counted 12 of them."),
+         "Anna found the old map in the kitchen. Later, she counted 12 boats by the river.\n\n"
+         "def count_prices(prices, total):\n    for item in prices:\n        total = total + item\n"
+         "    return total\n\n2024-03-15 17.25 381\n12 + 30 = 42"),
     Page("speech", "Speech (Whisper)", ":material/mic:", "speech", "en quick_brown_fox"),
     Page("positional", "Positional encodings", ":material/straighten:"),
     Page("mechanics", "How attention works", ":material/calculate:"),

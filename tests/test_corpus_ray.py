@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from models.corpus import engine, statistics
 from models.corpus.readers import Corpus, Document
 from models.corpus.store import stacked
 
-ray = pytest.importorskip("ray")
+import ray  # noqa: E402  (declared in requirements-dev.txt: corpus mode's Ray engine)
 
 
 def test_ray_engine_equals_local_engine(tmp_path, monkeypatch):

@@ -114,7 +114,7 @@ def test_a_kill_during_the_real_smollm2_conversion_is_converted_again(cache, mon
     """The real dequantisation of the packaged SmolLM2, killed once its folder exists: no usable folder is left,
     and the next call converts again (its build is replaced here by a marker, to spare the 20 s)."""
     env = dict(os.environ, ATTN_EXPLORER_CACHE=str(cache), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    process = run_until("from models import causal_lm; causal_lm.smollm2_folder()", env,
+    process = run_until("from models.families.causal_lm import model; model.smollm2_folder()", env,
                         ready=lambda: any(cache.glob("smollm2-135m-instruct.partial-*")))
     time.sleep(1.5)  # the build has started (importing transformers, reading the GGUF)
     kill(process)

@@ -682,7 +682,7 @@ def _limits_in_a_fresh_process(**environment) -> tuple[int, str]:
     import sys
 
     env = {key: value for key, value in __import__("os").environ.items() if not key.startswith("ATTN_EXPLORER_MAX")}
-    completed = subprocess.run([sys.executable, "-c", "from models import limits; print(limits.summary())"],
+    completed = subprocess.run([sys.executable, "-c", "from models.core import limits; print(limits.summary())"],
                                cwd=ROOT, env={**env, **environment}, capture_output=True, text=True, timeout=60)
     return completed.returncode, completed.stdout + completed.stderr
 

@@ -87,15 +87,24 @@ def test_flow_attention_equals_the_papers_equations(n, m):
     assert np.allclose(flow.matrix(q, k) @ v, flow.output, atol=1e-12)
 
 
+def _drawn(name: str, options=None):
+    """The view's analysis (the toy layer, in models/), then its builder: what the page and the CLI do."""
+    from viz.figures import get
+
+    view = get(name)
+    options = options if options is not None else view.options()
+    return build(name, view.analysis(None, None, options), options)
+
+
 def test_views_draw_the_sentence_and_refuse_a_bad_step():
-    figure = build("linear_attention", None)
+    figure = _drawn("linear_attention")
     arrays = figure.arrays()
     assert arrays["softmax_matrix"].shape == arrays["linear_matrix"].shape == arrays["flow_matrix"].shape
     assert np.allclose(arrays["linear_matrix"].sum(axis=1), 1.0)
-    recurrent = build("linear_recurrent", None, RecurrentOptions(step=2)).arrays()
+    recurrent = _drawn("linear_recurrent", RecurrentOptions(step=2)).arrays()
     assert np.allclose(recurrent["outputs_recurrent"], recurrent["outputs_matrix"], atol=1e-12)
     with pytest.raises(ValueError, match="outside"):
-        build("linear_recurrent", None, RecurrentOptions(step=99))
+        _drawn("linear_recurrent", RecurrentOptions(step=99))
 
 
 def test_shipped_measurement_grows_like_n_squared_and_n():

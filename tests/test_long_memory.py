@@ -62,7 +62,7 @@ def test_the_lens_reruns_a_window_the_long_run_did_not_keep_and_matches_the_whol
 def test_the_rerun_window_equals_the_forwards_own_hidden_states(runs):
     loaded, short, _ = runs
     ids = list(short.token_ids)
-    window = causal_lm.residual_window(loaded, ids, 3, 11)
+    window = lens.residual_window(loaded, ids, 3, 11)
     np.testing.assert_allclose(window, short.residual[:, 3:11], atol=1e-5)  # a prefix forward: the same positions
 
 

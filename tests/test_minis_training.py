@@ -33,3 +33,31 @@ def test_the_mixer_trainer_saves_a_model_its_page_loads(tmp_path):
 
     model.load_state_dict(load_file(str(tmp_path / "model.safetensors")))
     assert (tmp_path / "card.md").read_text().startswith("# mixer_shapes")
+
+
+def test_every_trainer_takes_the_same_flags(monkeypatch, tmp_path):
+    """One command-line shape (models/minis/cli.py): --steps, --minutes, --out, --threads on every trainer, parsed
+    into what it trains with."""
+    import importlib
+    import pkgutil
+
+    import models.minis
+    from models.minis import cli
+
+    seen = []
+
+    def parse(doc, argv, out, steps, minutes, measure=True, extra=None):
+        args = cli.parser(doc, out, steps, minutes, measure, extra).parse_args(argv)
+        seen.append((args.steps, args.minutes, args.out, args.threads))
+        raise SystemExit(0)  # parsed: stop before training
+
+    monkeypatch.setattr(cli, "parse", parse)
+    trainers = [info.name for info in pkgutil.iter_modules(models.minis.__path__) if info.ispkg]
+    for name in trainers:
+        module = importlib.import_module(f"models.minis.{name}.train")
+        try:
+            module.main(["--steps", "7", "--minutes", "0.5", "--out", str(tmp_path / name), "--threads", "1"])
+        except SystemExit:
+            pass
+        assert seen and seen[-1] == (7, 0.5, tmp_path / name, 1), f"{name}'s trainer does not take the shared flags"
+        seen.clear()

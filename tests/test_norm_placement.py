@@ -105,11 +105,12 @@ def test_post_ln_gradients_grow_to_the_top_and_pre_ln_shrink_with_depth():
 
 
 def test_view_and_mistakes():
-    figure = build("norm_placement", None, NormOptions(layers=4, d_model=32, seeds=1))
+    options = NormOptions(layers=4, d_model=32, seeds=1)
+    figure = build("norm_placement", npl.placement_gradients(None, None, options), options)
     arrays = figure.arrays()
     assert arrays["post_ffn_w2"].shape == (4,) and np.all(arrays["pre_layer"] > 0)
     with pytest.raises(ValueError, match="parameter group"):
-        build("norm_placement", None, NormOptions(group="bias"))
+        npl.placement_gradients(None, None, NormOptions(group="bias"))
     with pytest.raises(ValueError, match="1..48 layers"):
         npl.StackConfig(layers=0)
     with pytest.raises(ValueError, match="placement"):

@@ -16,6 +16,7 @@ import torch
 from models import families
 from models.core import audio
 from models.families.speech import model as speech
+from models.families.speech import timing as word_timing
 from models.families.speech import whisper_ct2
 
 ENGLISH = [name for name in speech.samples() if name.startswith("en ")]
@@ -28,7 +29,7 @@ def tiny():
 
 @pytest.fixture(scope="module")
 def tiny_runtime(tiny):
-    return speech.ctranslate2_model(str(speech.ct2_folder(tiny.spec)))
+    return whisper_ct2.ctranslate2_model(str(whisper_ct2.ct2_folder(tiny.spec)))
 
 
 def _ct2_generate(runtime, mel: np.ndarray, prompt: list[int]):
@@ -74,7 +75,7 @@ def test_reader_reads_names_shapes_dtypes_scalars_and_aliases():
 
 def test_fused_projections_split_back_into_q_k_v(tiny):
     """The converted q, k, v of a layer, stacked again, are CTranslate2's fused matrix, float16 -> float32 exactly."""
-    source = speech.ct2_folder(tiny.spec)
+    source = whisper_ct2.ct2_folder(tiny.spec)
     _, variables = whisper_ct2.read_model_bin((source / "model.bin").read_bytes())
     layer = tiny.model.model.decoder.layers[1]
     fused = np.concatenate([layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight,
@@ -113,11 +114,15 @@ def test_converted_model_decodes_and_scores_as_ctranslate2(tiny, tiny_runtime, n
         np.testing.assert_allclose(logits[len(prompt) - 1 + step][allowed], their_logits[allowed], atol=2e-3)
 
 
-def test_multilingual_base_detects_translates_and_times_as_ctranslate2():
+@pytest.fixture(scope="module")
+def base():
+    return families.load(families.spec("speech", "whisper-base"))
+
+
+def test_multilingual_base_detects_translates_and_times_as_ctranslate2(base):
     """The two-part package joined and converted: language detection, the English translation of a French clip and
     its word timestamps agree with the ctranslate2 runtime."""
-    base = families.load(families.spec("speech", "whisper-base"))
-    runtime = speech.ctranslate2_model(str(speech.ct2_folder(base.spec)))
+    runtime = whisper_ct2.ctranslate2_model(str(whisper_ct2.ct2_folder(base.spec)))
     inputs = speech.sample_input("fr pangrama")
     result = families.run(base, inputs, speech.SpeechSettings(task="translate"))
     import ctranslate2
@@ -129,8 +134,27 @@ def test_multilingual_base_detects_translates_and_times_as_ctranslate2():
     theirs = _ct2_generate(runtime, result.mel, result.output.prompt_ids)
     assert result.output.output_ids[:-1] == theirs.sequences_ids[0]
     assert "whisk" in result.output.text.lower()  # "Portez ce vieux whisky au juge blond qui fume", in English
-    timing = speech.ctranslate2_alignment(base, result)
+    timing = word_timing.ctranslate2_alignment(base, result)
     assert timing["max_difference"] <= 0.2
+
+
+def test_english_only_model_says_when_the_clip_is_not_english(tiny, base, fox):
+    """Issue 28: tiny.en given French writes English-sounding gibberish. Its run asks whisper-base's language
+    detection: French audio is named as such (by the same probabilities whisper-base itself detects with), with a
+    notice that offers the multilingual model; English audio passes on the quick look at the clip's own frames."""
+    french = families.run(tiny, speech.sample_input("fr bonjour_monde"))
+    check = french.output.language_check
+    assert not check.english and check.heard == "French" and check.window == "30 s"
+    itself = families.run(base, speech.sample_input("fr bonjour_monde"))  # whisper-base, language auto
+    assert itself.output.language == "fr" == check.probabilities[0][0]
+    assert check.probabilities[0][1] == pytest.approx(itself.output.language_probabilities[0][1], abs=1e-3)
+    notice = next(n for n in french.notices if n.startswith("This does not sound like English"))
+    assert "hears French 98%" in notice and "whisper-base transcribes French" in notice
+    assert fox.output.language_check.english and fox.output.language_check.window == "clip"
+    assert not any("English" in n for n in fox.notices)
+    unchecked = families.run(tiny, speech.sample_input("fr bonjour_monde"), speech.SpeechSettings(check_language=False))
+    assert unchecked.output.language_check is None and not unchecked.notices
+    assert itself.output.language_check is None  # a multilingual model detects the language itself
 
 
 def test_english_only_model_refuses_translation_and_other_languages(tiny):
@@ -184,7 +208,7 @@ def test_cross_attention_equals_an_eager_forward(tiny, fox):
 @pytest.mark.parametrize("name", ENGLISH)
 def test_word_timestamps_within_0_2_s_of_ctranslate2_align(tiny, name):
     result = families.run(tiny, speech.sample_input(name))
-    timing = speech.ctranslate2_alignment(tiny, result)
+    timing = word_timing.ctranslate2_alignment(tiny, result)
     assert len(timing["words"]) == len(result.words) >= 2
     assert timing["max_difference"] <= 0.2, timing
     starts = [w.start for w in result.words]
@@ -193,12 +217,12 @@ def test_word_timestamps_within_0_2_s_of_ctranslate2_align(tiny, name):
 
 def test_dtw_finds_the_diagonal_and_words_split_at_spaces(tiny):
     matrix = np.eye(4).repeat(3, axis=1)  # token i lives in frames 3i..3i+2
-    tokens, times = speech.dtw_path(matrix)
+    tokens, times = word_timing.dtw_path(matrix)
     assert tokens[0] == 0 and times[0] == 0 and tokens[-1] == 3 and times[-1] == 11
     entry = [times[np.argmax(tokens == i)] for i in range(4)]
     assert entry == [0, 3, 6, 9]
     ids = tiny.tokenizer(" Hello, wonderful world.", add_special_tokens=False)["input_ids"]
-    assert [w for w, _, _ in speech.word_groups(tiny.tokenizer, ids, "en")] == ["Hello,", "wonderful", "world."]
+    assert [w for w, _, _ in word_timing.word_groups(tiny.tokenizer, ids, "en")] == ["Hello,", "wonderful", "world."]
 
 
 # --- log-mel --------------------------------------------------------------------------------------------------
@@ -283,6 +307,35 @@ def test_mp3_and_ogg_decode():
 
 # --- figures, CLI and the page --------------------------------------------------------------------------------
 
+def test_the_step_shown_for_a_token_is_the_position_whose_distribution_chose_it(tiny):
+    """Issue 28, the step convention (as on the GPT and translation pages): the cross-attention shown for token t is
+    that of the decoder position whose next-token distribution chose it, checked against the decoder fed only the
+    prompt and the tokens before t (its last position), and the caption says so."""
+    from transformers import WhisperForConditionalGeneration
+
+    from models.core.results import STEP_CONVENTION
+    from viz import figures
+    from viz.figures.speech import SpeechStepOptions
+
+    result = families.run(tiny, speech.sample_input("en hello_world"), speech.SpeechSettings(check_language=False))
+    eager = WhisperForConditionalGeneration.from_pretrained(speech.converted_folder(tiny.spec),
+                                                            attn_implementation="eager").eval()
+    with torch.no_grad():
+        encoded = eager.model.encoder(torch.from_numpy(result.mel)[None]).last_hidden_state
+    out = result.output
+    for t in range(1, len(out.output_ids) + 1):
+        figure = figures.build("speech_step", result, SpeechStepOptions(t, "one", 2, 3))
+        prefix = torch.tensor([out.prompt_ids + out.output_ids[:t - 1]])
+        with torch.no_grad():
+            forward = eager(encoder_outputs=(encoded,), decoder_input_ids=prefix, output_attentions=True)
+        logits = forward.logits[0, -1].clone()
+        assert figure.payload()["probability"] == pytest.approx(
+            float(torch.softmax(logits.float(), -1)[out.output_ids[t - 1]]), abs=1e-4)
+        np.testing.assert_allclose(figure.arrays()["attention"],
+                                   forward.cross_attentions[2][0, 3, -1, :result.audio_frames].numpy(), atol=1e-5)
+    assert STEP_CONVENTION in figure.caption
+
+
 def test_figures_hold_the_models_numbers(fox):
     from tests.conftest import check_files
     from viz import figures
@@ -315,24 +368,94 @@ def test_cli_writes_text_tokens_frames_language_and_maps(tmp_path):
     assert cli.main(["--page", "speech", "--audio", str(tmp_path / "missing.wav")]) == 2
 
 
-def test_page_shows_transcript_and_every_tab(fresh_caches, offered):
+def shown(elements) -> list[str]:
+    """The text of captions and messages as a person reads them (``widgets.plain`` escapes Markdown)."""
+    import re
+
+    return [re.sub(r"\\(.)", r"\1", element.value) for element in elements]
+
+
+def _speech_page():
     from streamlit.testing.v1 import AppTest
 
-    from tests.conftest import ROOT, url_param
+    from tests.conftest import ROOT
 
-    at = AppTest.from_file(str(ROOT / "app" / "views" / "speech.py"), default_timeout=300).run()
+    return AppTest.from_file(str(ROOT / "app" / "views" / "speech.py"), default_timeout=300)
+
+
+def test_page_opens_on_the_alignment_heads_following_the_speech(fresh_caches, offered):
+    """The default view teaches what cross-attention over audio is: an English clip on the English model, its
+    alignment heads' cross-attention (the heads whose attention follows the speech in time; a single head such as
+    L0H0 puts every token on the same frame), each token listening further into the clip than the one before."""
+    at = _speech_page().run()
+    assert not at.exception, at.exception
+    assert at.sidebar.selectbox(key="model_speech").value.startswith("whisper-tiny.en")
+    assert at.selectbox(key="sp_sample").value == "en quick_brown_fox"
+    assert at.tabs[0].label == "Cross-attention" and at.radio(key="sp_heads").value == "alignment"
+    assert at.code[0].value == "The quick brown fox jumps over the lazy dog."
+    payload = offered["sp_cross"].payload()
+    assert payload["heads"].startswith("mean of the 8 alignment heads")
+    listened = np.asarray(payload["weights"])[:-1].argmax(axis=1)  # the text tokens' most-attended frames
+    assert np.all(np.diff(listened) > 0), listened
+    assert [w["word"] for w in payload["words"]] == "The quick brown fox jumps over the lazy dog.".split()
+    assert any("English-only model: whisper-base hears en 100%" in c for c in shown(at.caption))
+    assert not at.warning and "sp_switch" not in [b.key for b in at.button]  # English: nothing to offer
+
+
+def test_page_shows_transcript_and_every_tab(fresh_caches, offered):
+    from tests.conftest import url_param
+
+    at = _speech_page().run()
     assert not at.exception, at.exception
     assert at.code[0].value == "The quick brown fox jumps over the lazy dog."
     assert "cross_alignment-heads" in offered["sp_cross"].stem
-    for tab in ("Word timestamps", "Step through decoding", "Every layer and head", "Spectrogram"):
-        at.session_state["sp_view"] = tab
-        at.run()
-        assert not at.exception, (tab, at.exception)
+    at.session_state["sp_view"] = "Word timestamps"
+    at.run()
+    assert not at.exception, at.exception
     assert offered["sp_timing"].payload()["max_difference"] <= 0.2
+    timings = at.dataframe[0].value
+    assert list(timings.columns) == ["word", "start (s)", "end (s)", "CTranslate2 start (s)", "CTranslate2 end (s)",
+                                     "largest difference (s)"]  # human names, no snake_case
+    assert list(timings["word"]) == "The quick brown fox jumps over the lazy dog.".split()
+    at.session_state["sp_view"] = "Step through decoding"
+    at.run()
+    assert not at.exception, at.exception
+    assert any(t.value.startswith("Step 1 of 11: the model chose “The”") for t in at.text)
+    at.slider(key="sp_step").set_value(4).run()
+    assert any(t.value.startswith("Step 4 of 11: the model chose") and "fox" in t.value for t in at.text)
+    assert offered["sp_step"].payload()["step"] == 4
+    at.session_state["sp_view"] = "Every layer and head"
+    at.run()
+    assert not at.exception, at.exception
+    assert len(at.get("vega_lite_chart")) + len(at.get("image")) >= 1
+    at.session_state["sp_view"] = "Spectrogram"
+    at.run()
+    assert not at.exception, at.exception
+    assert offered["sp_mel"].payload()["frames"] == 2 * 145  # the 2.9 s clip's 10 ms frames, padding cut off
     assert url_param(at, "sp_sample") == "en quick_brown_fox"
     at.session_state["sp_source"] = "Upload"
     at.run()
     assert not at.exception and any("Upload a WAV" in info.value for info in at.info)
+    assert not at.code  # nothing transcribed until a file is given
+
+
+def test_page_offers_the_multilingual_model_for_french_audio(fresh_caches):
+    """Issue 28: French audio on the English-only model is named as French (whisper-base's language detection),
+    and one click switches to whisper-base, which transcribes it in French."""
+    at = _speech_page().run()
+    at.selectbox(key="sp_sample").set_value("fr bonjour_monde").run()
+    assert not at.exception, at.exception
+    warning = next(w.value for w in at.warning if "does not sound like English" in w.value)
+    assert "French" in warning and "whisper" in warning
+    switch = at.button(key="sp_switch")
+    assert switch.label == "Switch to whisper-base (multilingual) to transcribe French"
+    switch.click().run()
+    assert not at.exception, at.exception
+    assert at.sidebar.selectbox(key="model_speech").value.startswith("whisper-base")
+    assert "bonjour" in at.code[0].value.lower()
+    assert any("Language: fr (detected: fr 98%" in c for c in shown(at.caption))
+    assert not any("does not sound like English" in w.value for w in at.warning)
+    assert "sp_switch" not in [b.key for b in at.button]
 
 
 def test_a_saved_whisper_folder_loads_and_runs_through_the_same_code(tiny, allowed_dirs):

@@ -349,7 +349,7 @@ def test_every_view_draws_the_models_numbers(model, tiny_result):
     from viz import figures
 
     result, pixels = tiny_result
-    built = {name: figures.build(name, result) for name in swin.FAMILY.views
+    built = {name: figures.build(name, result) for name in families.get("swin").views
              if figures.get(name).data != "analysis"}  # explanations: tests/test_faithfulness_swin.py
     for figure in built.values():
         assert "json" in check_files(figure)  # python -m app.cli --format png,json works for every view
@@ -443,15 +443,47 @@ def _swin_page():
     return AppTest.from_file(str(ROOT / "app" / "views" / "swin.py"), default_timeout=120)
 
 
-def test_page_renders_every_view(patched_swin):
+def _image_captions(at) -> list[str]:
+    return [image.caption for element in at.get("image") for image in element.proto.imgs]
+
+
+def _captions(at) -> str:
+    return "\n".join(c.value for c in at.caption)
+
+
+def test_page_opens_on_the_shifted_block_beside_the_regular_one(patched_swin):
+    """The default view teaches Swin's idea: stage 1, the hierarchy first, and wherever a block is picked the shifted
+    one (SW-MSA) preselected, its window attention beside the regular block's for a token next to a window border, so
+    the shifted block's reach across the old border is in view."""
+    at = _swin_page().run()
+    assert not at.exception, at.exception
+    assert [t.label for t in at.tabs][0] == "Hierarchy" and at.selectbox(key="swin_stage").value == 0
+    assert at.radio(key="swin_attn_block_0").value == 1 and at.radio(key="swin_bias_block_0").value == 1
+    captions = _image_captions(at)
+    assert sum(c.startswith("stage ") and "tokens of" in c for c in captions) == 3  # every stage's windows
+    assert "stage 1 · block 1 (W-MSA): where token (7, 7) attends (average of heads), roll undone" in captions
+    assert "stage 1 · block 2 (SW-MSA): where token (7, 7) attends (average of heads), roll undone" in captions
+    assert any(c.startswith("All 16 windows of stage 1 · block 2 (SW-MSA)") for c in captions)
+    assert (7 + 1) % 4 == 0  # token 7 is the last row/column of its regular window: its neighbour is across a border
+
+
+def test_page_renders_every_view(patched_swin, offered):
     at = _swin_page().run()
     assert not at.exception, at.exception
     assert len(at.get("image")) >= 6 and len(at.get("vega_lite_chart")) >= 8
     assert any("identical" in c.value for c in at.caption)  # the buffer equals the region-id construction
-    at.select_slider(key="swin_shift_step").set_value("regrouped windows")  # the other steps: test_shift_steps_draw
-    at.selectbox(key="swin_head_0").set_value("head 1")
-    at.radio(key="swin_attn_block_0").set_value(1)  # stage 1 · block 2 (SW-MSA)
+    before = _captions(at)
+    at.select_slider(key="swin_shift_step").set_value("regrouped windows").run()  # the others: test_shift_steps_draw
+    assert _captions(at) != before and not at.exception
+    at.selectbox(key="swin_head_0").set_value("head 1").run()
+    assert "stage 1 · block 2 (SW-MSA): where token (7, 7) attends (head 1), roll undone" in _image_captions(at)
+    at.radio(key="swin_attn_block_0").set_value(0).run()  # stage 1 · block 1 (W-MSA)
+    assert any(c.startswith("All 16 windows of stage 1 · block 1 (W-MSA)") for c in _image_captions(at))
     at.slider(key="swin_row_0").set_value(0).run()
+    assert "stage 1 · block 1 (W-MSA): where token (0, 7) attends (head 1), roll undone" in _image_captions(at)
+    assert offered["swin_bias"].metadata["block"] == "stage 1 · block 2 (SW-MSA)"
+    at.radio(key="swin_bias_block_0").set_value(0).run()
+    assert offered["swin_bias"].metadata["block"] == "stage 1 · block 1 (W-MSA)"
     assert not at.exception, at.exception
 
 

@@ -19,7 +19,7 @@ TEXT = "the cat sat on the mat and the dog sat on the"
 
 @pytest.fixture(scope="module", params=["llama"])  # SmolLM2's shape (RoPE, GQA); GPT-2 is checked by hand elsewhere
 def both(request, tmp_path_factory):
-    pytest.importorskip("transformer_lens")
+    import transformer_lens  # noqa: F401  (declared in requirements-dev.txt)
     import transformers
     from transformer_lens.model_bridge import TransformerBridge
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -256,13 +257,66 @@ def test_bad_input_gives_messages(tiny_marian):
                      translation.TranslationSettings("beam search", num_beams=1))
 
 
-def test_suggestions_for_unknown_words_of_a_mini():
-    loaded = families.load(families.spec("translation", "mini GRU + additive attention en→fr"))
+@pytest.fixture(scope="module")
+def mini_gru():
+    return families.load(families.spec("translation", "mini GRU + additive attention en→fr"))
+
+
+def test_a_mini_reads_lower_case_and_punctuation_as_its_vocabulary_spells_them(mini_gru):
+    """Issue 28: "european" is the vocabulary's "European"; "1992." is "1992" and "."; a mark the model never saw
+    ("!") is left out with a notice. The sentence the model read is the fitted one."""
+    typed = "the agreement on the european economic area was signed in august 1992."
+    result = families.run(mini_gru, TextInput(typed))
+    assert result.output.source_text == "The agreement on the European economic area was signed in August 1992."
+    assert result.output.source_words[:-1] == grammar.split_words(result.output.source_text)  # before </s>
+    assert result.output.translation == grammar.example_pair().french
+    respelled = next(n for n in result.notices if n.startswith("Read as"))
+    assert all(f"“{a}” as “{b}”" in respelled for a, b in [("the", "The"), ("european", "European"),
+                                                            ("august", "August")])
+    shouted = families.run(mini_gru, TextInput("THE COMMISSION APPROVED THE NEW REPORT!"))
+    assert shouted.output.source_text == "The commission approved the new report"  # as the grammar writes it
+    assert shouted.output.translation == "La commission a approuvé le nouveau rapport."
+    assert any("“!”" in n and "never saw" in n for n in shouted.notices)
+    with pytest.raises(ValueError, match="Nothing is left"):
+        families.run(mini_gru, TextInput("?!"))
+
+
+def test_an_unknown_word_is_named_without_its_punctuation_with_the_nearest_known_words(mini_gru):
     with pytest.raises(translation.UnknownWordsError) as caught:
-        families.run(loaded, TextInput("The comission approved THE <b>report</b>."))
-    assert caught.value.words == ["comission", "THE", "<b>report</b>."]
-    assert "commission" in caught.value.suggestions["comission"]
-    assert caught.value.suggestions["THE"][0] == "the"
+        families.run(mini_gru, TextInput("The comission approved THE report yesterday."))
+    assert caught.value.words == ["comission", "yesterday"]  # "THE" is "The"; "yesterday." is "yesterday" + "."
+    assert caught.value.suggestions["comission"][0] == "commission"
+    assert caught.value.suggestions["yesterday"] == []
+    message = str(caught.value)
+    assert "“comission” (nearest it knows: commission" in message
+    assert "“yesterday” (no word it knows is spelled alike)" in message
+    with pytest.raises(translation.UnknownWordsError) as caught:
+        families.run(mini_gru, TextInput("The councill approved <b>the</b> report."))
+    assert caught.value.words[0] == "councill" and caught.value.suggestions["councill"][0] == "council"
+
+
+def test_the_vocabulary_by_kind_is_every_word_a_mini_reads(mini_gru):
+    groups = translation.vocabulary_by_kind(mini_gru)
+    words = [w for kind in groups.values() for w in kind]
+    assert len(words) == len(set(words)) == len(translation.source_vocabulary(mini_gru))
+    assert {"nouns", "adjectives", "verbs"} <= set(groups) and "European" in groups["adjectives"]
+    # every word as listed, then each capitalised (the minis know both): all read without a change
+    for variant in (["The", *words[1:]], [w[:1].upper() + w[1:] for w in words]):
+        result = families.run(mini_gru, TextInput(" ".join(variant), 1024),
+                              translation.TranslationSettings(max_new_tokens=4))
+        assert result.output.source_text == " ".join(variant)
+        assert result.notices == ("The translation stopped at 4 tokens before the model ended it.",)
+    hub = families.load(families.spec("translation", "mini GRU, fixed context en→fr"))
+    assert translation.vocabulary_by_kind(hub) == groups  # the same grammar; a hub model has none (below)
+
+
+def test_a_subword_model_reads_the_sentence_as_typed(tiny_marian):
+    """The hub path keeps its own tokenizer: no respelling, no dropped marks (its unknown pieces are a notice)."""
+    result = families.run(tiny_marian, TextInput("the european council approved it!"),
+                          translation.TranslationSettings(max_new_tokens=4))
+    assert result.output.source_text == "the european council approved it!"
+    assert not any(n.startswith(("Read as", "Left out")) for n in result.notices)
+    assert translation.vocabulary_by_kind(tiny_marian) is None
 
 
 # --- the trained minis -------------------------------------------------------------------------------------------
@@ -389,6 +443,41 @@ def test_decoding_step_figure_is_the_models_step(bahdanau_result):
         figures.build("decoding_step", bahdanau_result, DecodingStepOptions(99))
 
 
+@pytest.mark.parametrize("key", ["mini Transformer en→fr", "mini GRU + additive attention en→fr"])
+def test_the_step_shown_for_a_word_is_the_position_whose_distribution_chose_it(key):
+    """Issue 28, the step convention: the attention shown for output word w_t is the row of the decoder position
+    whose next-token distribution chose w_t (its input is w_{t-1}, or the start token), and the caption says so.
+    Checked against the model fed only the words before w_t: its last position's cross-attention and distribution."""
+    import transformers
+
+    from models.core.results import STEP_CONVENTION  # one convention for the GPT, translation and speech pages
+    from viz import figures
+    from viz.figures.translation import DecodingStepOptions
+
+    loaded = families.load(families.spec("translation", key))
+    result = families.run(loaded, TextInput(BAHDANAU.english))
+    ids = torch.tensor([result.output.source_ids])
+    start = loaded.model.config.decoder_start_token_id
+    if key.startswith("mini Transformer"):  # an independent copy, eager attention, fed the prefix only
+        eager = transformers.MarianMTModel.from_pretrained(MINIS["transformer"], attn_implementation="eager").eval()
+    layer, head = (1, 2) if key.startswith("mini Transformer") else (0, 0)
+    for t in range(1, len(result.generation) + 1):
+        figure = figures.build("decoding_step", result, DecodingStepOptions(t, layer, head))
+        prefix = torch.tensor([[start, *result.output.output_ids[:t - 1]]])
+        with torch.no_grad():
+            if key.startswith("mini Transformer"):
+                out = eager(input_ids=ids, decoder_input_ids=prefix, output_attentions=True)
+                logits, row = out.logits[0, -1], out.cross_attentions[layer][0, head, -1]
+            else:
+                logits, weights = loaded.model(ids, torch.ones_like(ids), prefix)
+                logits, row = logits[0, -1], weights[0, -1]
+        chosen = result.output.output_ids[t - 1]
+        assert int(logits.argmax()) == chosen  # greedy: this distribution chose w_t
+        assert figure.payload()["probability"] == pytest.approx(float(torch.softmax(logits, -1)[chosen]), abs=1e-5)
+        np.testing.assert_allclose(figure.arrays()["source_attention"], row.numpy(), atol=1e-5)
+    assert STEP_CONVENTION in figure.caption
+
+
 def test_quality_figures_are_the_measured_metrics():
     import pandas as pd
 
@@ -444,6 +533,11 @@ def _charts(at) -> int:
     return len(at.get("vega_lite_chart")) + len(at.get("image"))
 
 
+def shown(elements) -> list[str]:
+    """The text of messages as a person reads them (``widgets.plain`` escapes Markdown with backslashes)."""
+    return [re.sub(r"\\(.)", r"\1", element.value) for element in elements]
+
+
 def chart_frames(at) -> list:
     """Every dataset of every chart the page drew, as pandas frames (read back from the charts themselves)."""
     import pyarrow as pa
@@ -459,10 +553,31 @@ def alignment_maps(at) -> list[np.ndarray]:
             and len(frame) > 1 and frame["weight"].notna().all()]
 
 
+def test_page_opens_on_the_papers_alignment_with_the_best_aligned_head(fresh_caches):
+    """The default view teaches Bahdanau et al.'s fig. 3: their sentence, the mini Transformer's best-aligned head
+    (from its card) as word alignment, the reordered "European Economic Area" ↔ "zone économique européenne"
+    visible in the links, and the alignment error rate against the grammar's gold."""
+    at = _translation_page().run()
+    assert not at.exception, at.exception
+    assert at.sidebar.selectbox(key="model_translation").value.startswith("mini Transformer en→fr")
+    assert at.text_area(key="translation_text").value == BAHDANAU.english
+    assert at.code[0].value == BAHDANAU.french
+    assert at.tabs[0].label == "Alignment" and at.session_state["tr_view"] == "Alignment"
+    best = json.loads(translation.METRICS.read_text())["models"]["transformer"]["alignment"]["best_head"]
+    assert at.selectbox(key="tr_layer_mini Transformer en→fr").value == f"layer {best['layer']}"
+    assert at.selectbox(key="tr_head_mini Transformer en→fr").value == f"head {best['head']}"
+    assert at.radio(key="tr_units").value == "words"
+    weights = alignment_maps(at)[0]
+    source, output = BAHDANAU.en_words, BAHDANAU.fr_words
+    for en, fr in [("European", "européenne"), ("Economic", "économique"), ("Area", "zone")]:
+        assert weights[output.index(fr)].argmax() == source.index(en)  # the reordering, read off the chart
+    aer = next(m for m in at.metric if "Alignment error rate" in m.label)
+    assert float(aer.value) == 0.0
+
+
 def test_page_shows_every_view_of_the_mini_transformer(fresh_caches):
     at = _translation_page().run()
     assert not at.exception, at.exception
-    assert "zone" in at.code[0].value or at.code[0].value  # a translation is shown as plain text
     assert _charts(at) >= 1
     for view in ("Step through decoding", "Self-attention", "Transformer vs GRU", "Measured quality"):
         at.session_state["tr_view"] = view
@@ -470,11 +585,15 @@ def test_page_shows_every_view_of_the_mini_transformer(fresh_caches):
         assert not at.exception, (view, at.exception)
         assert _charts(at) >= 1, view
     at.session_state["tr_view"] = "Step through decoding"
+    at.run()
+    assert any(t.value.startswith("Step 1 of 18: the model chose “L'”") for t in at.text)
+    assert any("Decoding: greedy." in c.value for c in at.caption)
     at.radio(key="tr_strategy").set_value("beam search").run()
     assert not at.exception, at.exception
-    if at.slider(key="tr_step") is not None:
-        at.slider(key="tr_step").set_value(2).run()
-        assert not at.exception
+    assert any("Decoding: beam search (beam width 4)." in c.value for c in at.caption)
+    at.slider(key="tr_step").set_value(2).run()
+    assert not at.exception
+    assert any(t.value.startswith("Step 2 of 18: the model chose “accord”") for t in at.text)
 
 
 def test_page_charts_are_the_models_numbers(fresh_caches, offered, bahdanau_result):
@@ -524,6 +643,13 @@ def test_page_charts_are_the_models_numbers(fresh_caches, offered, bahdanau_resu
     at.run()
     metrics = json.loads(translation.METRICS.read_text())
     pd.testing.assert_frame_equal(offered["tr_quality"].table(), pd.DataFrame(card.length_rows(metrics)))
+    # what a person reads: human names, "—" where a model has no attention, never "None" or a code name
+    summary = at.dataframe[0].value.set_index("model")
+    assert list(summary.index) == ["Transformer", "GRU + additive attention", "GRU, fixed context"]
+    assert summary.loc["GRU, fixed context", "AER (best head)"] == "—" and not summary.isna().any().any()
+    assert summary.loc["Transformer", "exact match"] == f"{100 * metrics['models']['transformer']['exact_match']:.1f}%"
+    lines = next(f for f in chart_frames(at) if "bucket" in f.columns)
+    assert set(lines["model"]) == {"Transformer", "GRU + additive attention", "GRU, fixed context"}
     grid = next(f for f in chart_frames(at) if "AER" in f.columns)
     np.testing.assert_allclose(grid.pivot(index="layer", columns="head", values="AER"),
                                metrics["models"]["transformer"]["alignment"]["per_head"])
@@ -531,22 +657,48 @@ def test_page_charts_are_the_models_numbers(fresh_caches, offered, bahdanau_resu
 
 @pytest.mark.parametrize("sentence, message", [
     ("   ", "Type or pick"),
-    ("<script>alert(1)</script> The council", "does not know"),
-    ("The councill approved the report.", "does not know"),
+    ("<script>alert(1)</script> The council", "does not know “script”"),
+    ("The councill approved the report.", "does not know “councill” (nearest it knows: council"),
 ])
 def test_page_bad_input_is_a_message_and_the_page_keeps_working(fresh_caches, sentence, message):
     at = _translation_page().run()
     at.text_area(key="translation_text").set_value(sentence).run()
     assert not at.exception, at.exception
-    assert any(message in e.value for e in at.error), [e.value for e in at.error]
-    if message == "does not know":
-        assert len(at.dataframe) == 1  # unknown words and suggestions, as a table (plain text)
-        table = at.dataframe[0].value
-        assert list(table.columns) == ["unknown word", "did you mean"]
-        if "councill" in sentence:
-            assert table.set_index("unknown word").loc["councill", "did you mean"].startswith("council")
+    assert any(message in e for e in shown(at.error)), shown(at.error)
+    assert not at.code  # no translation is shown
+    if "does not know" in message:
+        assert at.expander[0].proto.expanded  # the vocabulary opens, to pick from
+    if "councill" in sentence:  # the nearest known words are a click away: clicking one replaces the word
+        fix = at.pills(key="tr_fix_0")
+        assert fix.options[0] == "council"
+        fix.set_value("council").run()
+        assert at.text_area(key="translation_text").value == "The council approved the report."
+        assert not at.error and at.code[0].value == "Le conseil a approuvé le rapport."
     at.text_area(key="translation_text").set_value("The council approved the report.").run()
     assert not at.exception and not at.error
+    assert at.code[0].value == "Le conseil a approuvé le rapport."
+
+
+def test_page_vocabulary_words_are_clicked_into_the_sentence_and_lower_case_is_read(fresh_caches):
+    """Issue 28: the mini's vocabulary is clickable words (a click appends the word); lower case and punctuation
+    are read as the vocabulary spells them, with a notice saying so."""
+    at = _translation_page().run()
+    groups = {p.label: p for p in at.pills if p.key.startswith("tr_vocab_")}
+    assert {"Nouns", "Adjectives", "Verbs", "Months"} <= set(groups)
+    assert "European" in groups["Adjectives"].options
+    at.text_area(key="translation_text").set_value("the council").run()
+    at.pills(key="tr_vocab_verbs").set_value("approved").run()
+    assert at.text_area(key="translation_text").value == "the council approved"
+    assert at.pills(key="tr_vocab_verbs").value is None  # released: the same word can be added again
+    at.pills(key="tr_vocab_articles_and_small_words").set_value("the").run()
+    at.pills(key="tr_vocab_adjectives").set_value("European").run()
+    at.pills(key="tr_vocab_nouns").set_value("report").run()
+    assert at.text_area(key="translation_text").value == "the council approved the European report"
+    assert at.code[0].value == "Le conseil a approuvé le rapport européen."
+    assert any("“the” as “The”" in w for w in shown(at.warning))
+    at.text_area(key="translation_text").set_value("the european bank approved the report yesterday!").run()
+    assert any("does not know “yesterday” (no word it knows is spelled alike)" in e for e in shown(at.error))
+    assert not any("yesterday!" in e for e in shown(at.error))
 
 
 def test_page_source_limit_and_fixed_context_model(fresh_caches):

@@ -7,7 +7,7 @@ import torch
 from PIL import Image
 
 from models import families
-from models.core import images
+from models.core import images, loading
 from models.core.inputs import ImageInput
 from models.core.specs import ModelSpec
 from models.families.vit import attribution as vit_attribution
@@ -134,11 +134,11 @@ def test_patch_pool_and_rank_correlation():
 def test_imagenet_classifiers_get_timm_class_names():
     in1k = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=1,
                              embed_dim=16, num_heads=2)
-    names = vit.label_names(in1k)
+    names = loading.timm_label_names(in1k)
     assert len(names) == 1000 and names[281] == "tabby, tabby cat"
     headless = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=1,
                                  embed_dim=16, num_heads=2, num_classes=0)
-    assert vit.label_names(headless) == ()
+    assert loading.timm_label_names(headless) == ()
 
 
 # --- the figures: each one's numbers are the model's ----------------------------------------------------------------
@@ -177,7 +177,7 @@ def test_every_view_the_family_offers_is_the_models_numbers(tiny_run):
         return view.build(view.analysis(loaded, result, options) if view.data == "analysis" else result, options)
 
     drawn = {}
-    for name in vit.FAMILY.views:
+    for name in families.get("vit").views:
         if name == "saliency":  # the packaged backbone's decoder only
             with pytest.raises(ValueError, match="no saliency decoder"):
                 build(name)
@@ -188,7 +188,7 @@ def test_every_view_the_family_offers_is_the_models_numbers(tiny_run):
             continue
         drawn[name] = build(name)
         check_files(drawn[name])
-    assert vit.FAMILY.views[0] == "cls" and set(vit.FAMILY.views) <= set(figures.VIEWS)
+    assert families.get("vit").views[0] == "cls" and set(families.get("vit").views) <= set(figures.VIEWS)
 
     # [CLS] over the patches, by default the last layer and the head average: row 0, prefix columns dropped
     cls = drawn["cls"]

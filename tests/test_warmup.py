@@ -154,10 +154,42 @@ def test_the_server_entry_point_starts_the_warm_up_and_serves_the_session_script
     assert started == ["started"]  # exactly once, and not again on shutdown
 
 
-def test_sessions_wait_for_the_warm_up_imports_before_importing_the_pages():
-    """Checked on main.py's text: running it for real would load the default model in this process."""
-    main = (ROOT / "app" / "main.py").read_text()
-    assert main.index("warmup.wait_for_imports") < main.index("from app import sidebar")
+class _ImportWatch:
+    """A meta-path finder that notes, for each watched module imported while it is installed, whether the warm-up's
+    import phase was over at that moment; it finds nothing itself (the normal finders import the module)."""
+
+    def __init__(self, names: set[str], phase_over: threading.Event):
+        self.names, self.phase_over, self.seen = names, phase_over, {}
+
+    def find_spec(self, name, path=None, target=None):
+        if name in self.names and name not in self.seen:
+            self.seen[name] = self.phase_over.is_set()
+        return None
+
+
+def test_sessions_wait_for_the_warm_up_imports_before_importing_the_pages(patched_loader, monkeypatch):
+    """A session's script (app/main.py) that arrives while the server is still importing PyTorch waits for the import
+    phase before it imports the sidebar and the pages, then draws the default page."""
+    from streamlit.testing.v1 import AppTest
+
+    process, gate, _ = gated_warm_up(unclaimed_ttl_s=0.1)
+    process.start()
+    monkeypatch.setattr(warmup, "_process", process)
+    watched = {"app.sidebar", "app.catalog"}
+    import app
+
+    for name in watched:  # imported afresh by the script: neither in sys.modules nor an attribute of the package
+        monkeypatch.delitem(sys.modules, name, raising=False)
+        monkeypatch.delattr(app, name.split(".")[1], raising=False)
+    watch = _ImportWatch(watched, process._imported)
+    monkeypatch.setattr(sys, "meta_path", [watch, *sys.meta_path])
+    opener = threading.Timer(1.0, gate.set)
+    opener.start()
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=240).run()
+    opener.join()
+    assert not at.exception, at.exception
+    assert watch.seen == {name: True for name in watched}, f"imported before the import phase ended: {watch.seen}"
+    assert at.title and "language model" in at.title[0].value.lower()
 
 
 def test_the_default_model_loads_and_runs_for_real_after_the_warm_up_imports():

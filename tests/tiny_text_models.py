@@ -70,14 +70,15 @@ def wordpiece_tokenizer():
                                    cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]", model_max_length=128)
 
 
-def save_tiny_causal_lm(folder: Path, seed: int = 0) -> Path:
-    """A 2-layer Llama (4 query heads, 2 key/value heads, 64 positions) and its tokenizer, saved to ``folder``."""
+def save_tiny_causal_lm(folder: Path, seed: int = 0, positions: int = 64) -> Path:
+    """A 2-layer Llama (4 query heads, 2 key/value heads, ``positions`` positions) and its tokenizer, saved to
+    ``folder``."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = byte_level_tokenizer()
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=positions,
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
     LlamaForCausalLM(config).save_pretrained(folder)

@@ -15,13 +15,22 @@ COLORMAPS = ("inferno", "viridis", "cividis", "magma", "plasma", "jet", "gray")
 UPSAMPLING = ("bilinear", "nearest")
 
 
-def normalise(values: np.ndarray, clip_percentile: float = 100.0) -> np.ndarray:
+def normalise(values: np.ndarray, clip_percentile: float = 100.0, scale_from: np.ndarray | None = None) -> np.ndarray:
     """Min–max to [0, 1] (a constant map becomes all zeros), float32. ``clip_percentile`` < 100 saturates the
-    brightest values at that percentile, so one outlier patch does not turn the rest of the map black."""
+    brightest values at that percentile, so one outlier patch does not turn the rest of the map black.
+    ``scale_from`` (bool, the shape of ``values``) names the values that set the scale; the others are clipped into
+    it (they saturate at either end). None, or no value named: all of them."""
     values = np.asarray(values, dtype=np.float32)
-    if clip_percentile < 100.0:
-        values = np.minimum(values, np.percentile(values, clip_percentile))
-    low, high = float(values.min()), float(values.max())
+    reference = values
+    if scale_from is not None:
+        scale_from = np.asarray(scale_from, dtype=bool)
+        if scale_from.shape != values.shape:
+            raise ValueError(f"scale_from has shape {scale_from.shape}, the values {values.shape}")
+        if scale_from.any():
+            reference = values[scale_from]
+    high = float(np.percentile(reference, clip_percentile)) if clip_percentile < 100.0 else float(reference.max())
+    low = float(reference.min())
+    values = np.clip(values, low, high)
     return np.zeros_like(values) if high - low <= 1e-12 else (values - low) / (high - low)
 
 
@@ -47,17 +56,19 @@ def colorize(values: np.ndarray, colormap: str = "inferno") -> np.ndarray:
 
 def attention_overlay(image: np.ndarray, patch_values: np.ndarray, opacity: float = 0.6,
                       colormap: str = "inferno", mode: str = "bilinear", scale: int = 1,
-                      clip_percentile: float = 100.0) -> Image.Image:
+                      clip_percentile: float = 100.0, scale_from: np.ndarray | None = None) -> Image.Image:
     """Blend a per-patch map onto the crop the model saw.
 
     image: uint8 ``(H, W, 3)``; patch_values: ``(rows, cols)`` (any scale, normalised here); opacity in [0, 1]
     (0 = only the photo); ``scale`` enlarges the result (nearest) so small crops (64 px) stay readable;
-    ``clip_percentile`` (see ``normalise``) keeps an outlier patch from washing out the rest.
+    ``clip_percentile`` (see ``normalise``) keeps an outlier patch from washing out the rest; ``scale_from`` (bool
+    ``(rows, cols)``, see ``normalise``) sets the colour scale from some patches only (the others saturate).
     """
     if not 0.0 <= opacity <= 1.0:
         raise ValueError(f"opacity must be between 0 and 1; got {opacity}")
     image = np.asarray(image, dtype=np.uint8)
-    heat = colorize(normalise(upsample(normalise(patch_values, clip_percentile), image.shape[:2], mode)), colormap)
+    heat = colorize(normalise(upsample(normalise(patch_values, clip_percentile, scale_from), image.shape[:2], mode)),
+                    colormap)
     blended = (1.0 - opacity) * image.astype(np.float32) + opacity * heat.astype(np.float32)
     result = Image.fromarray(np.clip(blended.round(), 0, 255).astype(np.uint8))
     return result.resize((result.width * scale, result.height * scale), Image.Resampling.NEAREST) if scale > 1 \
@@ -84,19 +95,19 @@ def patch_grid(image: np.ndarray, grid: tuple[int, int], highlight: tuple[int, i
     return picture
 
 
-def outline_patch(picture: Image.Image, grid: tuple[int, int], patch: tuple[int, int]) -> Image.Image:
-    """A copy of ``picture`` (an image of the whole patch grid) with patch ``(row, col)`` of the ``(rows, cols)`` grid
-    outlined: a red frame inside a white one, visible over any colour map. The query of an any-patch view is marked
-    where it is, on the map it produced."""
-    picture = picture.copy()
+def outline_patches(picture: Image.Image, grid: tuple[int, int], patches: np.ndarray,
+                    colour: tuple[int, int, int] = (255, 255, 255)) -> Image.Image:
+    """A copy of ``picture`` (the crop, at any scale) with each patch where ``patches`` (bool ``(rows, cols)``) is
+    True outlined in ``colour`` over a thin dark edge, so the mark reads on any colour of the map under it."""
+    picture = picture.convert("RGB").copy()
     draw = ImageDraw.Draw(picture)
-    (rows, cols), (r, c) = grid, patch
+    rows, cols = grid
     step_y, step_x = picture.height / rows, picture.width / cols
-    width = max(2, round(min(step_x, step_y) / 8))
-    box = [round(c * step_x), round(r * step_y), round((c + 1) * step_x) - 1, round((r + 1) * step_y) - 1]
-    draw.rectangle([box[0] - width, box[1] - width, box[2] + width, box[3] + width], outline=(255, 255, 255),
-                   width=width)
-    draw.rectangle(box, outline=(230, 0, 0), width=width)
+    width = max(2, round(min(step_x, step_y) / 10))
+    for r, c in zip(*np.nonzero(np.asarray(patches, dtype=bool))):
+        box = [round(c * step_x), round(r * step_y), round((c + 1) * step_x) - 1, round((r + 1) * step_y) - 1]
+        draw.rectangle(box, outline=(20, 20, 20), width=width + 2)
+        draw.rectangle([box[0] + 1, box[1] + 1, box[2] - 1, box[3] - 1], outline=colour, width=width)
     return picture
 
 

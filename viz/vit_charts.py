@@ -7,6 +7,10 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+# Drawn at its own width × height with the title, axes and legend around it. Without an autosize of its own,
+# Streamlit gives a chart "fit", which squeezes all of that into width × height and flattens a short chart.
+PAD = alt.AutoSizeParams(type="pad", contains="padding")
+
 
 def attention_distance_chart(distances: np.ndarray, image_pixels: int) -> alt.Chart:
     """One point per head: x = layer, y = mean attention distance in pixels ``(layers, heads)``; the dashed line is
@@ -25,7 +29,7 @@ def attention_distance_chart(distances: np.ndarray, image_pixels: int) -> alt.Ch
     )
     uniform = alt.Chart(pd.DataFrame({"y": [0.5214 * image_pixels]})).mark_rule(strokeDash=[4, 4], color="grey"
                                                                                    ).encode(y="y:Q")
-    return (points + uniform).properties(width=520, height=300)
+    return (points + uniform).properties(width=520, height=300, autosize=PAD)
 
 
 def prefix_share_chart(shares: np.ndarray, prefix_names: tuple[str, ...], title: str) -> alt.Chart:
@@ -38,4 +42,25 @@ def prefix_share_chart(shares: np.ndarray, prefix_names: tuple[str, ...], title:
         y=alt.Y("share:Q", title="share of attention", scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")),
         color=alt.Color("token:N", title="prefix token"),
         tooltip=["head", "token", alt.Tooltip("share:Q", format=".1%")],
-    ).properties(title=title, width=min(520, 40 * heads + 60), height=200)
+    ).properties(title=title, width=min(520, 40 * heads + 60), height=200, autosize=PAD)
+
+
+def norm_histogram_chart(norms: np.ndarray, flagged: np.ndarray, threshold: float, title: str) -> alt.Chart:
+    """How many patches have each output norm (Darcet et al. 2024, Fig. 3): ``norms`` and ``flagged`` (bool) of the
+    same shape, one value per patch; the flagged (high-norm) patches in their own colour, the outlier threshold as a
+    dashed rule."""
+    norms = np.asarray(norms, dtype=float).ravel()
+    flagged = np.asarray(flagged, dtype=bool).ravel()
+    frame = pd.DataFrame({"norm": norms, "kind": np.where(flagged, "high-norm (outlined)", "other patches")})
+    bars = alt.Chart(frame).mark_bar().encode(
+        x=alt.X("norm:Q", bin=alt.Bin(maxbins=40), title="output norm ‖x‖ after the last layer"),
+        y=alt.Y("count():Q", title="patches", stack=True),
+        color=alt.Color("kind:N", title=None, sort=["other patches", "high-norm (outlined)"],
+                        scale=alt.Scale(domain=["other patches", "high-norm (outlined)"],
+                                        range=["#9ca3af", "#d62728"]),
+                        legend=alt.Legend(orient="top")),
+        tooltip=[alt.Tooltip("count():Q", title="patches"), "kind:N"],
+    )
+    rule = alt.Chart(pd.DataFrame({"norm": [float(threshold)]})).mark_rule(strokeDash=[4, 4], color="black").encode(
+        x="norm:Q", tooltip=[alt.Tooltip("norm:Q", format=".1f", title="outlier above")])
+    return (bars + rule).properties(title=title, width=420, height=200, autosize=PAD)

@@ -11,6 +11,7 @@ from viz.figures.detr import BoxesOptions, QueriesOptions, QueryOptions
 from viz.figures.vit import HEAD_AVERAGE
 
 SOURCES = ("Generated shapes", "Photo or your image")
+FIRST_SCENE = 33  # three shapes, each found by one query of the mini (not every scene is: see its card)
 SHARED = ["model_detr", "detr_input", "detr_seed", *image_input.shared_keys("detr"), "detr_layer", "detr_head",
           "detr_threshold", "detr_view", "detr_query"]
 url_state.restore(SHARED, {"detr_seed": url_state.within(0, 9999), "detr_layer": url_state.within(0, 1000),
@@ -22,8 +23,11 @@ widgets.model_card(spec)
 loaded = widgets.load_or_stop(spec)
 card, metrics = resources.mini_card(spec)
 if metrics is not None:
+    repeats = (f"; at the 50 % threshold, with no non-maximum suppression, {metrics['found_objects']:.0%} of the "
+               f"objects are found and {metrics['duplicated_objects']:.0%} by more than one query"
+               if "duplicated_objects" in metrics else "")
     st.caption(f"Measured on {metrics['test_images']:,} held-out generated images ({metrics['test_objects']:,} "
-               f"objects): box AP@0.5 **{metrics['ap50']:.1%}**, AP@0.75 {metrics['ap75']:.1%}.")
+               f"objects): box AP@0.5 **{metrics['ap50']:.1%}**, AP@0.75 {metrics['ap75']:.1%}{repeats}.")
     with st.expander("Model card"):
         st.markdown(card)
 st.markdown("A CNN turns the image into a grid of features; the encoder mixes them; a fixed set of learned **object "
@@ -33,7 +37,7 @@ st.markdown("A CNN turns the image into a grid of features; the encoder mixes th
 
 source = st.radio("Input", SOURCES, horizontal=True, key="detr_input")
 if source == SOURCES[0]:
-    seed = int(st.number_input("Scene (random seed)", 0, 9999, 7, key="detr_seed",
+    seed = int(st.number_input("Scene (random seed)", 0, 9999, FIRST_SCENE, key="detr_seed",
                                help="1–3 of the mini DETR's shapes on a plain or photo background, with true boxes"))
     scene = scenes.page_scene(seed)
     inputs = ImageInput(Image.fromarray(scene.image), f"shapes {seed}")
@@ -47,7 +51,8 @@ else:
 result = widgets.run_or_stop(loaded, inputs)
 cross = result.maps("cross")
 for state_key, limit in (("detr_layer", cross.num_layers), ("detr_query", len(result.scores))):
-    if st.session_state.get(state_key, 0) >= limit:  # another model with fewer layers or queries was picked
+    value = st.session_state.get(state_key)
+    if value is not None and not (isinstance(value, int) and 0 <= value < limit):  # another model, fewer of them
         del st.session_state[state_key]
 
 c1, c2, c3 = st.columns(3)
@@ -72,9 +77,12 @@ with queries_tab:
         display.show(figure, "detr_queries")
 with query_tab:
     order = [int(q) for q in np.argsort(-result.scores, kind="stable")]
-    query = st.selectbox("Query (most confident first)", order, key="detr_query",
-                         format_func=lambda q: f"query {q}: {result.label_names[result.labels[q]]} "
-                                               f"{result.scores[q]:.0%}")
+    # The browser sends a choice back as its label, so a label names the query alone: one that also held this
+    # image's class and score would not be found again on the next image, and the choice would come back as text.
+    query = st.selectbox("Query (most confident first)", order, key="detr_query", format_func=lambda q: f"query {q}",
+                         help="Its class and score are under the picture; 'All detections' lists every query")
+    if query not in order:  # a label from an older version of this page, kept by an open tab
+        query = order[0]
     if (figure := widgets.figure_or_none("detr_query", result, QueryOptions(query=query, layer=layer))) is not None:
         display.show(figure, "detr_query")
 with boxes_tab:

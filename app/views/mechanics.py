@@ -185,11 +185,12 @@ def cost_tab() -> None:
         display.show(figure, "cost_memory")
 
     st.subheader("Worked examples (computed, not typed)")
-    for example in cost.worked_examples():
+    for example in cost.worked_examples():  # the arithmetic; the figure below draws every row's bytes
         st.markdown(f"**{example.title}** — {example.setup}")
         st.latex(example.latex)
-        st.table(cost.example_table(example), hide_index=True)
         st.caption(example.takeaway)
+    if (figure := widgets.figure_or_none("worked_examples", None)) is not None:
+        display.show(figure, "cost_examples")  # what `python -m app.cli --page mechanics --view worked_examples` writes
 
     st.subheader("KV cache: what generation keeps per token")
     st.latex(r"\text{MHA/GQA/MQA: } 2\cdot L\cdot H_{kv}\cdot d_{head}\cdot b \qquad \text{MLA: } L\cdot(d_c+d_h^R)"

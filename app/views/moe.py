@@ -52,8 +52,12 @@ labels = routing.layer_labels
 st.caption(f"{len(routing.tokens)} tokens · {routing.num_layers} MoE layers × {routing.num_experts} experts · "
            f"dispatch: {routing.dispatch_rule()} · probabilities in float32")
 
+card_text, measured = resources.mini_card(spec)
+# a mini opens on the layer its card measured as most specialised (token category against expert, held out)
+specialised = (measured or {}).get("per_layer", {}).get("mi_category_bits")
+opening = int(np.argmax(specialised)) if specialised and len(specialised) == len(labels) else 0
 left, right = st.columns(2)
-layer = labels.index(left.selectbox("MoE layer", labels, key="moe_layer"))
+layer = labels.index(left.selectbox("MoE layer", labels, index=opening, key="moe_layer"))
 last = len(routing.tokens) - 1
 if st.session_state.get("moe_token", 0) > last:
     st.session_state["moe_token"] = 0
@@ -96,7 +100,6 @@ with tabs[3]:
              "moe_consistency")
 with tabs[4]:
     show(widgets.figure_or_none("specialisation", result, SpecialisationOptions(), loaded), "moe_special")
-    card_text, measured = resources.mini_card(spec)
     if measured is not None:
         cols = st.columns(3)
         cols[0].metric("Held-out perplexity", f"{measured['perplexity']:.2f}")

@@ -4,6 +4,8 @@ import streamlit as st
 
 from app import attention_view, display, url_state, widgets
 from app.sections import speech as sections
+from models import families
+from models.families.speech import language as speech_language
 from models.families.speech import model as speech
 from viz.figures.speech import SpeechCrossOptions, SpeechStepOptions
 
@@ -41,12 +43,25 @@ st.subheader("English translation" if out.task == "translate" else "Transcript")
 st.code(out.text or "(nothing heard)", language=None, wrap_lines=True)
 how = "detected" if out.language_detected else "given" if multilingual else "English-only model"
 odds = ", ".join(f"{code} {p:.0%}" for code, p in out.language_probabilities[:3])
+if (check := out.language_check) is not None:
+    odds = f"{speech_language.LANGUAGE_CHECKER} hears " + ", ".join(f"{code} {p:.0%}" for code, p in check.probabilities[:2])
 st.caption(widgets.plain(f"Language: {out.language} ({how}{': ' + odds if odds else ''}) · task: {out.task} · "
                          f"prompt: {' '.join(out.prompt_tokens)} · {len(out.output_ids)} tokens · "
                          f"{result.seconds:.1f} s of audio ({result.audio_frames} encoder frames of 20 ms)"))
 for notice in result.notices:
     if notice not in inputs.notes:  # the picker already showed what decoding the audio changed
         st.warning(widgets.plain(notice))
+
+
+def use_multilingual() -> None:
+    """The not-English warning's button: the multilingual model, the language detected from the audio."""
+    st.session_state["model_speech"] = families.spec("speech", speech_language.LANGUAGE_CHECKER).label
+    st.session_state["sp_language"], st.session_state["sp_task"] = speech.AUTO, "transcribe"
+
+
+if check is not None and not check.english:
+    st.button(f"Switch to {speech_language.LANGUAGE_CHECKER} (multilingual) to transcribe {check.heard}", key="sp_switch",
+              icon=":material/translate:", type="primary", on_click=use_multilingual)
 
 
 def heads_picker(key: str) -> tuple[str, int, int]:
@@ -69,13 +84,18 @@ def cross_tab():
     sections.playable_words(result, inputs.audio)
 
 
+TIMING_COLUMNS = {"word": "word", "start": "start (s)", "end": "end (s)", "ct2_start": "CTranslate2 start (s)",
+                  "ct2_end": "CTranslate2 end (s)", "difference": "largest difference (s)"}  # the CSV keeps its names
+
+
 def words_tab():
-    st.dataframe([{"word": w.text, "start (s)": round(w.start, 2), "end (s)": round(w.end, 2)}
-                  for w in result.words], hide_index=True)
     figure = widgets.figure_or_none("word_timestamps", result, None, loaded)
-    if figure is not None:
-        display.show(figure, "sp_timing")
-        st.dataframe(figure.table(), hide_index=True)
+    if figure is None:  # not a packaged model: this app's timings alone
+        st.dataframe([{"word": w.text, "start (s)": round(w.start, 2), "end (s)": round(w.end, 2)}
+                      for w in result.words], hide_index=True)
+        return
+    display.show(figure, "sp_timing")
+    st.dataframe(figure.table().rename(columns=TIMING_COLUMNS).round(2), hide_index=True)
 
 
 def steps_tab():

@@ -45,6 +45,8 @@ c1, c2 = st.columns(2)
 stage_index = c1.selectbox("Stage", range(len(structure.stages)), key="swin_stage",
                            format_func=lambda s: f"stage {s + 1}: {structure.stages[s].resolution[0]} × "
                                                  f"{structure.stages[s].resolution[1]} tokens")
+if stage_index not in range(len(structure.stages)):  # the browser sent another model's label back (it names sizes)
+    stage_index = 0
 stage = structure.stages[stage_index]
 PER_STAGE = {f"swin_{name}_{stage_index}": f"swin_{name}"
              for name in ("head", "bias_block", "attn_block", "row", "col")}
@@ -67,8 +69,9 @@ def block_picker(name: str) -> int:
     key, options = f"swin_{name}_block_{stage_index}", [b.index for b in stage_blocks]
     if st.session_state.get(key, default_block.index) not in options:  # a link's block of another stage
         del st.session_state[key]
-    return st.radio("Block", options, index=options.index(default_block.index), key=key, horizontal=True,
-                    format_func=lambda i: structure.blocks[i].label)
+    chosen = st.radio("Block", options, index=options.index(default_block.index), key=key, horizontal=True,
+                      format_func=lambda i: structure.blocks[i].label)
+    return chosen if chosen in options else default_block.index  # another model's label, sent back by the browser
 
 
 tabs = st.tabs(["Hierarchy", "Cyclic shift", "Masks", "Relative position bias", "Window attention", "Cost",

@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from app import attention_view, display, resources, sidebar, url_state, widgets
-from app.sections import decoder_lens, faithfulness_text
+from app.sections import decoder_lens, faithfulness_text, vocabulary
 from models import families
 from models.core.inputs import TextInput
 from models.families.translation import model as translation
@@ -40,24 +40,15 @@ def load(chosen):
         st.stop()
 
 
-def show_vocabulary(loaded, expanded: bool = False) -> None:
-    vocabulary = translation.source_vocabulary(loaded)
-    if vocabulary:
-        with st.expander(f"The {len(vocabulary)} English words this model knows (each also capitalised)",
-                         expanded=expanded):
-            st.text(", ".join(vocabulary))
-
-
 def translate(loaded, inputs, settings):
-    """The cached run; a user mistake is shown (unknown words with suggestions) and the page stops."""
+    """The cached run; a user mistake is shown (unknown words with their nearest known words, each a click away)
+    and the page stops."""
     try:
         return resources.run(loaded, inputs, settings)
     except translation.UnknownWordsError as error:
         widgets.show_error(error)
-        st.dataframe(pd.DataFrame({"unknown word": error.words,
-                                   "did you mean": [", ".join(error.suggestions.get(w, [])) or "—"
-                                                    for w in error.words]}), hide_index=True)
-        show_vocabulary(loaded, expanded=True)
+        vocabulary.suggestions(error)
+        vocabulary.show(loaded, expanded=True)
     except ValueError as error:
         widgets.show_error(error)
     st.stop()
@@ -95,7 +86,7 @@ if out.reference is not None and out.reference != out.translation:
     st.warning(widgets.plain(f"The grammar's reference is “{out.reference}”: this output differs, so no gold "
                              "alignment is drawn. Where the words differ, the attention often shows why."), icon="🔍")
 widgets.show_notices(result)
-show_vocabulary(loaded)
+vocabulary.show(loaded)
 layer, head, units = head_picker(result) if "cross" in result.attention else (0, None, WORDS)
 
 
@@ -181,10 +172,7 @@ def quality_tab():
     if not metrics:
         st.info("No measurements yet: train the minis with `python -m models.minis.translation.train`.")
         return
-    st.dataframe(pd.DataFrame(card.summary_rows(metrics)), hide_index=True, column_config={
-        "exact match": st.column_config.NumberColumn(format="percent"),
-        "AER (best head)": st.column_config.NumberColumn(format="%.3f"),
-        "AER (all heads averaged)": st.column_config.NumberColumn(format="%.3f")})
+    st.dataframe(pd.DataFrame(card.summary_rows(metrics)), hide_index=True)
     if (accuracy := widgets.figure_or_none("accuracy_by_length", None, None, loaded)) is not None:
         display.show(accuracy, "tr_quality")
     if metrics["models"].get("transformer", {}).get("alignment"):

@@ -4,7 +4,7 @@ import streamlit as st
 
 from app import display, image_input, presentation, url_state, widgets
 from app.sections import faithfulness as faithfulness_section
-from app.sections import vit_prefix
+from app.sections import vit_high_norm, vit_prefix
 from models.analysis.rollout import HEAD_FUSIONS
 from models.families.vit import attribution as vit_attribution
 from viz import image_overlay
@@ -23,8 +23,9 @@ from viz.figures.vit import (
 # what a link carries: model, sample (never an upload), layer, head, tab and the view options
 SHARED = ["model_vit", *image_input.shared_keys("vit"), "vit_layer", "vit_head", "vit_view", "vit_opacity", "vit_cmap",
           "vit_upsampling", "vit_clip", "vit_row", "vit_col", "vit_fusion", "vit_discard", "vit_class", "vit_method",
-          "vit_steps", *vit_prefix.SHARED]
+          "vit_steps", *vit_prefix.SHARED, *vit_high_norm.SHARED]
 url_state.restore(SHARED, {"vit_layer": url_state.within(0, 10_000), "vit_row": url_state.within(0, 10_000),
+                           "vit_mark_high_norm": url_state.flag, "vit_high_norm_in_scale": url_state.flag,
                            "vit_col": url_state.within(0, 10_000), "vit_opacity": url_state.within(0.0, 1.0, float),
                            "vit_clip": url_state.within(90.0, 100.0, float),
                            "vit_discard": url_state.within(0.0, 0.95, float), "vit_steps": url_state.within(8, 64)})
@@ -75,13 +76,15 @@ with st.expander("Display", expanded=False):
                           help="bilinear: the ViT paper's smooth maps; nearest: the exact patches")
     clip = c4.slider("Clip colours at percentile", 90.0, 100.0, 100.0, 0.5, key="vit_clip",
                      help="Saturate the brightest patches so one outlier does not hide the rest of the map")
+    marks = vit_high_norm.controls(*st.columns(2))
 drawn = dict(opacity=opacity, colormap=scheme if presenting else colormap, upsampling=upsampling, clip=clip)
+attention_drawn = drawn | marks  # the attention maps also show the high-norm patches
 
 for state_key, limit in (("vit_layer", maps.num_layers), ("vit_row", rows), ("vit_col", cols)):
     if st.session_state.get(state_key, 0) >= limit:  # another model with fewer layers or patches was picked
         del st.session_state[state_key]
 c1, c2 = st.columns(2)
-layer = c1.slider("Layer", 0, maps.num_layers - 1, maps.num_layers - 1, key="vit_layer",
+layer = c1.slider("Layer", 0, maps.num_layers - 1, result.opening_layer, key="vit_layer",
                   help="for the [CLS] and the any-patch views; rollout uses every layer")
 head_options = [HEAD_AVERAGE] + [f"head {h}" for h in range(maps.num_heads)]
 if st.session_state.get("vit_head") not in head_options:
@@ -93,14 +96,17 @@ cls_tab, query_tab, rollout_tab, distance_tab, faithfulness_tab = st.tabs(
     key="vit_view", on_change="rerun")
 
 with cls_tab:
+    if result.opening_reason:
+        st.caption(result.opening_reason)
     c1, c2 = st.columns([1, 2])
-    cls = widgets.figure_or_none("cls", result, ClsOptions(layer=layer, head=head, **drawn))
+    cls = widgets.figure_or_none("cls", result, ClsOptions(layer=layer, head=head, **attention_drawn))
     picture(cls, c1, "vit_cls")
     picture(widgets.figure_or_none("cls_prefix", result, PrefixOptions(layer)), c2, "vit_cls_prefix", downloads=False)
     st.markdown(f"**All {maps.num_heads} heads of layer {layer}**")
-    picture(widgets.figure_or_none("cls_heads", result, ClsHeadsOptions(layer=layer, **drawn)), st.container(),
-            "vit_cls_heads", downloads=False)
-    vit_prefix.show(result, layer, head, drawn)
+    picture(widgets.figure_or_none("cls_heads", result, ClsHeadsOptions(layer=layer, **attention_drawn)),
+            st.container(), "vit_cls_heads", downloads=False)
+    vit_high_norm.show(result)
+    vit_prefix.show(result, layer, head, attention_drawn)
 
 with query_tab:
     c1, c2 = st.columns(2)
@@ -109,7 +115,7 @@ with query_tab:
     c1, c2 = st.columns(2)
     picture(widgets.figure_or_none("input", result, InputOptions((row, col))), c1, "vit_query_input", downloads=False)
     query = widgets.figure_or_none("patch_query", result, QueryOptions(layer=layer, head=head, row=row, col=col,
-                                                                        **drawn))
+                                                                        **attention_drawn))
     if query is not None:
         picture(query, c2, "vit_query")
         st.caption(f"Share of this patch's attention on the prefix tokens (not drawn): "
@@ -120,7 +126,8 @@ with rollout_tab:
     fusion = c1.selectbox("Head fusion", HEAD_FUSIONS, key="vit_fusion")
     discard = c2.slider("Discard ratio", 0.0, 0.95, 0.0, 0.05, key="vit_discard",
                         help="Drop the weakest fraction of each fused layer before rolling out")
-    rolled = widgets.figure_or_none("rollout", result, RolloutOptions(fusion=fusion, discard=discard, **drawn))
+    rolled = widgets.figure_or_none("rollout", result, RolloutOptions(fusion=fusion, discard=discard,
+                                                                      **attention_drawn))
     st.caption("Â = ½·A + ½·I per layer, multiplied through all layers (Abnar & Zuidema 2020); the map is the "
                "[CLS] row of the product: how much each patch flows into [CLS].")
     if rolled is not None and rolled.payload()["top_patch_share"] > 0.2:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.core import text
-from models.core.hooks import this_thread_only
+from models.core import hooks
 from models.core.results import RunResult
 
 MODES = ("zero", "mean")
@@ -47,21 +47,8 @@ class Ablation:
 
 
 def output_projections(model) -> list:
-    """Each decoder layer's attention output projection, whose input is the heads' outputs side by side."""
-    base = getattr(model, "base_model", model)
-    layers = next((getattr(base, name) for name in ("layers", "h", "blocks") if getattr(base, name, None) is not None),
-                  None)
-    found = []
-    for layer in layers if layers is not None else ():
-        attention = next((getattr(layer, name) for name in ("self_attn", "attn", "attention")
-                          if getattr(layer, name, None) is not None), None)
-        projection = next((getattr(attention, name) for name in ("o_proj", "c_proj", "out_proj", "dense")
-                           if getattr(attention, name, None) is not None), None) if attention is not None else None
-        found.append(projection)
-    if not found or any(projection is None for projection in found):
-        raise ValueError(f"head ablation does not know where {type(model).__name__}'s heads enter their output "
-                         "projection")
-    return found
+    """Each layer's attention output projection, whose input is the heads' outputs side by side."""
+    return hooks.sites(model).projections()
 
 
 @contextmanager
@@ -70,7 +57,7 @@ def heads_off(projections: list, heads: int, switched: list, replacement: list |
     that layer's output-projection input is zero, or ``replacement[layer][head]`` (a ``(head_dim,)`` tensor)."""
     import torch
 
-    handles = []
+    installed = []
     for index, projection in enumerate(projections):
         rows = [b for b, (layer, _) in enumerate(switched) if layer == index]
         if not rows:
@@ -85,24 +72,9 @@ def heads_off(projections: list, heads: int, switched: list, replacement: list |
                 split[row, :, head] = 0 if replacement is None else replacement[index][head].to(split.dtype)
             return (split.reshape(batch, length, width), *rest)
 
-        handles.append(projection.register_forward_pre_hook(this_thread_only(hook)))
-    try:
-        with torch.inference_mode():
-            yield
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-def _target_id(tokenizer, target: str | None, fallback: int) -> int:
-    if target is None or target == "":
-        return fallback
-    ids = tokenizer.encode(target, add_special_tokens=False)
-    if len(ids) != 1:
-        pieces = [text.display_token(tokenizer.decode([i])) for i in ids]
-        raise ValueError(f"the target must be one token; {target!r} is {len(ids)}: {' | '.join(pieces) or 'none'} "
-                         "(a word after a space usually starts with one, e.g. ' Paris')")
-    return ids[0]
+        installed.append(hooks.before(projection, hook))
+    with hooks.installed(installed), torch.inference_mode():
+        yield
 
 
 def head_ablation(loaded, result: RunResult, options) -> Ablation:
@@ -115,11 +87,11 @@ def head_ablation(loaded, result: RunResult, options) -> Ablation:
     if not getattr(result, "next_token", None):
         raise ValueError("head ablation reads a language model's prompt run (it has no next-token prediction)")
     model, tokenizer = loaded.model, loaded.tokenizer
-    ids = _prompt_ids(result)
+    ids = prompt_ids(result)
     if len(ids) > MAX_TOKENS:
         raise ValueError(f"head ablation runs on prompts of up to {MAX_TOKENS} tokens (this one has {len(ids)}): "
                          "every head means one more forward")
-    target = _target_id(tokenizer, options.target, result.next_token[0].token_id)
+    target = text.single_token_id(tokenizer, options.target, result.next_token[0].token_id)
     config = model.config
     heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
@@ -147,7 +119,7 @@ def head_ablation(loaded, result: RunResult, options) -> Ablation:
                     clean_logprob=clean, effect=effect, kv_heads=kv_heads)
 
 
-def _prompt_ids(result: RunResult) -> list[int]:
+def prompt_ids(result: RunResult) -> list[int]:
     """The prompt's token ids exactly as the run saw them."""
     ids = getattr(result, "token_ids", ())
     if not ids:
@@ -160,17 +132,14 @@ def _mean_head_outputs(model, projections: list, heads: int, prompt) -> list:
     import torch
 
     means = [None] * len(projections)
-    handles = []
-    for index, projection in enumerate(projections):
-        def hook(module, args, index=index):
+
+    def keep(index):
+        def hook(module, args):
             hidden = args[0]
             means[index] = hidden[0].reshape(hidden.shape[1], heads, -1).mean(0)
+        return hook
 
-        handles.append(projection.register_forward_pre_hook(this_thread_only(hook)))
-    try:
-        with torch.inference_mode():
-            model(input_ids=prompt, use_cache=False)
-    finally:
-        for handle in handles:
-            handle.remove()
+    with hooks.installed(hooks.before(projection, keep(index)) for index, projection in enumerate(projections)), \
+            torch.inference_mode():
+        model(input_ids=prompt, use_cache=False)
     return means

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.analysis import ablation
-from models.core import capture, text
+from models.core import capture, hooks, text
 from models.core.results import RunResult
 
 BATCH_TOKENS = 4096  # prompt copies per forward × prompt length, at most
@@ -92,10 +92,8 @@ def parse_positions(typed: str, n: int, what: str) -> tuple[int, ...]:
 
 
 def attention_modules(model) -> dict[int, int]:
-    """``id(module) -> layer`` for every module inside each decoder layer (the attention among them)."""
-    from models.analysis.patching import decoder_layers
-
-    return {id(module): index for index, layer in enumerate(decoder_layers(model)) for module in layer.modules()}
+    """``id(attention module) -> layer`` for each layer's self-attention (``hooks.sites``)."""
+    return {id(site.module): site.layer for site in hooks.sites(model).of_kind("self")}
 
 
 def _forwards(model, ids: list[int], blocked, layers):
@@ -137,7 +135,7 @@ def attention_knockout(loaded, result: RunResult, options) -> Knockout:
     import torch
 
     model, tokenizer = loaded.model, loaded.tokenizer
-    ids = ablation._prompt_ids(result)
+    ids = ablation.prompt_ids(result)
     n = len(ids)
     layers = model.config.num_hidden_layers
     keys = parse_positions(options.keys, n, "key positions")
@@ -160,7 +158,7 @@ def attention_knockout(loaded, result: RunResult, options) -> Knockout:
     active = torch.zeros(2, layers, dtype=torch.bool)
     active[1, first:last + 1] = True
     logprobs = _forwards(model, ids, blocked, active)
-    target = ablation._target_id(tokenizer, options.target, int(logprobs[0].argmax()))
+    target = text.single_token_id(tokenizer, options.target, int(logprobs[0].argmax()))
     return Knockout(
         model=result.model.short_name, input_name=result.input_name, tokens=tuple(result.tokens), keys=keys,
         queries=queries, layers=(first, last), num_layers=layers,
@@ -175,7 +173,7 @@ def knockout_sweep(loaded, result: RunResult, options) -> KnockoutSweep:
     import torch
 
     model, tokenizer = loaded.model, loaded.tokenizer
-    ids = ablation._prompt_ids(result)
+    ids = ablation.prompt_ids(result)
     n = len(ids)
     if n < 2:
         raise ValueError("the knockout sweep needs a prompt of at least two tokens (an earlier token to cut off)")
@@ -194,7 +192,7 @@ def knockout_sweep(loaded, result: RunResult, options) -> KnockoutSweep:
         first, last = window_around(layer, window, layers)
         active[row, first:last + 1] = True
     logprobs = _forwards(model, ids, blocked, active)
-    target = ablation._target_id(tokenizer, options.target, int(logprobs[0].argmax()))
+    target = text.single_token_id(tokenizer, options.target, int(logprobs[0].argmax()))
     probabilities = logprobs[:, target].exp().numpy()
     knocked = probabilities[1:].reshape(layers, n).astype(np.float32)
     clean = float(probabilities[0])

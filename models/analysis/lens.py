@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.core import text
+from models.core import hooks, memory, text
+from models.core.loading import text_out_of_memory
 from models.core.results import RunResult
 
 MAX_POSITIONS = 64  # a readable grid, and a bounded cost per layer
@@ -61,17 +62,27 @@ def window(n: int, last: int, count: int) -> range:
 
 
 def final_norm_and_unembedding(model):
-    """The causal LM's final norm and its unembedding (LM head), found by the names transformers uses."""
-    from models.families.causal_lm.model import (
-        final_norm,  # imported here, as logit_lens imports causal_lm
-    )
+    """The causal LM's final norm and its unembedding (LM head) (``hooks.sites``)."""
+    found = hooks.sites(model)
+    return found.require("final_norm", "the logit lens"), found.require("unembedding", "the logit lens")
 
-    norm = final_norm(model)
-    unembed = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if norm is None or unembed is None:
-        raise ValueError(f"the logit lens does not know where {type(model).__name__} keeps its final norm and "
-                         "unembedding")
-    return norm, unembed
+
+def residual_window(loaded, ids: list[int], start: int, stop: int) -> np.ndarray:
+    """The residual stream ``(layers + 1, stop − start, d_model)`` float32 at positions ``start:stop`` of ``ids``,
+    from a forward over ``ids[:stop]`` only (a causal model's stream at a position depends on no later token): what
+    the lens re-runs for a window a long prompt's run did not keep."""
+    import inspect
+
+    import torch
+
+    model = loaded.model
+    input_ids = torch.tensor([ids[:stop]], device=loaded.device)
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    with text_out_of_memory(loaded.device, stop), torch.inference_mode(), \
+            hooks.residual_window(model, start, stop) as slices:
+        model(input_ids=input_ids, use_cache=False, **keep)
+    memory.release_freed_heap()
+    return torch.stack(slices).float().cpu().numpy()
 
 
 def logit_lens(loaded, result: RunResult, options) -> Lens:
@@ -85,12 +96,10 @@ def logit_lens(loaded, result: RunResult, options) -> Lens:
     if positions.start >= start:  # kept by the run: no second forward
         stream, kept = residual, range(positions.start - start, positions.stop - start)
     else:  # a long prompt's run kept only its last positions: re-run the model up to this window's end
-        from models.families.causal_lm import model as causal_lm
-
         if len(result.token_ids) != start + residual.shape[1]:
             raise ValueError("this run kept the residual stream of its last positions only, and not the token ids "
                              "to re-read the others: choose a window ending at the last position")
-        stream = causal_lm.residual_window(loaded, list(result.token_ids), positions.start, positions.stop)
+        stream = residual_window(loaded, list(result.token_ids), positions.start, positions.stop)
         kept = range(0, len(positions))
     norm, unembed = final_norm_and_unembedding(loaded.model)
     found = lens_of_stream(stream, kept, norm, unembed, next(unembed.parameters()), loaded.tokenizer,

@@ -17,7 +17,7 @@ import numpy as np
 
 from models.analysis import ablation
 from models.core import text
-from models.core.hooks import this_thread_only
+from models.core import hooks
 from models.core.results import RunResult
 
 BATCH_TOKENS = 4096
@@ -40,19 +40,8 @@ class Patching:
 
 
 def decoder_layers(model) -> list:
-    base = getattr(model, "base_model", model)
-    for name in ("layers", "h", "blocks"):
-        if getattr(base, name, None) is not None:
-            return list(getattr(base, name))
-    raise ValueError(f"activation patching does not know {type(model).__name__}'s layers")
-
-
-def _hidden(output):
-    return output[0] if isinstance(output, tuple) else output
-
-
-def _with_hidden(output, hidden):
-    return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+    """The residual blocks in order (``hooks.sites``)."""
+    return list(hooks.sites(model).require("layers", "activation patching"))
 
 
 def clean_stream(model, ids: list[int], keep: dict) -> list:
@@ -62,19 +51,11 @@ def clean_stream(model, ids: list[int], keep: dict) -> list:
 
     layers, points = decoder_layers(model), {}
 
-    def entering(module, args, kwargs):
-        points[0] = (args[0] if args else kwargs["hidden_states"])[0].clone()
+    def at_point(point, hidden):
+        points[point] = hidden[0].clone()
 
-    handles = [layers[0].register_forward_pre_hook(this_thread_only(entering), with_kwargs=True)]
-    for index, layer in enumerate(layers):
-        handles.append(layer.register_forward_hook(this_thread_only(
-            lambda module, args, output, index=index: points.__setitem__(index + 1, _hidden(output)[0].clone()))))
-    try:
-        with torch.inference_mode():
-            model(input_ids=torch.tensor([ids], device=next(model.parameters()).device), use_cache=False, **keep)
-    finally:
-        for handle in handles:
-            handle.remove()
+    with hooks.installed(hooks.stream_hooks(layers, at_point)), torch.inference_mode():
+        model(input_ids=torch.tensor([ids], device=next(model.parameters()).device), use_cache=False, **keep)
     return [points[i] for i in range(len(layers) + 1)]
 
 
@@ -84,40 +65,21 @@ def residual_patched(model, patches: list, stream: list):
     points; ``position`` may be a list of positions, ``point`` −1 patches nothing)."""
     import torch
 
-    def rows_at(point: int) -> list:
-        return [(b, p) for b, (at, p) in enumerate(patches) if at == point]
-
-    def patched(hidden, point: int):
+    def at_point(point, hidden):
+        rows = [(b, p) for b, (at, p) in enumerate(patches) if at == point]
+        if not rows:
+            return None
         hidden = hidden.clone()
-        for b, p in rows_at(point):
+        for b, p in rows:
             hidden[b, p] = stream[point][p].to(hidden.dtype)
         return hidden
 
-    layers = decoder_layers(model)
-
-    def entering(module, args, kwargs):
-        if not rows_at(0):
-            return None
-        if args:
-            return (patched(args[0], 0), *args[1:]), kwargs
-        return args, {**kwargs, "hidden_states": patched(kwargs["hidden_states"], 0)}
-
-    handles = [layers[0].register_forward_pre_hook(this_thread_only(entering), with_kwargs=True)]
-    for index, layer in enumerate(layers):
-        def leaving(module, args, output, point=index + 1):
-            return _with_hidden(output, patched(_hidden(output), point)) if rows_at(point) else None
-
-        handles.append(layer.register_forward_hook(this_thread_only(leaving)))
-    try:
-        with torch.inference_mode():
-            yield
-    finally:
-        for handle in handles:
-            handle.remove()
+    with hooks.installed(hooks.stream_hooks(decoder_layers(model), at_point)), torch.inference_mode():
+        yield
 
 
 def _answer(tokenizer, typed: str, fallback: int) -> int:
-    return ablation._target_id(tokenizer, typed, fallback)
+    return text.single_token_id(tokenizer, typed, fallback)
 
 
 def activation_patching(loaded, result: RunResult, options) -> Patching:
@@ -126,7 +88,7 @@ def activation_patching(loaded, result: RunResult, options) -> Patching:
     import torch
 
     model, tokenizer = loaded.model, loaded.tokenizer
-    clean_ids = ablation._prompt_ids(result)
+    clean_ids = ablation.prompt_ids(result)
     corrupt_text = (options.corrupt or "").strip()
     if not corrupt_text:
         raise ValueError("type a corrupted prompt: the same sentence with the fact changed, e.g. 'The Colosseum is in'")
@@ -192,19 +154,16 @@ def _head_patches(model, loaded, clean_ids, corrupted, keep, difference, per_for
     projections = ablation.output_projections(model)
     heads = model.config.num_attention_heads
     clean_outputs = [None] * len(projections)
-    handles = []
-    for index, projection in enumerate(projections):
-        def grab(module, args, index=index):
+
+    def grab(index):
+        def hook(module, args):
             hidden = args[0]
             clean_outputs[index] = hidden[0].reshape(hidden.shape[1], heads, -1).transpose(0, 1)  # (heads, T, d)
+        return hook
 
-        handles.append(projection.register_forward_pre_hook(this_thread_only(grab)))
-    try:
-        with torch.inference_mode():
-            model(input_ids=torch.tensor([clean_ids], device=corrupted.device), use_cache=False, **keep)
-    finally:
-        for handle in handles:
-            handle.remove()
+    with hooks.installed(hooks.before(projection, grab(index)) for index, projection in enumerate(projections)), \
+            torch.inference_mode():
+        model(input_ids=torch.tensor([clean_ids], device=corrupted.device), use_cache=False, **keep)
     every = [(layer, head) for layer in range(len(projections)) for head in range(heads)]
     values = []
     for i in range(0, len(every), per_forward):

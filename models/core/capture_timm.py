@@ -8,15 +8,13 @@ softmax(QKᵀ/√d) of shape ``(B, heads, N, N)``. Swin's ``WindowAttention`` pa
 instead (``(B · windows, heads, Wh·Ww, Wh·Ww)``, after the shift mask). ``disable_fused_attention`` flips the flag on
 each attention module after ``create_model``; it never touches timm's global switch, so other models are unaffected.
 
-Concurrency: a cached model is shared by every browser session. Hooks live only for one call (context manager,
-removed in ``finally``); what they record goes into a ``Recording`` owned by that call, never onto the module; a hook
-ignores forwards run by other threads; and a per-model lock serialises hooked forwards, so two sessions can never mix
-their results. Proven against an eager reference in tests/test_capture_timm.py.
+Concurrency: a cached model is shared by every browser session. Hooks act only for the call that installed them
+(``models.core.hooks.installed``: removed in ``finally``, silent for anyone else's forward); what they record goes
+into a ``Recording`` owned by that call, never onto the module, so two sessions can never mix their results and
+need not wait for each other. Proven against an eager reference in tests/test_capture_timm.py.
 """
 from __future__ import annotations
 
-import threading
-import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -25,22 +23,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from models.core import hooks
 from models.core.results import StoredAttention
 
 CAPTURE_DESCRIPTION = "timm eager attention (fused_attn off per module); softmax(QKᵀ/√d) hooked at attn_drop"
-
-_locks: "weakref.WeakKeyDictionary[nn.Module, threading.Lock]" = weakref.WeakKeyDictionary()
-_locks_guard = threading.Lock()
-
-
-def model_lock(model: nn.Module) -> threading.Lock:
-    """The lock that serialises hooked forwards of ``model`` (kept beside the model, not on it)."""
-    with _locks_guard:
-        lock = _locks.get(model)
-        if lock is None:
-            lock = _locks[model] = threading.Lock()
-        return lock
-
 
 def disable_fused_attention(model: nn.Module) -> int:
     """Set ``fused_attn = False`` on every timm attention module of ``model``; return how many were switched.
@@ -111,24 +97,15 @@ def recording(model: nn.Module, points: list[tuple[str, nn.Module]],
     """
     if not points:
         raise ValueError("nothing to hook: this model has no attention modules with captured weights")
-    owner = threading.get_ident()
     rec = Recording([name for name, _ in points])
-    handles = []
 
     def make_hook(name: str):
         def hook(module, inputs, output):
-            if threading.get_ident() == owner:  # a forward from another thread is not ours to record
-                rec.outputs.setdefault(name, []).append(keep(output))
+            rec.outputs.setdefault(name, []).append(keep(output))
         return hook
 
-    with model_lock(model):
-        try:
-            for name, module in points:
-                handles.append(module.register_forward_hook(make_hook(name)))
-            yield rec
-        finally:
-            for handle in handles:
-                handle.remove()
+    with hooks.installed(hooks.after(module, make_hook(name)) for name, module in points):
+        yield rec
 
 
 def vit_attention(model: nn.Module, pixel_values: torch.Tensor) -> tuple[torch.Tensor, list[np.ndarray]]:

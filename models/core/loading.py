@@ -25,7 +25,7 @@ import safetensors
 import safetensors.torch
 import torch
 
-from models.core import capture
+from models.core import capture, construction
 from models.core.results import ModelInfo
 from models.core.specs import ModelSpec
 
@@ -370,7 +370,7 @@ def load_transformers(spec: ModelSpec, auto_class, device: str = "cpu", dtype: s
     memory_fit.check(spec.id, memory_fit.parameter_count(model_class, config, source), device, torch_dtype(dtype))
     progress("Loading weights" + (" (downloading if not cached)" if spec.source == "hub" else ""), 0.45)
     spread = {"device_map": "auto"} if spans_gpus(device) else {}  # several GPUs: accelerate spreads a large model
-    with library_errors(spec, device=device):
+    with library_errors(spec, device=device), construction.LOCK:  # the default device is process-global
         model = model_class.from_pretrained(
             source, config=config, dtype=torch_dtype(dtype), attn_implementation=capture.ATTENTION_NAME,
             trust_remote_code=False, use_safetensors=None, local_files_only=local_only, **spread)
@@ -406,7 +406,7 @@ def create_timm(spec: ModelSpec, name: str, unknown_name: str = "", **kwargs) ->
     from models.core import memory_fit
 
     memory_fit.check(spec.id, memory_fit.timm_parameter_count(name, **kwargs), "cpu", torch.float32)
-    with library_errors(spec, unknown_name):
+    with library_errors(spec, unknown_name), construction.LOCK:
         return timm.create_model(name, pretrained=True, **kwargs)
 
 
@@ -416,3 +416,27 @@ def finish(model: torch.nn.Module, device: str, dtype: str, progress: Progress =
     model = model.to(device=device, dtype=torch_dtype(dtype)).eval()
     model.requires_grad_(False)
     return model
+
+
+def timm_label_names(model) -> tuple[str, ...]:
+    """Human-readable class names, one per output: the checkpoint's own, ImageNet's (from timm), or "class i"."""
+    import timm.data
+
+    classes = int(getattr(model, "num_classes", 0) or 0)
+    if classes == 0:
+        return ()
+    cfg = dict(getattr(model, "pretrained_cfg", {}) or {})
+    names = cfg.get("label_names")
+    if names:
+        described = cfg.get("label_descriptions") or {}
+        names = [described.get(n, n) for n in (names.values() if isinstance(names, dict) else names)]
+        if len(names) == classes:
+            return tuple(str(n) for n in names)
+    subset = timm.data.infer_imagenet_subset(model)
+    if subset:
+        info = timm.data.ImageNetInfo(subset)
+        offset = int(cfg.get("label_offset") or 0)
+        descriptions = ["background"] * offset + list(info.label_descriptions())
+        if len(descriptions) == classes:
+            return tuple(descriptions)
+    return tuple(f"class {i}" for i in range(classes))

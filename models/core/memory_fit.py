@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from models.core import construction
+
 FIT_MARGIN = 1.1  # the forward's activations and the allocator's slack on top of the weights
 
 
@@ -39,7 +41,7 @@ def _safetensors_parameters(folder: Path) -> int | None:
 def _meta_parameters(model_class, config) -> int:
     """Parameters of ``model_class`` built from ``config`` on the meta device (no memory, no weights)."""
     build = getattr(model_class, "from_config", None) or model_class._from_config  # Auto* class, or a model class
-    with torch.device("meta"):
+    with construction.LOCK, torch.device("meta"):  # the default device is process-global (construction.py)
         model = build(config)
         if hasattr(model, "tie_weights"):
             model.tie_weights()  # tied embeddings are one tensor once loaded
@@ -66,7 +68,7 @@ def timm_parameter_count(name: str, **kwargs) -> int | None:
     try:
         import timm
 
-        with torch.device("meta"):
+        with construction.LOCK, torch.device("meta"):
             model = timm.create_model(name, pretrained=False, **kwargs)
         return sum(parameter.numel() for parameter in model.parameters())
     except Exception:

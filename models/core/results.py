@@ -284,6 +284,12 @@ class TokenProbability:
     probability: float
 
 
+# How every page steps through generated tokens (GPT, translation, speech), said on each page under the step view
+STEP_CONVENTION = ("Step t shows the attention of the position that chose token t (the position whose input was the "
+                   "token before it, so token t itself is not yet among what it sees), beside the distribution it "
+                   "chose from.")
+
+
 @dataclass(frozen=True)
 class GenerationStep:
     """One generated token with the candidates it was chosen from."""
@@ -292,6 +298,10 @@ class GenerationStep:
     token: str
     probability: float
     candidates: tuple[TokenProbability, ...]
+    # the attention row whose distribution chose this token (STEP_CONVENTION): in a causal LM the position before
+    # it, ``position - 1``; in an encoder–decoder the row of output step ``position``, the decoder position whose
+    # input was the previous token
+    query: int
 
 
 @dataclass(frozen=True)

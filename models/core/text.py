@@ -109,3 +109,16 @@ def top_tokens(probabilities, tokenizer, k: int) -> tuple:
     values, indices = probabilities.topk(min(k, probabilities.shape[-1]))
     return tuple(TokenProbability(display_ids(tokenizer, [int(i)])[0], int(i), float(v))
                  for v, i in zip(values, indices))
+
+
+def single_token_id(tokenizer, typed: str | None, fallback: int) -> int:
+    """The id of the one token ``typed`` (spaces included: ``" Paris"`` and ``"Paris"`` differ), or ``fallback`` when
+    nothing was typed; a ``ValueError`` showing the pieces when it is more than one token."""
+    if typed is None or typed == "":
+        return fallback
+    ids = tokenizer.encode(typed, add_special_tokens=False)
+    if len(ids) != 1:
+        pieces = [display_token(tokenizer.decode([i])) for i in ids]
+        raise ValueError(f"the target must be one token; {typed!r} is {len(ids)}: {' | '.join(pieces) or 'none'} "
+                         "(a word after a space usually starts with one, e.g. ' Paris')")
+    return ids[0]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from models.core import construction
 from models.core import specs as _specs
 from models.core.family import Family
 from models.core.loading import LoadedModel, Progress, _no_progress
@@ -65,8 +66,9 @@ def custom(family: str, id_or_path: str) -> ModelSpec:
 def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
          progress: Progress = _no_progress) -> LoadedModel:
     """Load any declared or typed model on ``device`` in ``dtype``; every failure a user can cause is a
-    ``ValueError`` that says what to do."""
-    return get(spec.family).load(spec, device, dtype, progress)
+    ``ValueError`` that says what to do. One model is built at a time in the process (``construction.LOCK``)."""
+    with construction.LOCK:
+        return get(spec.family).load(spec, device, dtype, progress)
 
 
 def run(loaded: LoadedModel, inputs: Any, options: Any = None) -> RunResult:

@@ -188,3 +188,13 @@ def measured_cost(path: Path = MEASURED) -> dict:
     if not path.exists():
         raise ValueError(f"no measurement at {path}; run: python -m bench.case_linear_attention")
     return json.loads(path.read_text())
+
+
+def toy_layer(loaded, result, options):
+    """The mechanics page's toy layer (``mechanics.sentence_layer``: the options' sentence, embeddings, sizes; no
+    mask), whose head ``options.head`` feeds the linear-attention views: the analysis the app and the CLI run for
+    them (``loaded`` and ``result`` are unused)."""
+    from models.lessons import mechanics
+
+    config = mechanics.LayerConfig(options.d_model, options.heads, options.d_head, True, options.seed)
+    return mechanics.sentence_layer(options.sentence, config, options.source, "none")

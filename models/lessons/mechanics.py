@@ -621,3 +621,51 @@ def swin_shifted_tokens(tokens: list[str], grid_rows: int, shift: int) -> np.nda
     str ``(rows, cols)``, the grid ``swin_region_ids`` numbers."""
     grid = np.asarray(tokens, dtype=object).reshape(grid_rows, -1)
     return swin_geometry.cyclic_shift(grid, (shift, shift))
+
+
+# --- the analyses the mechanics views draw (the app and the CLI call them; the builders in viz/ only draw) -----------
+
+MASK_SETTINGS = ("real_tokens", "prefix", "window", "causal", "stride", "global_tokens", "grid_rows", "swin_window",
+                 "shift")  # the mask's settings as the views' options name them
+LAYER_OPTIONS = ("sentence", "source", "d_model", "heads", "d_head", "seed", "scaled", "mask", *MASK_SETTINGS)
+
+
+def _trace_of(options, other: str | None) -> AttentionTrace:
+    config = LayerConfig(options.d_model, options.heads, options.d_head, options.scaled, options.seed)
+    return sentence_layer(options.sentence, config, options.source, options.mask, other,
+                          **{name: getattr(options, name) for name in MASK_SETTINGS})
+
+
+def layer_trace(loaded, result, options) -> AttentionTrace:
+    """The toy layer of the options' sentence (its MiniLM or seeded embeddings, the sizes, the mask), self-attention,
+    or cross-attention over ``options.other``: the views "layer_steps" and "entropy_by_d_k" draw it. ``loaded`` and
+    ``result`` are unused (the lesson loads no model of the page's)."""
+    return _trace_of(options, options.other)
+
+
+def self_layer_trace(loaded, result, options) -> AttentionTrace:
+    """The same toy layer, self-attention only (the head comparison and the masked softmax draw it)."""
+    return _trace_of(options, None)
+
+
+@dataclass(frozen=True)
+class SwinRegions:
+    """The sentence's tokens on a grid after Swin's cyclic shift, and its region ids."""
+
+    tokens: tuple[str, ...]
+    rows: int
+    window: int
+    shift: int
+    region_ids: np.ndarray  # (rows, cols) int
+    shifted_tokens: np.ndarray  # (rows, cols) str
+
+
+def swin_regions(loaded, result, options) -> SwinRegions:
+    """How Swin builds its mask on the options' sentence (``grid_rows``, ``swin_window``, ``shift``; None: the
+    page's first choice): the tokens rolled by −s and their region ids."""
+    tokens, _ = tokenize(options.sentence)
+    settings = mask_parameters("swin", len(tokens), grid_rows=options.grid_rows, swin_window=options.swin_window,
+                               shift=options.shift)
+    rows, window, shift = settings["grid_rows"], settings["window"], settings["shift"]
+    return SwinRegions(tuple(tokens), rows, window, shift, swin_region_ids(rows, len(tokens) // rows, window, shift),
+                       swin_shifted_tokens(tokens, rows, shift))

@@ -16,7 +16,7 @@ causal language-modelling loss, and every layer's gradient norm read after one b
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -177,3 +177,26 @@ PLACEMENT_TABLE = {
                          "no larger at the top; every layer's shrinks like 1/√L"],
     "learning rate": ["needs warm-up (a large step on the top layers diverges)", "full rate from step 0 works"],
 }
+
+
+@dataclass(frozen=True)
+class PlacementGradients:
+    """What the Pre-LN vs Post-LN view draws: per placement, each layer's gradient norms (averaged over seeds) and the
+    last layer's against the stack's depth."""
+
+    norms: dict  # placement -> (group -> (layers,) float64, and "loss")
+    depth: dict  # "depth" -> (D,), and placement -> (D,)
+
+
+def placement_gradients(loaded, result, options) -> PlacementGradients:
+    """The view's analysis (``options``: layers, d_model, group, seeds, seed): seeded stacks in each placement, one
+    backward pass each; the depth sweep on a smaller batch (deep stacks are the slow part, one seed shows the trend).
+    ``loaded`` and ``result`` are unused (the lesson builds its own small stacks)."""
+    if options.group not in PARAMETERS:
+        raise ValueError(f"unknown parameter group {options.group!r}; use one of {', '.join(PARAMETERS)}")
+    if not 1 <= options.seeds <= 8:
+        raise ValueError(f"average over 1..8 seeds (got {options.seeds})")
+    config = StackConfig(layers=options.layers, d_model=options.d_model, d_ff=4 * options.d_model, seed=options.seed)
+    norms = {p: averaged_gradient_norms(config, p, options.seeds) for p in PLACEMENTS}
+    depth = last_layer_gradient_by_depth(replace(config, batch=4, length=16), group=options.group)
+    return PlacementGradients(norms, depth)

@@ -165,8 +165,6 @@ def wait_for_alert(page, says: str, timeout_s: float = 60) -> str:
 
 @pytest.mark.parametrize("path", ["vit", "swin"])
 def test_bad_uploads_give_a_message_and_a_good_one_works(watched, app_url, path):
-    if not (ROOT / "app" / "views" / f"{path}.py").exists():
-        pytest.skip(f"the {path} page does not exist yet")
     page = watched
     open_page(page, app_url, path, timeout_s=300)
     assert_healthy(page)
@@ -191,8 +189,6 @@ def test_bad_uploads_give_a_message_and_a_good_one_works(watched, app_url, path)
 def test_upload_over_the_size_limit_is_refused_by_the_browser(watched, app_url):
     """server.maxUploadSize (.streamlit/config.toml) is enforced before a byte reaches the app."""
     page = watched
-    if not (ROOT / "app" / "views" / "vit.py").exists():
-        pytest.skip("the vit page does not exist yet")
     open_page(page, app_url, "vit", timeout_s=300)
     page.get_by_text("Upload", exact=True).click()
     wait_until_idle(page)

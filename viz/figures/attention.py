@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from models.analysis import heads
-from models.core.results import RunResult, TextResult
+from models.core.results import STEP_CONVENTION, RunResult, TextResult
 from viz import export, heatmap
 from viz.figure import Figure, NoOptions, view
 
@@ -230,8 +230,9 @@ class StepOptions:
 
 @view("generation_step", "Generate and step through", StepOptions, run_options=True)
 def generation_step(result: TextResult, options: StepOptions) -> Figure:
-    """A generated token: where it looked (prompt and the tokens generated before it) and the candidates it was
-    chosen from, the model's raw distribution before temperature, top-k, top-p and repetition penalty."""
+    """A generated token: the attention of the position that chose it (the position before it, over the prompt and
+    the tokens generated before it; STEP_CONVENTION) and the candidates it was chosen from, that position's raw
+    distribution before temperature, top-k, top-p and repetition penalty."""
     if not result.generation:
         raise ValueError("nothing was generated: the model ended the text at once")
     if not 1 <= options.step <= len(result.generation):
@@ -239,25 +240,26 @@ def generation_step(result: TextResult, options: StepOptions) -> Figure:
     chosen = result.generation[options.step - 1]
     maps = result.maps("self")
     _, key_tokens = maps.tokens_in(options.layer)
-    weights = maps.head(options.layer, options.head)[chosen.position]
-    visible = slice(0, chosen.position + 1)  # a generated token sees the prompt and the tokens before it
+    weights = maps.head(options.layer, options.head)[chosen.query]
+    visible = slice(0, chosen.query + 1)  # the choosing position sees the prompt and the tokens before the chosen one
     candidates = [c.token for c in chosen.candidates]
     probabilities = [c.probability for c in chosen.candidates]
     charts = (heatmap.token_bars(weights[visible], key_tokens[visible],
-                                 f"Step {options.step}: where '{chosen.token}' looked"),
+                                 f"Step {options.step}: where the model looked to choose '{chosen.token}'"),
               heatmap.probability_bars(candidates, probabilities, f"Candidates at step {options.step}",
                                        highlight=chosen.token))
     name = head_label(options.head)
     return Figure(
         _stem(result, "generation", f"step {options.step}", f"layer {options.layer}", f"head {name}"),
         charts=charts, layout=((3, 2),), width="stretch",  # where it looked, wider than its candidates
-        caption="Attention and probabilities come from one teacher-forced forward over the final text; "
-                "probabilities are the model's raw distribution, before temperature, top-k, top-p and repetition "
-                "penalty.",
+        caption=f"{STEP_CONVENTION} Attention and probabilities come from one teacher-forced forward over the final "
+                "text; probabilities are the model's raw distribution, before temperature, top-k, top-p and "
+                "repetition penalty.",
         table=lambda: pd.DataFrame({"key": key_tokens[visible], "weight": weights[visible]}),
         payload=lambda: {"model": result.model.key, "step": options.step, "token": chosen.token,
                          "probability": chosen.probability, "layer": options.layer, "head": name,
-                         "key_tokens": key_tokens[visible], "weights": weights[visible], "candidates": candidates,
+                         "query_position": chosen.query, "key_tokens": key_tokens[visible],
+                         "weights": weights[visible], "candidates": candidates,
                          "candidate_probabilities": probabilities},
         arrays=lambda: {"weights": weights[visible], "candidate_probabilities": np.asarray(probabilities)},
         metadata=_metadata(result, step=options.step, layer=options.layer, head=name))

@@ -1,6 +1,7 @@
 """Figures of the mechanics page's linear-attention tab (``models/lessons/linear_attention.py``): softmax, linear and flow
 attention on the same Q, K, V of the page's sentence; causal linear attention as an RNN, step by step; and the
-measured time and memory against N. Formula views (``data="options"``); defaults are what the page shows first.
+measured time and memory against N. The toy layer is an analysis in models/lessons/linear_attention.py (``toy_layer``);
+defaults are what the page shows first.
 """
 from __future__ import annotations
 
@@ -36,13 +37,14 @@ class RecurrentOptions(LinearOptions):
     step: int | None = None  # the token whose update is shown; None: the last
 
 
-def _qkv(options: LinearOptions) -> tuple[mechanics.AttentionTrace, np.ndarray, np.ndarray, np.ndarray]:
-    config = mechanics.LayerConfig(options.d_model, options.heads, options.d_head, True, options.seed)
-    trace = mechanics.sentence_layer(options.sentence, config, options.source, "none")
+LAYER = ("sentence", "source", "d_model", "heads", "d_head", "seed")  # what the toy layer's analysis reads
+
+
+def _qkv(trace: mechanics.AttentionTrace, options: LinearOptions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if not 0 <= options.head < options.heads:
         raise ValueError(f"head {options.head} is outside 0..{options.heads - 1}: the layer has {options.heads} heads")
     h = options.head
-    return trace, trace.q[h], trace.k[h], trace.v[h]  # (N, d_k) each
+    return trace.q[h], trace.k[h], trace.v[h]  # (N, d_k) each
 
 
 def _parts(options: LinearOptions) -> tuple[str, ...]:
@@ -50,11 +52,11 @@ def _parts(options: LinearOptions) -> tuple[str, ...]:
             f"head {options.head}")
 
 
-@view("linear_attention", "Softmax vs linear vs flow attention on the same Q, K, V", LinearOptions, data="options",
-      page=PAGE)
-def linear_attention_view(_, options: LinearOptions) -> Figure:
+@view("linear_attention", "Softmax vs linear vs flow attention on the same Q, K, V", LinearOptions,
+      analysis=la.toy_layer, analysis_options=LAYER, page=PAGE)
+def linear_attention_view(trace: mechanics.AttentionTrace, options: LinearOptions) -> Figure:
     """The three implicit attention matrices side by side, and each output's distance from softmax's per token."""
-    trace, q, k, v = _qkv(options)
+    q, k, v = _qkv(trace, options)
     result = la.compare(q, k, v, trace.config.scale)
     labels = charts.unique_labels(trace.query_tokens)
     annotate = len(labels) <= 12
@@ -92,11 +94,11 @@ def linear_attention_view(_, options: LinearOptions) -> Figure:
 
 
 @view("linear_recurrent", "Causal linear attention as an RNN: the running state, step by step", RecurrentOptions,
-      data="options", page=PAGE)
-def linear_recurrent(_, options: RecurrentOptions) -> Figure:
+      analysis=la.toy_layer, analysis_options=LAYER, page=PAGE)
+def linear_recurrent(trace: mechanics.AttentionTrace, options: RecurrentOptions) -> Figure:
     """At one step i: the state S_i = S_{i−1} + φ(k_i)v_iᵀ, the normaliser z_i, and the output row Y_i from the
     recurrence beside the same row of the causal implicit matrix times V."""
-    trace, q, k, v = _qkv(options)
+    q, k, v = _qkv(trace, options)
     n = len(trace.query_tokens)
     step = n - 1 if options.step is None else options.step
     if not 0 <= step < n:

@@ -21,8 +21,7 @@ from viz.figure import Figure, NoOptions, combined, view
 
 PAGE = "mechanics"
 SENTENCE = "The animal didn't cross the street because it was too tired to walk."
-MASK_SETTINGS = ("real_tokens", "prefix", "window", "causal", "stride", "global_tokens", "grid_rows", "swin_window",
-                 "shift")
+MASK_SETTINGS = mechanics.MASK_SETTINGS
 
 
 @dataclass(frozen=True)
@@ -37,6 +36,7 @@ class LayerOptions:
     seed: int = 0
     scaled: bool = True  # divide the scores by √d_k
     mask: str = "none"  # one of models.lessons.mechanics.MASK_KINDS
+    other: str | None = None  # None: self-attention; a sentence: cross-attention, keys and values from it
     # the mask's settings; None: the page's first choice for the sentence's length (mechanics.mask_parameters)
     real_tokens: int | None = None  # padding
     prefix: int | None = None  # prefix LM
@@ -51,7 +51,6 @@ class LayerOptions:
 
 @dataclass(frozen=True)
 class StepsOptions(LayerOptions):
-    other: str | None = None  # None: self-attention; a sentence: cross-attention, keys and values from it
     head: int = 0
     step: str = ""  # a step's key (models.lessons.mechanics.step_outline); "": the first matrix multiplication
     all_steps: bool = False
@@ -59,7 +58,7 @@ class StepsOptions(LayerOptions):
 
 @dataclass(frozen=True)
 class EntropyOptions(LayerOptions):
-    other: str | None = None
+    pass
 
 
 @dataclass(frozen=True)
@@ -77,10 +76,7 @@ def _settings(options: LayerOptions) -> dict:
     return {name: getattr(options, name) for name in MASK_SETTINGS}
 
 
-def _trace(options: LayerOptions, other: str | None = None) -> mechanics.AttentionTrace:
-    config = mechanics.LayerConfig(options.d_model, options.heads, options.d_head, options.scaled, options.seed)
-    return mechanics.sentence_layer(options.sentence, config, options.source, options.mask, other,
-                                    **_settings(options))
+LAYER = mechanics.LAYER_OPTIONS + ("other",)  # what the toy layer's analysis reads (its cache key)
 
 
 def _layer_parts(options: LayerOptions) -> tuple[str, ...]:
@@ -99,12 +95,11 @@ def _mask_text(trace: mechanics.AttentionTrace) -> str:
 
 # --- step by step --------------------------------------------------------------------------------------------------
 
-@view("layer_steps", "The layer step by step: the four matrix multiplications", StepsOptions, data="options",
-      page=PAGE)
-def layer_steps(_, options: StepsOptions) -> Figure:
+@view("layer_steps", "The layer step by step: the four matrix multiplications", StepsOptions,
+      analysis=mechanics.layer_trace, analysis_options=LAYER, page=PAGE)
+def layer_steps(trace: mechanics.AttentionTrace, options: StepsOptions) -> Figure:
     """One step of the layer (or every step, stacked) as annotated matrices, per-head steps at ``head``; the files
     hold the steps shown, exactly as drawn."""
-    trace = _trace(options, options.other)
     _check_head(options.head, options.heads)
     steps = trace.steps()
     keys = [step.key for step in steps]
@@ -140,12 +135,11 @@ def layer_steps(_, options: StepsOptions) -> Figure:
                   "settings": " ".join(_layer_parts(options))})
 
 
-@view("entropy_by_d_k", "Why divide by √d_k: softmax row entropy against d_k", EntropyOptions, data="options",
-      page=PAGE)
-def entropy_by_d_k(_, options: EntropyOptions) -> Figure:
+@view("entropy_by_d_k", "Why divide by √d_k: softmax row entropy against d_k", EntropyOptions,
+      analysis=mechanics.layer_trace, analysis_options=LAYER, page=PAGE)
+def entropy_by_d_k(trace: mechanics.AttentionTrace, options: EntropyOptions) -> Figure:
     """Mean softmax row entropy against the head width, scaled vs unscaled (the current d_k marked); the caption
     gives this layer's own mean entropy."""
-    trace = _trace(options, options.other)
     curve = mechanics.softmax_entropy_by_d_k(trace.x_query, heads=options.heads)  # each (len(d_ks),)
     keys = len(trace.key_tokens)
     caption = (f"Mean softmax row entropy of this layer: **{trace.row_entropy_bits().mean():.2f} bits** (a uniform "
@@ -161,11 +155,11 @@ def entropy_by_d_k(_, options: EntropyOptions) -> Figure:
         arrays=lambda: curve, metadata={"input": options.sentence, "settings": " ".join(parts)})
 
 
-@view("multi_vs_single_head", "Multi-head vs one head of the same width", HeadsOptions, data="options", page=PAGE)
-def multi_vs_single_head(_, options: HeadsOptions) -> Figure:
+@view("multi_vs_single_head", "Multi-head vs one head of the same width", HeadsOptions,
+      analysis=mechanics.self_layer_trace, analysis_options=mechanics.LAYER_OPTIONS, page=PAGE)
+def multi_vs_single_head(trace: mechanics.AttentionTrace, options: HeadsOptions) -> Figure:
     """The first (up to) three heads' weights beside one head of width H·d_k, two by two, each coloured from 0 to its
-    largest weight; the files hold every head."""
-    trace = _trace(options)
+    largest weight; the files hold every head (self-attention: ``other`` is not read)."""
     single = mechanics.one_wide_head(trace)
     labels = charts.unique_labels(trace.query_tokens)
     maps = [(trace.weights[h], f"head {h} of {options.heads}") for h in range(min(options.heads, 3))]
@@ -187,10 +181,11 @@ def multi_vs_single_head(_, options: HeadsOptions) -> Figure:
 
 # --- masks ---------------------------------------------------------------------------------------------------------
 
-@view("masked_softmax", "A mask on the scores, then the softmax", MaskOptions, data="options", page=PAGE)
-def masked_softmax(_, options: MaskOptions) -> Figure:
-    """One head's scores with the mask added (grey: hidden keys) beside its softmax (hidden keys 0, rows sum to 1)."""
-    trace = _trace(options)
+@view("masked_softmax", "A mask on the scores, then the softmax", MaskOptions,
+      analysis=mechanics.self_layer_trace, analysis_options=mechanics.LAYER_OPTIONS, page=PAGE)
+def masked_softmax(trace: mechanics.AttentionTrace, options: MaskOptions) -> Figure:
+    """One head's scores with the mask added (grey: hidden keys) beside its softmax (hidden keys 0, rows sum to 1);
+    self-attention (``other`` is not read)."""
     _check_head(options.head, options.heads)
     tokens, head = trace.query_tokens, options.head
     settings = mechanics.mask_parameters(options.mask, len(tokens), **_settings(options))
@@ -221,15 +216,11 @@ class SwinOptions:
 
 
 @view("swin_mask_regions", "How Swin builds its mask: region ids after the cyclic shift", SwinOptions,
-      data="options", page=PAGE)
-def swin_mask_regions(_, options: SwinOptions) -> Figure:
+      analysis=mechanics.swin_regions, analysis_options=("sentence", "grid_rows", "swin_window", "shift"), page=PAGE)
+def swin_mask_regions(found: mechanics.SwinRegions, options: SwinOptions) -> Figure:
     """The sentence's tokens on a grid after the roll by −s, with Swin's region ids; thick lines: the M × M windows."""
-    tokens, _ = mechanics.tokenize(options.sentence)
-    settings = mechanics.mask_parameters("swin", len(tokens), grid_rows=options.grid_rows,
-                                         swin_window=options.swin_window, shift=options.shift)
-    rows, window, shift = settings["grid_rows"], settings["window"], settings["shift"]
-    regions = mechanics.swin_region_ids(rows, len(tokens) // rows, window, shift)  # (rows, cols)
-    rolled = mechanics.swin_shifted_tokens(tokens, rows, shift)  # (rows, cols)
+    tokens, rows, window, shift = found.tokens, found.rows, found.window, found.shift
+    regions, rolled = found.region_ids, found.shifted_tokens  # (rows, cols) each
     return Figure(
         export.file_stem("swin regions", f"grid {rows}x{len(tokens) // rows}", f"M {window}", f"shift {shift}",
                          options.sentence[:40]),

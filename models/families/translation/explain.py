@@ -18,7 +18,8 @@ from __future__ import annotations
 import torch
 
 from models.analysis.attribution import METHODS, Explainable
-from models.analysis.sequence_records import recording, seq2seq_sites, zeroing_values
+from models.analysis import records
+from models.core import hooks
 from models.families.translation import model as translation
 
 REPLACEMENTS = {"mean": "the mean of the embedding matrix (an 'average token'), positions kept; the decoder input "
@@ -76,7 +77,7 @@ def from_result(loaded, result, target, replacement: str = "mean", batch_size: i
                       decoder_input_ids=decoder_ids.expand(batch, -1), use_cache=False).logits
         return found[:, position]
 
-    sites = seq2seq_sites(model)
+    records.attention_sites(model)  # an architecture whose attention cannot be found is refused now, not later
     decoder = model.get_decoder()
 
     def zeroed(keep):  # (B, S) -> (B, D): the decoder's output at row ``position``, values zeroed where keep is 0
@@ -85,18 +86,14 @@ def from_result(loaded, result, target, replacement: str = "mean", batch_size: i
         def keep_output(module, args, out) -> None:  # returns None: the output is unchanged
             kept["h"] = out[0]
 
-        handle = decoder.register_forward_hook(keep_output)
-        try:
-            with zeroing_values(sites, keep):
-                logits(embeddings.expand(len(keep), -1, -1))
-        finally:
-            handle.remove()
+        with hooks.installed(hooks.after(decoder, keep_output)), records.zeroing_values(model, keep):
+            logits(embeddings.expand(len(keep), -1, -1))
         return kept["h"][:, position]
 
     target_id = int(output.output_ids[position])
     name = f"{output.output_tokens[position]} (output position {position})"
     return Explainable(embeddings, baseline, units, position, target_id, name, logits,
-                       lambda: recording(sites),
+                       lambda: records.recording(model),
                        tuple(output.source_tokens[i] for i in units),
                        REPLACEMENTS[replacement], batch_size, methods=ENCODER_DECODER_METHODS,
                        target_kind="an output token, teacher-forced", zeroed=zeroed)

@@ -35,7 +35,6 @@ from models.core.results import (
     GenerationStep,
     RunResult,
     StoredAttention,
-    TokenProbability,
 )
 from models.core.specs import ModelSpec
 
@@ -65,20 +64,26 @@ class TranslationSettings:
 
 
 class UnknownWordsError(ValueError):
-    """Source words a word-level model cannot read; ``suggestions`` maps each to close words it knows."""
+    """Source words a word-level model cannot read; ``suggestions`` maps each to the closest words it knows (by
+    spelling; empty when none is close)."""
 
     def __init__(self, words: list[str], suggestions: dict[str, list[str]]):
         self.words, self.suggestions = words, suggestions
-        shown = ", ".join(f"'{w}'" for w in words[:8]) + (" …" if len(words) > 8 else "")
-        super().__init__(f"This model does not know {len(words)} of the words: {shown}. It only knows the "
-                         "vocabulary it was trained on; replace them (suggestions below) or pick another model.")
+        shown = "; ".join(f"“{w}” ({_nearest(suggestions.get(w, []))})" for w in words[:6])
+        more = f"; and {len(words) - 6} more" if len(words) > 6 else ""
+        super().__init__(f"This model does not know {shown}{more}. It only knows the words of the grammar it was "
+                         "trained on (listed below: click one to add it); replace the word, or pick another model.")
+
+
+def _nearest(words: list[str]) -> str:
+    return f"nearest it knows: {', '.join(words)}" if words else "no word it knows is spelled alike"
 
 
 @dataclass(frozen=True)
 class TranslationOutput:
     """What was translated and how tokens group into words (``TranslationResult.output``)."""
 
-    source_text: str
+    source_text: str  # the sentence as the model read it (a word-level mini's fitted to its vocabulary)
     translation: str
     source_tokens: list[str]  # display labels of the source pieces (keys of cross-attention)
     output_tokens: list[str]  # display labels of the produced pieces, ending with </s> if produced
@@ -156,7 +161,7 @@ def architecture(loaded: LoadedModel) -> str:
 # --- input checks ----------------------------------------------------------------------------------------------
 
 def source_vocabulary(loaded: LoadedModel) -> list[str] | None:
-    """The source words a word-level model knows (for suggestions and the vocabulary list); None for subword models
+    """The English words a word-level model knows (for suggestions and the vocabulary list); None for subword models
     (they can spell any word)."""
     if loaded.spec.source != "mini":
         return None
@@ -165,46 +170,75 @@ def source_vocabulary(loaded: LoadedModel) -> list[str] | None:
     return [w for w in grammar.english_words() if w.isalnum()]
 
 
-def _unknown_words(loaded: LoadedModel, sentence: str, ids: list[int]) -> list[str]:
-    """The space-separated words of ``sentence`` that contain a piece the tokenizer could not read, in order."""
+def vocabulary_by_kind(loaded: LoadedModel) -> dict[str, list[str]] | None:
+    """The English words a word-level model knows, grouped as the grammar uses them (nouns, adjectives, verbs, ...);
+    None for subword models."""
+    if loaded.spec.source != "mini":
+        return None
+    from models.minis.translation import grammar
+
+    return grammar.english_words_by_kind()
+
+
+def suggestions(known: list[str], word: str, count: int = 4) -> list[str]:
+    """The known words spelled most like ``word`` (case ignored), closest first; empty when none is close."""
+    by_lower = {w.lower(): w for w in known}
+    return [by_lower[w] for w in difflib.get_close_matches(word.lower(), list(by_lower), n=count, cutoff=0.6)]
+
+
+def _fit_to_mini(loaded: LoadedModel, sentence: str) -> tuple[str, list[str]]:
+    """A word-level mini reads only its vocabulary's words: the sentence as it can read it (lower case matched to
+    its spelling, punctuation split from words, marks it never saw left out) and a notice for each change; a word it
+    cannot read at all raises UnknownWordsError naming it with the nearest words it knows."""
+    from models.minis.translation.tokenizer import fit_to_vocabulary
+
+    known = source_vocabulary(loaded) or []
+    # the grammar writes a word one way mid-sentence ("the", "European", "August") and capitalises the first word
+    fitted = fit_to_vocabulary(sentence, loaded.tokenizer.get_vocab(), known, capitalise_first=True)
+    if fitted.unknown:
+        raise UnknownWordsError(list(fitted.unknown), {w: suggestions(known, w) for w in fitted.unknown})
+    notices = []
+    if fitted.respelled:
+        notices.append("Read as this model's vocabulary spells them: "
+                       + ", ".join(f"“{typed}” as “{known}”" for typed, known in fitted.respelled) + ".")
+    if fitted.dropped:
+        notices.append("Left out " + ", ".join(f"“{mark}”" for mark in fitted.dropped)
+                       + ": this model never saw that punctuation.")
+    if not fitted.text:
+        raise ValueError("Nothing is left to translate once the punctuation this model never saw is left out: type "
+                         "an English sentence.")
+    return fitted.text, notices
+
+
+def _unknown_pieces(loaded: LoadedModel, sentence: str, ids: list[int]) -> list[str]:
+    """A subword model still translates around a piece its tokenizer cannot read: a notice naming the words."""
     tokenizer = loaded.tokenizer
-    try:
-        encoding = tokenizer(sentence, return_offsets_mapping=True)
-        spans = [(a, b) for i, (a, b) in zip(encoding["input_ids"], encoding["offset_mapping"])
-                 if i == tokenizer.unk_token_id]
-    except (NotImplementedError, TypeError, ValueError, KeyError):  # slow tokenizers have no offsets
-        return [tokenizer.unk_token]
-    words = [(m.start(), m.end(), m.group()) for m in re.finditer(r"\S+", sentence)]
-    hit = [word for start, end, word in words if any(a < end and b > start for a, b in spans)]
-    return list(dict.fromkeys(hit)) or [tokenizer.unk_token]
-
-
-def _check_unknown(loaded: LoadedModel, sentence: str, ids: list[int]) -> list[str]:
-    """A word-level mini cannot translate a word it has never seen: UnknownWordsError with suggestions. A subword
-    model still translates around an unknown piece: a notice."""
-    unk = loaded.tokenizer.unk_token_id
+    unk = tokenizer.unk_token_id
     if unk is None or unk not in ids:
         return []
-    unknown = _unknown_words(loaded, sentence, ids)
-    known = source_vocabulary(loaded)
-    if known is None:
-        return [f"{ids.count(unk)} piece(s) are unknown to this model's tokenizer and read as "
-                f"{loaded.tokenizer.unk_token}: {', '.join(unknown[:5])}"]
-    lowered = {w.lower(): w for w in known}
-    suggestions = {}
-    for word in unknown:
-        close = [lowered[word.lower()]] if word.lower() in lowered else []
-        close += [w for w in difflib.get_close_matches(word, known, n=4, cutoff=0.6) if w not in close]
-        suggestions[word] = close[:4]
-    raise UnknownWordsError(unknown, suggestions)
+    try:
+        encoding = tokenizer(sentence, return_offsets_mapping=True)
+        spans = [(a, b) for i, (a, b) in zip(encoding["input_ids"], encoding["offset_mapping"]) if i == unk]
+        words = [(m.start(), m.end(), m.group()) for m in re.finditer(r"\S+", sentence)]
+        hit = list(dict.fromkeys(word for start, end, word in words
+                                 if any(a < end and b > start for a, b in spans))) or [tokenizer.unk_token]
+    except (NotImplementedError, TypeError, ValueError, KeyError):  # slow tokenizers have no offsets
+        hit = [tokenizer.unk_token]
+    return [f"{ids.count(unk)} piece(s) are unknown to this model's tokenizer and read as {tokenizer.unk_token}: "
+            f"{', '.join(hit[:5])}"]
 
 
-def encode_source(loaded: LoadedModel, sentence: str, max_source_tokens: int) -> tuple[list[int], list[str]]:
-    """Token ids of the source (with the model's special tokens) and notices; user mistakes raise ValueError."""
+def encode_source(loaded: LoadedModel, sentence: str, max_source_tokens: int) -> tuple[str, list[int], list[str]]:
+    """(the sentence as the model reads it, its token ids with the model's special tokens, notices); user mistakes
+    raise ValueError. A word-level mini reads the sentence fitted to its vocabulary (``_fit_to_mini``); a hub model
+    reads it through its own tokenizer, unchanged."""
     if not isinstance(sentence, str) or not sentence.strip():
         raise ValueError("Type or pick an English sentence to translate.")
     if len(sentence) > text.MAX_CHARACTERS:
         raise ValueError(f"The text has {len(sentence):,} characters; translate one sentence at a time.")
+    notices: list[str] = []
+    if source_vocabulary(loaded) is not None:
+        sentence, notices = _fit_to_mini(loaded, sentence)
     ids = loaded.tokenizer(sentence)["input_ids"]
     if loaded.max_positions and len(ids) > loaded.max_positions:
         raise ValueError(f"The sentence has {len(ids)} tokens; this model reads at most {loaded.max_positions}. "
@@ -212,7 +246,7 @@ def encode_source(loaded: LoadedModel, sentence: str, max_source_tokens: int) ->
     if len(ids) > max_source_tokens:
         raise ValueError(f"The sentence has {len(ids)} tokens; the limit is {max_source_tokens}. Shorten it, or "
                          "raise the source token limit.")
-    return ids, _check_unknown(loaded, sentence, ids)
+    return sentence, ids, notices + _unknown_pieces(loaded, sentence, ids)
 
 
 # --- decoding --------------------------------------------------------------------------------------------------
@@ -306,10 +340,9 @@ def run(loaded: LoadedModel, inputs: TextInput, options: TranslationSettings | N
     longer than ``inputs.max_tokens`` tokens is refused with a message, never cut."""
     settings = options or TranslationSettings()
     settings.validate()
-    sentence = inputs.text
     if not 4 <= inputs.max_tokens <= 1024:
         raise ValueError("The source token limit must be between 4 and 1024.")
-    source_ids, notices = encode_source(loaded, sentence, inputs.max_tokens)
+    sentence, source_ids, notices = encode_source(loaded, inputs.text, inputs.max_tokens)
     kind = architecture(loaded)
     tokenizer = loaded.tokenizer
     input_ids = torch.tensor([source_ids], device=loaded.device)
@@ -345,7 +378,7 @@ def run(loaded: LoadedModel, inputs: TextInput, options: TranslationSettings | N
                                                      [weights[0].float().cpu().numpy()[None]])
     probabilities = torch.softmax(logits.float(), dim=-1).cpu()  # (steps, vocab)
     steps = tuple(GenerationStep(t, output_tokens[t], float(probabilities[t, token]),
-                                 _top(probabilities[t], tokenizer, settings.candidates))
+                                 _top(probabilities[t], tokenizer, settings.candidates), query=t)
                   for t, token in enumerate(produced))
 
     source_groups, source_words, special_source = _words(tokenizer, source_ids)

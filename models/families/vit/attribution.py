@@ -16,11 +16,12 @@ Agreement is Spearman's rank correlation ρ between the two per-patch maps (ties
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from models import families
+from models.analysis.pixels import Attribution, ExplainedClass, patch_pool, per_patch
 from models.core import images
 from models.families.vit import explain as vit_explain
 from models.families.vit.explain import crop_tensor  # noqa: F401  (re-exported: the tests read it here)
@@ -33,40 +34,11 @@ METHODS = {
 }
 
 
-@dataclass(frozen=True)
-class Attribution:
-    method: str  # a key of METHODS
-    target: int  # class index explained
-    target_name: str
-    pixels: np.ndarray  # (H, W) float32, signed, summed over channels
-    patch_scores: np.ndarray  # (rows, cols) float32, sum of |pixels| per patch
-    seconds: float
-    convergence_delta: float | None = None  # IG only: |Σ attributions − (F(x) − F(x'))|, small = accurate integral
-
-
 def _baseline(loaded: LoadedVision, value: float, like: torch.Tensor) -> torch.Tensor:
     """A constant image (``value`` in [0, 1] on every channel) normalised as the model's data config says."""
     mean = torch.tensor(loaded.data_config["mean"], dtype=like.dtype, device=like.device).view(1, 3, 1, 1)
     std = torch.tensor(loaded.data_config["std"], dtype=like.dtype, device=like.device).view(1, 3, 1, 1)
     return ((torch.full_like(like, value) - mean) / std).contiguous()
-
-
-def patch_pool(pixels: np.ndarray, grid: tuple[int, int], patch_size: tuple[int, int]) -> np.ndarray:
-    """Sum of |pixels| inside each patch: ``(H, W)`` -> ``(rows, cols)``."""
-    rows, cols = grid
-    ph, pw = patch_size
-    cropped = np.abs(pixels[: rows * ph, : cols * pw])
-    return cropped.reshape(rows, ph, cols, pw).sum(axis=(1, 3)).astype(np.float32)
-
-
-@dataclass(frozen=True)
-class ExplainedClass:
-    """One class of one run explained: the run (its crop, patch grid and maps, which the figure draws on and compares
-    with rollout) and the attribution."""
-
-    result: ViTResult
-    attribution: Attribution
-    rollout: np.ndarray | None = None  # (rows, cols) the rollout to compare with, when the run has no ViT rollout (Swin)
 
 
 def explain(loaded: LoadedVision, result: ViTResult, options) -> ExplainedClass:
@@ -75,8 +47,9 @@ def explain(loaded: LoadedVision, result: ViTResult, options) -> ExplainedClass:
     if not result.predictions:
         raise ValueError(result.explanation or "this model has no classifier, so there is no class to attribute")
     target = result.predictions[0].token_id if options.target is None else options.target
-    if loaded.spec.family == "swin":
-        return explain_swin(loaded, result, target, options.method, options.steps)
+    own = getattr(families.get(loaded.spec.family).explainer, "class_attribution", None)
+    if own is not None:  # a family with its own way to attribute a class (Swin: windows carried back to the grid)
+        return own(loaded, result, target, options.method, options.steps)
     if options.method not in METHODS and options.method in all_methods():
         return ExplainedClass(result, attribute_shared(loaded, result, target, options.method, options.steps))
     return ExplainedClass(result, attribute_crop(loaded, result.image.image, target, options.method, options.steps))
@@ -95,30 +68,7 @@ def attribute_shared(loaded: LoadedVision, result: ViTResult, target: int, metho
     from models.analysis import attribution
 
     found = attribution.explain(vit_explain.from_result(loaded, result, target), (method,), ig_steps=max(2, steps))
-    return _per_patch(result, found, method, target, loaded.label_names[target])
-
-
-def _per_patch(result, found, method: str, target: int, name: str, ig_delta: float | None = None) -> Attribution:
-    """A shared method's per-patch scores (``found``: ``attribution.Explanations``) as an ``Attribution`` whose
-    pixels carry each patch's score over the patch."""
-    grid, patch = result.image.patch_grid, result.image.patch_size
-    scores = found.scores[method].reshape(grid).astype(np.float32)
-    pixels = np.kron(scores, np.ones(patch, dtype=np.float32))
-    return Attribution(method, target, name, pixels, scores, found.seconds[method], ig_delta)
-
-
-def explain_swin(loaded, result, target: int, method: str, steps: int) -> ExplainedClass:
-    """A Swin's attribution: every shared method through the Swin adapter (models/families/swin/explain.py: windows and
-    shifts carried back to the grid, merges, the pooled readout), beside the Swin rollout computed the same way."""
-    from models.analysis import attribution
-    from models.families.swin import explain as swin_explain
-
-    if method not in attribution.METHODS:
-        raise ValueError(f"{method!r} is not available for a Swin; use one of {', '.join(attribution.METHODS)}")
-    ex = swin_explain.from_result(loaded, result, target)
-    found = attribution.explain(ex, tuple(dict.fromkeys((method, "rollout"))), ig_steps=max(2, steps))
-    return ExplainedClass(result, _per_patch(result, found, method, target, ex.target_name, found.ig_delta),
-                          found.scores["rollout"].reshape(result.image.patch_grid))
+    return per_patch(result, found, method, target, loaded.label_names[target])
 
 
 def attribute(loaded: LoadedVision, image, target: int, method: str = "integrated_gradients",

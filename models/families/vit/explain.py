@@ -10,37 +10,23 @@ baseline image's, so the curves perturb embeddings and every method and curve sh
 """
 from __future__ import annotations
 
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from PIL import Image, ImageFilter
 
 from models.analysis import attribution
 from models.analysis.attribution import Explainable, LayerRecord
-from models.core import capture_timm
+from models.analysis.pixels import REPLACEMENTS, check_image, normalised, removed_pixels  # noqa: F401
+from models.core import hooks
 from models.families.vit.model import LoadedVision, ViTResult, loaded_dtype
-
-REPLACEMENTS = {"mean": "the data config's mean colour (grey: 0 after normalisation)",
-                "blur": "the same patch of the image blurred with σ = one patch"}
 
 
 def crop_tensor(loaded: LoadedVision, crop: np.ndarray) -> torch.Tensor:
     """The model's input ``(1, 3, H, W)`` from the uint8 crop it saw ``(H, W, 3)``."""
     return normalised(crop, loaded.data_config)
-
-
-def normalised(crop: np.ndarray, config: dict) -> torch.Tensor:
-    """``(1, 3, H, W)`` from a uint8 crop ``(H, W, 3)``: timm's ToTensor and Normalize with ``config``'s mean and std,
-    the steps of ``images.preprocess`` after the crop, so an attribution explains exactly the run's input."""
-    pixels = torch.from_numpy(np.ascontiguousarray(crop)).permute(2, 0, 1).float().div(255)
-    mean = torch.tensor(config["mean"], dtype=torch.float32).view(3, 1, 1)
-    std = torch.tensor(config["std"], dtype=torch.float32).view(3, 1, 1)
-    return pixels.sub(mean).div(std).unsqueeze(0).contiguous()
-
 
 
 def _check_plain_attention(model: torch.nn.Module) -> None:
@@ -64,31 +50,22 @@ def logits_from_embeddings(model: torch.nn.Module, embeddings: torch.Tensor) -> 
 
 @contextmanager
 def recording(model: torch.nn.Module):
-    """Hooks on every block for the forwards run inside: attention at ``attn_drop`` (fused attention is off on a
-    loaded ViT), values from ``qkv`` through each head's slice of ``proj`` (and the layer scale), the block's input.
-    Yields the list of ``LayerRecord`` it fills; hooks are removed in ``finally``. The model is shared by every
-    session: the capture's per-model lock serialises hooked forwards, and a forward from another thread is ignored."""
+    """Hooks on every block for this call's forwards inside the block (``hooks.installed``): attention at
+    ``attn_drop`` (fused attention is off on a loaded ViT), values from ``qkv`` through each head's slice of ``proj``
+    (and the layer scale), the block's input. Yields the list of ``LayerRecord`` it fills."""
     records = [LayerRecord() for _ in model.blocks]
-    handles = []
-    owner = threading.get_ident()
 
-    def hooks(block, record: LayerRecord):
+    def block_hooks(block, record: LayerRecord) -> list[hooks.Hook]:
         attention = block.attn
         heads, head_dim = attention.num_heads, attention.head_dim
 
         def keep_input(module, inputs):
-            if threading.get_ident() != owner:
-                return
             record.residual = inputs[0]
 
         def keep_attention(module, inputs, output):
-            if threading.get_ident() != owner:
-                return
             record.attention = output
 
         def keep_values(module, inputs, output):
-            if threading.get_ident() != owner:
-                return
             batch, n, _ = output.shape
             v = output.reshape(batch, n, 3, heads, head_dim)[:, :, 2].transpose(1, 2)  # (B, H, N, hd)
 
@@ -100,38 +77,16 @@ def recording(model: torch.nn.Module):
 
             record.values_from = values
 
-        return [block.register_forward_pre_hook(keep_input), attention.attn_drop.register_forward_hook(keep_attention),
-                attention.qkv.register_forward_hook(keep_values)]
+        return [hooks.before(block, keep_input), hooks.after(attention.attn_drop, keep_attention),
+                hooks.after(attention.qkv, keep_values)]
 
-    with capture_timm.model_lock(model):
-        try:
-            for block, record in zip(model.blocks, records):
-                handles += hooks(block, record)
-            yield records
-        finally:
-            for handle in handles:
-                handle.remove()
+    with hooks.installed(block_hooks(block, record) for block, record in zip(model.blocks, records)):
+        yield records
 
 
 def baseline_pixels(loaded: LoadedVision, crop: np.ndarray, replacement: str) -> torch.Tensor:
     """The input with every patch removed (``removed_pixels``) for a loaded ViT."""
     return removed_pixels(crop, loaded.data_config, int(loaded.model.patch_embed.patch_size[0]), replacement)
-
-
-def removed_pixels(crop: np.ndarray, config: dict, patch: int, replacement: str) -> torch.Tensor:
-    """The input with every patch removed: grey (``mean``: 0 after normalisation) or blurred with σ = one ``patch``
-    (``blur``), normalised with ``config``, (1, 3, H, W)."""
-    if replacement not in REPLACEMENTS:
-        raise ValueError(f"unknown replacement {replacement!r}; choose from {', '.join(REPLACEMENTS)}")
-    if replacement == "mean":
-        return torch.zeros_like(normalised(crop, config))
-    return normalised(np.asarray(Image.fromarray(crop).filter(ImageFilter.GaussianBlur(patch))), config)
-
-
-def check_image(crop: np.ndarray) -> None:
-    if np.ptp(crop) == 0:
-        raise ValueError("the image is blank (one colour everywhere): there is nothing to attribute, and removing a "
-                         "patch changes nothing. Pick or upload an image with something in it.")
 
 
 def explainable(loaded: LoadedVision, crop: np.ndarray, target: int | None = None, replacement: str = "mean",

@@ -12,7 +12,7 @@ transformer only knows word order through what its position scheme adds.
 The positional page's views that read a loaded model name one of these as their analysis ``f(loaded, result,
 options)``: ``equivariance_of_model``, ``learned_table_of_model``, ``position_grid``, ``rope_of_model``.
 
-Every public name is re-exported here: ``from models import positional as pe; pe.sinusoidal_encoding(...)``.
+Every public name is re-exported here: ``from models.lessons import positional as pe; pe.sinusoidal_encoding(...)``.
 Nothing here imports Streamlit.
 """
 from models.lessons.positional.equivariance import (

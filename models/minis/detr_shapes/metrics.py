@@ -57,3 +57,32 @@ def average_precision(detections: list[tuple[np.ndarray, np.ndarray, np.ndarray]
         per_class.append(float(np.sum((recall[1:] - recall[:-1]) * precision[1:])))
     valid = [ap for ap in per_class if not np.isnan(ap)]
     return (float(np.mean(valid)) if valid else float("nan")), per_class
+
+
+def duplicates(detections: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+               truths: list[tuple[np.ndarray, np.ndarray]], threshold: float = 0.5,
+               iou_threshold: float = 0.5) -> dict[str, float]:
+    """How often one object is found by more than one query, what DETR's set loss should make rare.
+
+    Every detection with score ≥ ``threshold`` (the page's score threshold) is given to the true object it overlaps
+    most, when that IoU is ≥ ``iou_threshold`` (whatever the classes: two boxes on one object are a duplicate even
+    when they disagree on its class). Returns ``per_found_object``: detections per object that has at least one
+    (1.0: no duplicates), ``duplicated_share``: the share of all true objects with two or more, ``found_share``:
+    the share with at least one, and ``per_object``: all detections ≥ ``threshold`` over all true objects."""
+    counts, above = [], 0
+    for (boxes, scores, _), (true_boxes, _) in zip(detections, truths):
+        kept = np.asarray(boxes).reshape(-1, 4)[np.asarray(scores) >= threshold]
+        above += len(kept)
+        per_object = np.zeros(len(true_boxes), dtype=int)
+        if len(kept) and len(true_boxes):
+            ious = box_iou(kept, true_boxes)  # (kept, objects)
+            best = ious.argmax(1)
+            np.add.at(per_object, best[ious.max(1) >= iou_threshold], 1)
+        counts.append(per_object)
+    counts = np.concatenate(counts) if counts else np.zeros(0, dtype=int)
+    if not len(counts):
+        raise ValueError("no true objects to count duplicates on")
+    found = counts[counts > 0]
+    return {"per_found_object": float(found.mean()) if len(found) else float("nan"),
+            "duplicated_share": float((counts > 1).mean()), "found_share": float((counts > 0).mean()),
+            "per_object": above / len(counts)}

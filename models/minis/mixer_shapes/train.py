@@ -9,13 +9,13 @@ like. Saved as ``config.json`` (the ``MlpMixer`` arguments, labels, data config)
 """
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
+from models.minis import cli
 from models.minis.vit_shapes import data
 from models.minis.vit_shapes.train import data_config, evaluate, fit, measure_shortcuts
 
@@ -126,13 +126,9 @@ token mixing beside a ViT's attention with no download. **It knows the mini ViT'
 """)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--max-steps", type=int, default=Config.max_steps)
-    parser.add_argument("--max-minutes", type=float, default=Config.max_minutes)
-    parser.add_argument("--out", type=Path, default=OUT_DIR)
-    args = parser.parse_args()
-    train(Config(max_steps=args.max_steps, max_minutes=args.max_minutes), args.out)
+def main(argv: list[str] | None = None) -> None:
+    args = cli.parse(__doc__, argv, OUT_DIR, Config.max_steps, Config.max_minutes, measure=False)
+    train(Config(max_steps=args.steps, max_minutes=args.minutes), args.out)
 
 
 if __name__ == "__main__":

@@ -152,7 +152,7 @@ machine shared with other jobs (the decay follows the {cfg['max_minutes']:g}-min
 - **Specialisation:** mutual information between token category (word / code / number / punctuation) and the
   dispatched expert: {m['mean_mi_category_bits']:.3f} bits on average over layers, against
   {m['mean_mi_category_shuffled_bits']:.3f} bits with the routing shuffled across tokens (category entropy
-  {m['category_entropy_bits']:.3f} bits is the ceiling). Token counts: {m['category_counts']}.
+  {m['category_entropy_bits']:.3f} bits is the ceiling). Tokens per category: {moe.per_category(m['category_counts'])}.
 
 | layer | load CV | aux loss | router entropy (nats) | MI category (bits) | shuffled | MI segment kind (bits) | shuffled |
 |---|---|---|---|---|---|---|---|

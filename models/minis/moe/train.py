@@ -8,7 +8,6 @@ trained on it. One CPU thread, a step budget that fits in ~15 minutes; the card 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from models.minis import cli
 from models.minis.moe import data, metrics
 
 OUTPUT = Path(__file__).resolve().parents[3] / "sample_data" / "moe"
@@ -51,7 +51,14 @@ class MiniMoEConfig:
 
 def build_tokenizer(text: str, vocab_size: int):
     """Byte-level BPE (GPT-2 style, so any input is encodable) trained on ``text``; a transformers fast tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = Tokenizer(models.BPE())
@@ -177,13 +184,9 @@ def train(cfg: MiniMoEConfig, output: Path = OUTPUT) -> dict:
     return measured
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=MiniMoEConfig.steps)
-    parser.add_argument("--max-minutes", type=float, default=MiniMoEConfig.max_minutes)
-    parser.add_argument("--output", type=Path, default=OUTPUT)
-    args = parser.parse_args()
-    train(MiniMoEConfig(steps=args.steps, max_minutes=args.max_minutes), args.output)
+def main(argv: list[str] | None = None) -> None:
+    args = cli.parse(__doc__, argv, OUTPUT, MiniMoEConfig.steps, MiniMoEConfig.max_minutes, measure=False)
+    train(MiniMoEConfig(steps=args.steps, max_minutes=args.minutes), args.out)
 
 
 if __name__ == "__main__":

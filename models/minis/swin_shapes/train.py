@@ -11,7 +11,6 @@ through exactly the local-checkpoint path a user's own timm Swin takes.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from models.minis import cli
 from models.minis.swin_shapes import data
 
 OUT_DIR = Path(__file__).resolve().parents[3] / "sample_data" / "swin_shapes"
@@ -179,17 +179,15 @@ nothing; the windows, masks, bias tables and attention it computes are still exa
     return card
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--max-steps", type=int, default=Config.max_steps)
-    parser.add_argument("--max-minutes", type=float, default=Config.max_minutes)
-    parser.add_argument("--out", type=Path, default=OUT_DIR)
-    parser.add_argument("--card-only", action="store_true", help="rewrite card.md from the saved metrics.json")
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    def card_only(parser):
+        parser.add_argument("--card-only", action="store_true", help="rewrite card.md from the saved metrics.json")
+
+    args = cli.parse(__doc__, argv, OUT_DIR, Config.max_steps, Config.max_minutes, measure=False, extra=card_only)
     if args.card_only:
         print(write_card(json.loads((args.out / "metrics.json").read_text()), args.out))
         return
-    metrics = train(Config(max_steps=args.max_steps, max_minutes=args.max_minutes), args.out)
+    metrics = train(Config(max_steps=args.steps, max_minutes=args.minutes), args.out)
     print(json.dumps({k: metrics[k] for k in ("accuracy", "per_class", "steps", "train_cpu_seconds")}, indent=2))
 
 

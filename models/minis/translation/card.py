@@ -87,7 +87,7 @@ def card_text(metrics: dict) -> str:
         for name in names:
             cells = {b["bucket"]: f"{_percent(b['accuracy'])} (n={b['count']})" for b in
                      metrics["models"][name]["by_length"]}
-            lines.append(f"| {name} | " + " | ".join(cells.get(b, "—") for b in buckets) + " |")
+            lines.append(f"| {SHORT_TITLES[name]} | " + " | ".join(cells.get(b, "—") for b in buckets) + " |")
     lines += ["", "Training time is CPU time of one thread (`torch.set_num_threads(1)`); each model stops at its step",
               "count or its CPU budget, whichever comes first. `metrics.json` also records the wall-clock time, which",
               "on the shared development machine was longer because other jobs ran beside it."]
@@ -99,16 +99,17 @@ def write_card(folder: Path, metrics: dict) -> None:
 
 
 def length_rows(metrics: dict) -> list[dict]:
-    """Exact match per source-length bucket and model, for the accuracy-against-length chart."""
+    """Exact match per source-length bucket and model (by its short title), for the accuracy-against-length chart."""
     rows = []
     for name, m in metrics.get("models", {}).items():
         for bucket in m.get("by_length", []):
-            rows.append({"model": name, **bucket})
+            rows.append({"model": SHORT_TITLES.get(name, name), **bucket})
     return rows
 
 
-def summary_rows(metrics: dict) -> list[dict]:
-    """One row per model: what it is and how well it did (percentages and AER as numbers)."""
+def summary_rows(metrics: dict) -> list[dict[str, str]]:
+    """One row per model, as the page's table shows it: what it is and how well it did, as text ("98.2%", "0.022";
+    "—" where a model has no attention to align)."""
     rows = []
     for name, title in TITLES.items():
         m = metrics.get("models", {}).get(name)
@@ -116,7 +117,10 @@ def summary_rows(metrics: dict) -> list[dict]:
             continue
         align = m.get("alignment") or {}
         best = align.get("best_head", {}).get("aer", align.get("aer"))
-        rows.append({"model": SHORT_TITLES[name], "exact match": m["exact_match"], "AER (best head)": best,
-                     "AER (all heads averaged)": align.get("all_layers_average", align.get("aer")),
-                     "parameters": m["parameters"], "training (CPU min)": round(m["train_cpu_seconds"] / 60, 1)})
+        average = align.get("all_layers_average", align.get("aer"))
+        rows.append({"model": SHORT_TITLES[name], "exact match": _percent(m["exact_match"]),
+                     "AER (best head)": "—" if best is None else f"{best:.3f}",
+                     "AER (all heads averaged)": "—" if average is None else f"{average:.3f}",
+                     "parameters": f"{m['parameters']:,}",
+                     "training (CPU min)": f"{m['train_cpu_seconds'] / 60:.1f}"})
     return rows

@@ -399,6 +399,21 @@ def english_words() -> list[str]:
     return sorted(words, key=str.lower)
 
 
+def english_words_by_kind() -> dict[str, list[str]]:
+    """``english_words`` (letters and digits only) grouped as the grammar uses them, for a vocabulary a person picks
+    words from: determiners and small words, nouns, adjectives, verbs, months, numbers."""
+    groups = {
+        "articles and small words": ["the", "a", "an", "this", "these", "our", "their", "each", "and", "was", "were",
+                                     "will", "be", "has", "have", "by", *(en for en, _ in PREPOSITIONS)],
+        "nouns": [form for noun in NOUNS for form in (noun.en, noun.en_plural)],
+        "adjectives": [a.en for a in ADJECTIVES_BEFORE + ADJECTIVES_AFTER],
+        "verbs": [form for verb in VERBS for form in (verb.en, verb.en_third, verb.en_past)],
+        "months": [en for en, _ in MONTHS],
+        "numbers": [en for en, _ in NUMBER_WORDS],
+    }
+    return {kind: list(dict.fromkeys(words)) for kind, words in groups.items()}
+
+
 def french_words() -> list[str]:
     """Every French word form the grammar can emit."""
     words = {"le", "la", "l'", "les", "un", "une", "ce", "cet", "cette", "ces", "notre", "nos", "leur", "leurs",

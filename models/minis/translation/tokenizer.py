@@ -11,7 +11,8 @@ how ``models.core.loading.load_transformers`` reads every translation model.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import (
@@ -49,6 +50,68 @@ def pieces(text: str) -> list[str]:
     probe = _pipeline({PAD: 0, EOS: 1, UNK: 2})
     normalised = probe.normalizer.normalize_str(text)
     return [piece for piece, _ in probe.pre_tokenizer.pre_tokenize_str(normalised)]
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """A sentence as a word-level vocabulary can read it (``fit_to_vocabulary``)."""
+
+    text: str  # the sentence rebuilt from the pieces kept (each respelled as the vocabulary spells it)
+    respelled: tuple[tuple[str, str], ...]  # (as typed, as the vocabulary spells it): "european" -> "European"
+    dropped: tuple[str, ...]  # punctuation marks the vocabulary does not have, left out
+    unknown: tuple[str, ...]  # words with no form in the vocabulary, in order, each once
+
+
+def _closest_case(typed: str, forms: list[str]) -> str:
+    """Of the vocabulary's spellings of a word, the one whose first letter has the typed case, else any."""
+    first_upper = typed.lstrip("▁")[:1].isupper()
+    return min(forms, key=lambda form: (form.lstrip("▁")[:1].isupper() != first_upper, form != form.lower(), form))
+
+
+def fit_to_vocabulary(text: str, vocabulary: Collection[str], usual_forms: Iterable[str] = (),
+                      capitalise_first: bool = False) -> Fitted:
+    """``text`` as a word-level ``vocabulary`` (of pieces) can read it.
+
+    Punctuation is split from words ("yesterday." -> "yesterday" "."); a piece the vocabulary lacks is matched case
+    insensitively to a form it has: the word's form in ``usual_forms`` (how the training text writes it
+    mid-sentence: "european" and "EUROPEAN" -> "European", "APPROVED" -> "approved"), else the form with the typed
+    first letter's case; with ``capitalise_first`` the first word is capitalised as the training text's sentences
+    begin ("the" -> "The"). Punctuation the vocabulary has no form of is dropped; a word it has no form of is
+    reported in ``unknown`` (and kept, so the text still reads)."""
+    known = set(vocabulary)
+    by_lower: dict[str, list[str]] = {}
+    for piece in known:
+        by_lower.setdefault(piece.lower(), []).append(piece)
+    usual = {form.lower(): form for form in usual_forms}
+    kept, respelled, dropped, unknown = [], [], [], []
+
+    def respell(typed: str, form: str) -> None:
+        respelled.append((typed.removeprefix("▁"), form.removeprefix("▁")))
+        kept.append(form)
+
+    for piece in pieces(text):
+        bare = piece.removeprefix("▁")
+        first_word = capitalise_first and not any(any(ch.isalnum() for ch in k) for k in kept)
+        capital = piece[:len(piece) - len(bare)] + bare[:1].upper() + bare[1:].lower()
+        if first_word and bare[:1].isalpha() and piece != capital and capital in known:
+            respell(piece, capital)
+        elif piece in known:
+            kept.append(piece)
+        elif not any(ch.isalnum() for ch in bare):  # a mark: attached or spaced ("report ." as "report.")
+            other = bare if piece.startswith("▁") else "▁" + bare
+            if other in known:
+                kept.append(other)
+            else:
+                dropped.append(bare)
+        elif forms := by_lower.get(piece.lower()):
+            wanted = piece[:len(piece) - len(bare)] + usual.get(bare.lower(), "")
+            respell(piece, wanted if wanted in forms else _closest_case(piece, forms))
+        else:
+            unknown.append(bare)
+            kept.append(piece)
+    rebuilt = "".join(piece.replace("▁", " ") for piece in kept).strip()
+    return Fitted(rebuilt, tuple(dict.fromkeys(respelled)), tuple(dict.fromkeys(dropped)),
+                  tuple(dict.fromkeys(unknown)))
 
 
 def build_vocabulary(texts: Iterable[str], extra_words: Iterable[str] = ()) -> dict[str, int]:

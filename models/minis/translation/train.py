@@ -15,7 +15,6 @@ time, because on a shared machine the clock says more about the neighbours than 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
@@ -26,7 +25,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from models.minis.translation import evaluate, grammar, tokenizer as word_tokenizer
+from models.minis import cli
+from models.minis.translation import evaluate, grammar
+from models.minis.translation import tokenizer as word_tokenizer
 from models.minis.translation.card import write_card
 from models.minis.translation.rnn import GRUConfig, GRUTranslator
 
@@ -205,17 +206,11 @@ def measure(name: str, model, tok, test) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", choices=MODEL_NAMES, default=list(MODEL_NAMES))
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--steps", type=int, default=None, help=f"optimiser steps per model (default: {STEPS})")
-    parser.add_argument("--minutes", type=float, default=TrainConfig.minutes,
-                        help="cap per model in CPU minutes (one thread)")
-    parser.add_argument("--train-sentences", type=int, default=DataConfig.train_sentences)
-    parser.add_argument("--measure-only", action="store_true",
-                        help="re-measure the saved models on the held-out set without training")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
+    def own(parser):
+        parser.add_argument("--models", nargs="+", choices=MODEL_NAMES, default=list(MODEL_NAMES))
+        parser.add_argument("--train-sentences", type=int, default=DataConfig.train_sentences)
+
+    args = cli.parse(__doc__, argv, OUT, None, TrainConfig.minutes, extra=own)  # --steps: each model's own (STEPS)
 
     data_config = DataConfig(train_sentences=args.train_sentences)
     t0 = time.time()

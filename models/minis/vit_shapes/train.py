@@ -11,7 +11,6 @@ the app loads it through exactly the local-checkpoint path a user's own timm ViT
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from models.minis import cli
 from models.minis.vit_shapes import data
 
 OUT_DIR = Path(__file__).resolve().parents[3] / "sample_data" / "vit_shapes"
@@ -227,18 +227,12 @@ def reevaluate(out_dir: Path = OUT_DIR) -> dict:
     return metrics
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--max-steps", type=int, default=Config.max_steps)
-    parser.add_argument("--max-minutes", type=float, default=Config.max_minutes)
-    parser.add_argument("--out", type=Path, default=OUT_DIR)
-    parser.add_argument("--evaluate-only", action="store_true",
-                        help="re-measure the saved model in --out and rewrite metrics.json and card.md")
-    args = parser.parse_args()
-    if args.evaluate_only:
+def main(argv: list[str] | None = None) -> None:
+    args = cli.parse(__doc__, argv, OUT_DIR, Config.max_steps, Config.max_minutes)
+    if args.measure_only:
         reevaluate(args.out)
         return
-    train(Config(max_steps=args.max_steps, max_minutes=args.max_minutes), args.out)
+    train(Config(max_steps=args.steps, max_minutes=args.minutes), args.out)
 
 
 if __name__ == "__main__":
