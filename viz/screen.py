@@ -26,6 +26,10 @@ from typing import Any
 
 import altair as alt
 
+# The page draws what a builder made, however many rows: Altair's 5,000-row guard is for notebooks. Lifted once for
+# the process (a `with` around each conversion would race: one thread's exit restores the guard under another's).
+alt.data_transformers.disable_max_rows()
+
 SIZE_SCALE = 2.0  # a 1920-px projector's column is about twice a 1280-px laptop's (the sidebar tucked away)
 FONT_SCALE = 1.6
 MIN_PRESENTATION_FONT = 18  # px: readable from the back of a lecture hall at 1920 px wide
@@ -68,8 +72,7 @@ class Fitted:
 def fitted(chart: alt.TopLevelMixin, screen: Screen = Screen(), stretch: bool = False) -> Fitted:
     """``chart`` as a spec fitted to ``screen`` (see the module docstring). ``stretch``: as wide as its column,
     whatever the chart's own width (line charts, bars over a whole sentence)."""
-    with alt.data_transformers.enable(max_rows=None):  # the page draws what the builder made, however many rows
-        spec = chart.to_dict()
+    spec = chart.to_dict()
     config = spec.setdefault("config", {})
     view = config.get("view", {})
     for default in ("continuousWidth", "continuousHeight"):  # Altair's own theme: the page's theme decides
