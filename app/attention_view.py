@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import display, presentation, resources, widgets
-from models.analysis import heads, roles
+from app import display, presentation, resources, url_state, widgets
+from models.analysis import heads, roles, showcase
 from models.core.results import AttentionMaps, RunResult
 from viz import heatmap
 from viz.figure import Figure
@@ -159,10 +159,37 @@ def token_focus(result: RunResult, kind: str, layer: int, head: int | None, key:
         display.show(figure, f"{key}_focus", downloads=False)
 
 
-def explorer(result: RunResult, kind: str, key: str, loaded=None) -> None:
-    """Pickers, then the three views in tabs."""
+def open_on_sample(result: RunResult, kind: str, key: str, samples: dict[str, showcase.Sample],
+                   text: str) -> showcase.Opening | None:
+    """While ``text`` is one of the page's samples, the head that shows its lesson (``models.analysis.showcase``,
+    measured on this run); the first time a sample is shown with a model, that head is selected (before the
+    pickers are drawn), unless the session's link chose a head."""
+    name = next((name for name, sample in samples.items() if sample.text == text), None)
+    if name is None:
+        return None
+    try:
+        opening = showcase.opening_head(result.maps(kind), list(result.maps(kind).query_tokens), samples[name])
+    except ValueError:  # a model whose tokens split the sample's words differently
+        return None
+    marker, shown = f"{key}_opened_for", f"{name}|{result.model.key}"
+    first = marker not in st.session_state
+    if st.session_state.get(marker) != shown:
+        st.session_state[marker] = shown
+        if not (first and (url_state.from_link(f"{key}_layer") or url_state.from_link(f"{key}_head"))):
+            st.session_state[f"{key}_layer"] = opening.layer
+            st.session_state[f"{key}_head"] = f"head {opening.head}"
+    return opening
+
+
+def explorer(result: RunResult, kind: str, key: str, loaded=None, samples: dict[str, showcase.Sample] | None = None,
+             text: str = "") -> None:
+    """Pickers, then the three views in tabs. ``samples``, ``text``: the page's samples and the text in view (a
+    sample opens on the head that shows its lesson, with a line that says why)."""
     maps: AttentionMaps = result.maps(kind)
+    opening = open_on_sample(result, kind, key, samples, text) if samples else None
     layer, head = layer_head_picker(maps, key)
+    if opening is not None and (layer, head) == (opening.layer, opening.head):
+        st.caption(opening.why())
     # lazy tabs: only the open tab runs, so a slider move on "One head" never pays for the all-heads summary
     one, grid, focus = st.tabs(["One head", "All heads (model view)", "Token focus"], key=f"{key}_view",
                                on_change="rerun")

@@ -231,13 +231,13 @@ def progress_to_stderr(page: str):
 
 
 def _write(args: argparse.Namespace, given: dict[str, str]) -> int:
-    if args.page == "corpus":  # a corpus run, not one input's figure (app/corpus_cli.py)
+    if args.page == "corpus":  # a corpus run, or a results folder, drawn as a corpus view (app/corpus_cli.py)
         from app import corpus_cli
 
-        render_page = corpus_cli.render
+        paths = corpus_cli.render(args, given, build_options)
     else:
-        render_page = render
-    for path in render_page(args, given):
+        paths = render(args, given)
+    for path in paths:
         print(path)
     return 0
 

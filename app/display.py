@@ -17,13 +17,12 @@ from typing import Any
 import streamlit as st
 
 from app import presentation
+from models.core import text
 from viz import export
 from viz.figure import Figure
 from viz.screen import Screen, fitted
 
 # What a token label's markers mean (models.core.text.visible_text, viz.heatmap.token_labels)
-MARKERS = {"␣": "␣ a token that is only spaces", "↵": "↵ a line break", "⏎": "⏎ a carriage return",
-           "⇥": "⇥ a tab"}
 # What each file holds, said on its button's tooltip
 FILE_HELP = {"png": "The figure as a PNG image at print resolution (300 dpi)",
              "svg": "The chart as an SVG vector drawing, for slides and papers",
@@ -59,6 +58,7 @@ def show(figure: Figure, key: str, *, downloads: bool = True, caption: bool = Tr
     if caption:
         note = " ".join([figure.caption] if figure.caption else [])
         key_text = marker_key(markers)
+        key_text = "" if key_text in note else key_text  # the builder's caption says it already
         if note or key_text:
             st.caption((note + " " + key_text).strip())
     if downloads:
@@ -74,7 +74,7 @@ def _draw(element, width: str, select: str | None) -> tuple[Any, set[str]]:
         st.image(element, width="stretch" if presenting else "content", output_format="PNG")
         return None, set()
     chart = fitted(element, screen(), stretch=width == "stretch")
-    markers = {marker for marker in MARKERS if _shows(chart.spec, marker)}
+    markers = {marker for marker in text.MARKS if _shows(chart.spec, marker)}
     if select is None:
         st.vega_lite_chart(chart.spec, width=chart.width)
         return None, markers
@@ -91,9 +91,9 @@ def _shows(spec: dict, marker: str) -> bool:
 
 
 def marker_key(markers: set[str]) -> str:
-    """"Tokens: ␣ a token that is only spaces, ↵ a line break." for the markers a figure shows; "" for none."""
-    shown = [text for marker, text in MARKERS.items() if marker in markers]
-    return f"Tokens: {', '.join(shown)}." if shown else ""
+    """What the blank marks a figure shows mean (models/core/text.whitespace_note, the words captions use); "" for
+    none."""
+    return text.whitespace_note(markers)
 
 
 def offer(figure: Figure, key: str) -> None:

@@ -3,10 +3,13 @@ presets and upload, token limit, model card, notices."""
 from __future__ import annotations
 
 import re
+import time
+from contextlib import contextmanager
+from typing import NoReturn
 
 import streamlit as st
 
-from app import resources, sidebar
+from app import resources, sidebar, url_state
 from models import families
 from models.core import limits, text
 from models.core.loading import LoadedModel
@@ -33,6 +36,13 @@ def plain(text: str) -> str:
     return _MARKDOWN_PUNCTUATION.sub(r"\\\1", unlinked)
 
 
+def stop() -> NoReturn:
+    """``st.stop()``, noting that the widgets after this point were not drawn (see ``url_state.stopped_early``): the
+    next run sends their kept values again, so they show what the page uses."""
+    url_state.stopped_early()
+    st.stop()
+
+
 def show_error(error: Exception | str) -> None:
     """A user-facing error as plain text: no HTML and no Markdown from the message (it may echo user input)."""
     st.error(plain(str(error)), icon="⚠️")
@@ -51,7 +61,7 @@ def model_picker(family: str) -> ModelSpec:
                               placeholder="e.g. gpt2 or ~/models/my-model")
     if not typed.strip():
         st.info("Type a hub id or a local folder in the sidebar, or pick one of the listed models.")
-        st.stop()
+        stop()
     return families.custom(family, typed)
 
 
@@ -62,7 +72,7 @@ def load_or_stop(spec: ModelSpec) -> LoadedModel:
         return resources.load(spec, device, dtype)
     except ValueError as error:
         show_error(error)
-        st.stop()
+        stop()
 
 
 def run_or_stop(loaded: LoadedModel, inputs, options=None) -> RunResult:
@@ -72,7 +82,7 @@ def run_or_stop(loaded: LoadedModel, inputs, options=None) -> RunResult:
         return resources.run(loaded, inputs, options)
     except ValueError as error:
         show_error(error)
-        st.stop()
+        stop()
 
 
 def figure_or_none(name: str, result: RunResult | None = None, options=None,
@@ -86,6 +96,36 @@ def figure_or_none(name: str, result: RunResult | None = None, options=None,
         return None
 
 
+_RATE = "_seconds_per_token_forward"  # model key -> seconds one forward pass took per prompt token, measured here
+
+
+def asked(key: str, label: str, what: str, forwards: int, tokens: int, loaded: LoadedModel, inputs: tuple) -> bool:
+    """Whether the visitor asked for an expensive computation on exactly these ``inputs`` (the run and the options):
+    until then the section says what it costs (``forwards`` forward passes of a ``tokens``-token prompt; in seconds
+    once this session has timed one on this model) and shows a button ``label``, so a tab opened in passing computes
+    nothing."""
+    done = st.session_state.setdefault(f"{key}_asked", set())
+    if inputs in done:
+        return True
+    rate = st.session_state.get(_RATE, {}).get(loaded.spec.key)
+    estimate = f", about {forwards * tokens * rate:.0f} s here" if rate else ""
+    st.caption(f"{what} runs {forwards:,} forward passes of the {tokens}-token prompt (batched){estimate}.")
+    if st.button(label, key=f"{key}_go", type="primary"):
+        done.add(inputs)
+        return True
+    return False
+
+
+@contextmanager
+def timed(loaded: LoadedModel, forwards: int, tokens: int):
+    """Time the computation inside the block, say how long it took, and keep the rate for the next ``asked``."""
+    started = time.perf_counter()
+    yield
+    seconds = time.perf_counter() - started
+    st.session_state.setdefault(_RATE, {})[loaded.spec.key] = seconds / max(forwards * tokens, 1)
+    st.caption(f"Computed in {seconds:.1f} s ({forwards:,} forward passes).")
+
+
 def token_limit(default: int = text.DEFAULT_MAX_TOKENS) -> int:
     with st.sidebar:
         return int(st.number_input("Token limit", min_value=8, max_value=limits.MAX_TOKENS, value=default, step=64,
@@ -93,16 +133,15 @@ def token_limit(default: int = text.DEFAULT_MAX_TOKENS) -> int:
 
 
 def text_source(presets: dict[str, str], key: str, label: str = "Text", height: int = 100) -> str:
-    """Presets to click, a text box, and a .txt upload; returns the text to run (may be empty)."""
-    state_key = f"{key}_text"
+    """Presets to click, a text box, and a .txt upload; returns the text to run (may be empty).
+
+    A preset's button stays highlighted only while the text is that preset: typing over it or uploading a file
+    clears it (the button is drawn after the upload is read, in a slot above it)."""
+    state_key, pill_key, last_key = f"{key}_text", f"{key}_preset", f"{key}_last_preset"
     if state_key not in st.session_state:
         st.session_state[state_key] = next(iter(presets.values()))
     # on a projector the upload button stands beside the samples (a compact header: the figure starts above the fold)
-    samples, uploads = st.columns([5, 1]) if st.session_state.get("presentation") else (st.container(),) * 2
-    chosen = samples.pills("Samples", list(presets), key=f"{key}_preset", label_visibility="collapsed")
-    if chosen and st.session_state.get(f"{key}_last_preset") != chosen:
-        st.session_state[state_key] = presets[chosen]
-    st.session_state[f"{key}_last_preset"] = chosen
+    slot, uploads = st.columns([5, 1]) if st.session_state.get("presentation") else (st.container(), st)
     upload = uploads.file_uploader("…or upload a .txt file (UTF-8)", type=["txt"], key=f"{key}_upload")
     if upload is not None and st.session_state.get(f"{key}_last_upload") != upload.file_id:
         st.session_state[f"{key}_last_upload"] = upload.file_id
@@ -110,7 +149,33 @@ def text_source(presets: dict[str, str], key: str, label: str = "Text", height: 
             st.session_state[state_key] = text.decode_upload(upload.getvalue())
         except ValueError as error:
             show_error(error)
-    return st.text_area(label, key=state_key, height=height)
+    chosen = st.session_state.get(pill_key)
+    if chosen and chosen != st.session_state.get(last_key):  # a click: load that preset
+        st.session_state[state_key] = presets.get(chosen, st.session_state[state_key])
+    elif chosen and st.session_state.get(state_key) != presets.get(chosen):  # its text was replaced
+        st.session_state[pill_key] = chosen = None
+    st.session_state[last_key] = chosen
+    slot.pills("Samples", list(presets), key=pill_key, label_visibility="collapsed")
+    typed = st.text_area(label, key=state_key, height=height)
+    _link_notes(key, typed, next(iter(presets.values())))
+    return typed
+
+
+def _link_notes(key: str, typed: str, default: str) -> None:
+    """What a link does with a text too long for it (``url_state.MAX_URL_TEXT``): the page that has the text offers it
+    as a file; the page a link opened without its text says so while it shows its default in its place."""
+    left_out = url_state.left_out(f"{key}_text")
+    if left_out and typed == default:
+        st.info(f"This link was made with a text of {left_out:,} characters, too long to travel in a link, so the "
+                "page opened on its sample text instead. If you were sent the text as a .txt file, upload it above.")
+    elif left_out:
+        url_state.forget_left_out(f"{key}_text")
+    if len(typed) > url_state.MAX_URL_TEXT:
+        note, button = st.columns([3, 1], vertical_alignment="center")
+        note.caption(f"This text ({len(typed):,} characters) is too long to travel in a link: a copied link opens "
+                     "the page on its sample text (and says so). To share it, send the text as a file with the link.")
+        button.download_button("Download the text (.txt)", typed, file_name=f"{key}-text.txt", mime="text/plain",
+                               key=f"{key}_text_download", on_click="ignore")
 
 
 def model_card(result_or_spec: RunResult | ModelSpec) -> None:

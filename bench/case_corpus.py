@@ -1,26 +1,31 @@
-"""Corpus mode and long inputs on SmolLM2-135M (CPU): ``python -m bench.case_corpus [--parts ...]``.
+"""Corpus mode and long inputs: ``python -m bench.case_corpus [--device cpu|cuda] [--parts ...]``.
 
-- ``throughput``: the first ``--documents`` paragraphs of the bundled Python documentation (≤ 256 tokens each).
-  Ours = ``engine.run_corpus(engine="local")`` (batched base-model forward, no LM head, statistics reduced in the
-  capture function, Parquet writes included) on the model loaded in bfloat16 when the CPU multiplies it natively
-  (AVX512-BF16/AMX; ``--dtype bfloat16`` on the CLI) and in float32. Baseline = a loop that runs the model with
-  ``attn_implementation="eager"`` and ``output_attentions=True`` one document at a time and computes the same
-  statistics from the returned maps with numpy (``statistics.eager_statistics``), in float32 (the default a user
-  loads) and bfloat16. Paired and alternating, ``--rounds`` rounds, best of each. Target: ours ≥ 3× the float32
-  baseline's tokens/s. Ceiling: the same batched forwards with nothing recorded (``forward_only``), the most any
-  engine that runs the model could gain. Also: how far each dtype's statistics are from the float32 eager maps'.
-  Memory: RSS after every persisted batch of a longer local run (flat = the last within a few MB of the second).
+- ``throughput``: the first ``--documents`` paragraphs of the bundled Python documentation (≤ 256 tokens each),
+  one JSON line per model and dtype with ``device``, ``dtype``, ``ours_tokens_per_s``, ``forward_tokens_per_s``,
+  ``baseline_tokens_per_s`` and ``of_forward`` (ours as a fraction of the bare forward). Three sides, measured side
+  by side in one process, alternating, ``--rounds`` rounds, best of each:
+  ours = ``engine.run_corpus(engine="local")`` (batched base-model forward, no LM head, statistics reduced in the
+  capture function on the model's device, Parquet writes included); forward = the same windows, batches and
+  forwards with nothing recorded (``BatchRunner.forward_only``: what any engine that runs the model pays at least);
+  baseline = ``attn_implementation="eager"`` with ``output_attentions=True``, one document at a time, the same
+  statistics with numpy (``statistics.eager_statistics``). Targets: ``of_forward`` ≥ 0.9 on a CPU (float32 and
+  bfloat16), ≥ 0.8 on a GPU (bfloat16). Memory: RSS (CPU) or CUDA memory allocated (GPU) after every persisted batch
+  of a ``--memory-documents`` run; flat = the second half grows by less than a few MB.
+  CPU: SmolLM2-135M's packaged weights in bfloat16 (when the CPU multiplies it natively: AVX512-BF16/AMX) and
+  float32, ``--threads`` torch threads (default 2: the 2-core target). CUDA: random weights in SmolLM2-135M's and
+  Llama-3.2-1B's shapes (``--models``), bfloat16; nothing to download.
 - ``ray``: the same documents on Ray Data with 2 actors × 1 thread, vs in process with 2 threads (the same 2
   cores). ``ray.init`` and the actors' start (each loads the model) are reported apart from the steady state.
   Target: Ray ≤ 1.3× the in-process time.
 - ``long``: the GPT page's run (``causal_lm.run``) at n = 8,192 vs the SDPA forward of the same model
   (``logits_to_keep=1``), each in a fresh process; time, peak RSS above the loaded model, and the bytes of q/k as
   stored. Targets: time ≤ 1.3× SDPA, extra memory ≤ 1.1 × q/k bytes.
-Prints one JSON line per part.
+Prints one JSON line per part (per model and dtype for ``throughput``).
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import subprocess
@@ -35,6 +40,16 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 MB = 2**20
+# random-weight models in real models' shapes, for a GPU row that needs no download
+SHAPES = {
+    "smollm2-shape": {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+                      "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152,
+                      "max_position_embeddings": 8192, "rope_theta": 100000.0, "tie_word_embeddings": True},
+    "llama-1b-shape": {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+                       "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 128256,
+                       "max_position_embeddings": 131072, "rope_theta": 500000.0, "tie_word_embeddings": True},
+}
+TARGETS = {"cpu": 0.9, "cuda": 0.8}
 
 
 def _documents(count: int):
@@ -71,81 +86,144 @@ def _statistics_error(found, expected) -> dict:
     return out
 
 
-def part_throughput(count: int, memory_documents: int, rounds: int = 2) -> dict:
-    """Paired and alternating in one process: ours (bfloat16 when the CPU multiplies it natively, and float32) and
-    the eager baseline (float32 as a user loads it by default, and bfloat16), each round in that order."""
+def load_pair(model: str, device: str, dtype: str):
+    """(loaded, eager twin with the same weights) of ``model``: ``smollm2`` (the packaged weights) or one of
+    ``SHAPES`` (random weights, SmolLM2's tokenizer)."""
     import torch
     import transformers
 
-    from bench.measure import rss_bytes
     from models import families
-    from models.corpus import engine, statistics
+    from models.core import capture
+    from models.core.loading import LoadedModel
+    from models.core.specs import ModelSpec
     from models.families.causal_lm.model import smollm2_folder
 
-    torch.set_num_threads(1)
-    spec = families.default_spec("causal_lm")
-    dtypes = ["bfloat16", "float32"] if bf16_is_fast() else ["float32"]
-    loaded = {dtype: families.load(spec, "cpu", dtype) for dtype in dtypes}
-    eager = {dtype: transformers.AutoModelForCausalLM.from_pretrained(
-        smollm2_folder(), attn_implementation="eager", dtype=getattr(torch, dtype)).eval() for dtype in dtypes}
+    torch_dtype = getattr(torch, dtype)
+    if model == "smollm2":
+        loaded = families.load(families.default_spec("causal_lm"), device, dtype)
+        eager = transformers.AutoModelForCausalLM.from_pretrained(
+            smollm2_folder(), attn_implementation="eager", dtype=torch_dtype).to(device).eval()
+        return loaded, eager
+    folder = smollm2_folder()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    config = transformers.LlamaConfig(**SHAPES[model], bos_token_id=tokenizer.bos_token_id,
+                                      eos_token_id=tokenizer.eos_token_id)
+    capture.register()
+    torch.manual_seed(0)
+    with torch.device(device):  # each model its own config: the attention implementation is set on it
+        captured = transformers.LlamaForCausalLM._from_config(copy.deepcopy(config), dtype=torch_dtype,
+                                                              attn_implementation=capture.ATTENTION_NAME).eval()
+        eager = transformers.LlamaForCausalLM._from_config(copy.deepcopy(config), attn_implementation="eager",
+                                                           dtype=torch_dtype).eval()
+    eager.load_state_dict(captured.state_dict())
+    spec = ModelSpec("causal_lm", model, "hub", str(folder), "random weights", "nothing (random weights)")
+    return LoadedModel(spec, captured, tokenizer, device, dtype), eager
+
+
+def _synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _memory_sample(device: str) -> dict:
+    from bench.measure import rss_bytes
+
+    if device.startswith("cuda"):
+        import torch
+
+        return {"rss_mb": round(rss_bytes() / MB), "cuda_allocated_mb": round(torch.cuda.memory_allocated() / MB),
+                "cuda_peak_mb": round(torch.cuda.max_memory_allocated() / MB)}
+    return {"rss_mb": round(rss_bytes() / MB)}
+
+
+def measure_throughput(model: str, device: str, dtype: str, count: int, memory_documents: int, rounds: int,
+                       reference=None) -> tuple[dict, list]:
+    """One model in one dtype: ours, the bare forward and the eager baseline, alternating, best of ``rounds``."""
+    import gc
+
+    from models.corpus import engine, statistics
+
+    loaded, eager = load_pair(model, device, dtype)
     corpus = _documents(count)
-    runner = statistics.StatisticsRunner(loaded["float32"], 256)
+    runner = statistics.StatisticsRunner(loaded, 256)
     ids = [runner.tokenize(d) for d in corpus.documents]
     tokens = sum(len(i) for i in ids)
-    for dtype in dtypes:  # warm
-        statistics.StatisticsRunner(loaded[dtype], 256).run(corpus.documents[:2])
-        statistics.eager_statistics(eager[dtype], ids[0])
-    # wall time, and the process's CPU time (one torch thread: the work done, which a loaded machine's waiting for a
-    # core does not inflate as it does the wall time)
-    times = {f"{side}_{dtype}": [] for side in ("ours", "baseline", "forward_only") for dtype in dtypes}
-    cpu = {name: [] for name in times}
-    results = {}
+    windows = engine.windows(runner, corpus.documents, None)  # what run_corpus persists, batch by batch
 
-    def timed(name: str, work):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        out = work()
-        times[name].append(time.perf_counter() - start)
-        cpu[name].append(time.process_time() - start_cpu)
-        return out
+    def ours():
+        with tempfile.TemporaryDirectory() as folder:
+            engine.run_corpus(corpus, loaded, folder, max_tokens=256)
 
+    def forward():  # the same windows and batches, nothing recorded
+        for window in windows:
+            runner.forward_only(window)
+
+    def baseline():
+        return [statistics.eager_statistics(eager, token_ids) for token_ids in ids]
+
+    sides = {"ours": ours, "forward": forward, "baseline": baseline}
+    engine.run_corpus(_documents(2), loaded, tempfile.mkdtemp(), max_tokens=256)  # warm every side
+    forward()
+    baseline_results = baseline()
+    wall = {name: [] for name in sides}
+    cpu = {name: [] for name in sides}
     for _ in range(rounds):
-        for dtype in dtypes:
-            with tempfile.TemporaryDirectory() as folder:
-                timed(f"ours_{dtype}", lambda: engine.run_corpus(corpus, loaded[dtype], folder, max_tokens=256))
-            timed(f"forward_only_{dtype}",  # the same forwards, nothing recorded
-                  lambda: statistics.StatisticsRunner(loaded[dtype], 256).forward_only(corpus.documents))
-            results[dtype] = timed(f"baseline_{dtype}", lambda: [statistics.eager_statistics(eager[dtype], token_ids)
-                                                                 for token_ids in ids])
-    # what ours computes in each dtype vs the float32 eager maps (the reference)
-    errors = {dtype: _statistics_error([d.statistics for d in statistics.StatisticsRunner(
-        loaded[dtype], 256).run(corpus.documents)[0]], results["float32"]) for dtype in dtypes}
-    del eager
-    best = {name: min(values) for name, values in times.items()}
+        for name, work in sides.items():
+            gc.collect()
+            _synchronize(device)
+            start, start_cpu = time.perf_counter(), time.process_time()
+            work()
+            _synchronize(device)
+            wall[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
+    best = {name: min(values) for name, values in wall.items()}
     best_cpu = {name: min(values) for name, values in cpu.items()}
-    fastest = dtypes[0]
-    rss = []
+    samples = []
     with tempfile.TemporaryDirectory() as folder:
-        engine.run_corpus(_documents(memory_documents), loaded[fastest], folder, max_tokens=256,
-                          progress=lambda p: rss.append(rss_bytes() / MB))
-    speedup = best["baseline_float32"] / best[f"ours_{fastest}"]
-    return {"case": "corpus_throughput", "documents": count, "tokens": tokens, "rounds": rounds,
-            "times_s": times, "tokens_per_s": {name: tokens / value for name, value in best.items()},
-            "speedup": speedup, "ours_dtype": fastest,
-            "speedup_float32_vs_float32": best["baseline_float32"] / best["ours_float32"],
-            **({"speedup_bfloat16_vs_bfloat16": best["baseline_bfloat16"] / best["ours_bfloat16"]}
-               if "bfloat16" in dtypes else {}),
-            "cpu_s": cpu, "cpu_speedup": best_cpu["baseline_float32"] / best_cpu[f"ours_{fastest}"],
-            "cpu_speedup_float32_vs_float32": best_cpu["baseline_float32"] / best_cpu["ours_float32"],
-            **({"cpu_speedup_bfloat16_vs_bfloat16": best_cpu["baseline_bfloat16"] / best_cpu["ours_bfloat16"]}
-               if "bfloat16" in dtypes else {}),
-            # the most any engine that runs the model's forward could reach: the baseline over the bare forward
-            "ceiling_speedup": best["baseline_float32"] / best[f"forward_only_{fastest}"],
-            "ceiling_speedup_float32": best["baseline_float32"] / best["forward_only_float32"],
-            "statistics_error_vs_float32_eager": errors,
-            "target": "speedup (ours, fastest dtype, vs float32 eager baseline) >= 3", "ok": speedup >= 3,
-            "memory_documents": memory_documents, "rss_mb_per_batch": [round(r) for r in rss],
-            "rss_growth_mb": rss[-1] - rss[1] if len(rss) > 2 else None, "threads": 1,
-            "load_average_at_end": os.getloadavg()}
+        engine.run_corpus(_documents(memory_documents), loaded, folder, max_tokens=256,
+                          progress=lambda p: samples.append({"documents": p.done, **_memory_sample(device)}))
+    key = "cuda_allocated_mb" if device.startswith("cuda") else "rss_mb"
+    half = [sample for sample in samples if sample["documents"] >= memory_documents // 2]
+    target = TARGETS["cuda" if device.startswith("cuda") else "cpu"]
+    of_forward = best["forward"] / best["ours"]
+    import torch
+
+    line = {
+        "case": "corpus_throughput", "device": device,
+        "device_name": torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "CPU",
+        "model": model, "dtype": dtype, "documents": count, "tokens": tokens, "rounds": rounds,
+        "threads": torch.get_num_threads(),
+        "ours_tokens_per_s": tokens / best["ours"], "forward_tokens_per_s": tokens / best["forward"],
+        "baseline_tokens_per_s": tokens / best["baseline"], "of_forward": of_forward,
+        "cpu_of_forward": best_cpu["forward"] / best_cpu["ours"], "of_baseline": best["baseline"] / best["ours"],
+        "seconds": wall, "cpu_seconds": cpu,
+        "target": f"of_forward >= {target}", "ok": of_forward >= target,
+        "memory_documents": memory_documents, "memory_per_batch": samples,
+        "memory_growth_mb_second_half": half[-1][key] - half[0][key] if len(half) > 1 else None,
+        "load_average_at_end": os.getloadavg(),
+    }
+    return line, baseline_results, loaded
+
+
+def part_throughput(device: str, models: list[str], dtypes: list[str], count: int, memory_documents: int,
+                    rounds: int):
+    """One JSON line per model and dtype (printed as each is measured)."""
+    from models.corpus import statistics
+
+    for model in models:
+        float32_eager = None
+        for dtype in sorted(dtypes, key=lambda d: d != "float32"):  # float32 first: the others' reference
+            line, eager_results, loaded = measure_throughput(model, device, dtype, count, memory_documents, rounds)
+            if dtype == "float32":
+                float32_eager = eager_results
+            if model == "smollm2" and float32_eager is not None:  # what each dtype computes vs the float32 maps
+                found = statistics.StatisticsRunner(loaded, 256).run(_documents(count).documents)[0]
+                line["statistics_error_vs_float32_eager"] = _statistics_error([d.statistics for d in found],
+                                                                              float32_eager)
+            del loaded
+            yield line
 
 
 def part_ray(count: int) -> dict:
@@ -301,6 +379,12 @@ def part_memory(count: int, batch_documents: int = 8) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", nargs="+", default=["throughput", "ray", "long"])
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
+    parser.add_argument("--models", nargs="+", help="smollm2 (packaged weights; the CPU default), smollm2-shape, "
+                                                    "llama-1b-shape (random weights; the CUDA default)")
+    parser.add_argument("--dtypes", nargs="+", help="default: bfloat16 (when fast here) and float32 on a CPU, "
+                                                    "bfloat16 on CUDA")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads on a CPU (the target: 2 cores)")
     parser.add_argument("--documents", type=int, default=48)
     parser.add_argument("--memory-documents", type=int, default=160)
     parser.add_argument("--rounds", type=int, default=2)
@@ -311,10 +395,24 @@ def main() -> None:
     if args.side:
         print(json.dumps(part_long_side(args.side, args.n)))
         return
+    import torch
+
+    cuda = args.device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: this machine has no CUDA GPU (torch.cuda.is_available() is False)")
+    if not cuda:
+        torch.set_num_threads(args.threads)
+    models = args.models or (list(SHAPES) if cuda else ["smollm2"])
+    dtypes = args.dtypes or (["bfloat16"] if cuda else (["bfloat16", "float32"] if bf16_is_fast() else ["float32"]))
+    if not cuda and "float32" not in dtypes and "smollm2" in models:
+        dtypes = [*dtypes, "float32"]  # the statistics' error of each dtype is against the float32 eager maps
     for part in args.parts:
         if part == "throughput":
-            out = part_throughput(args.documents, args.memory_documents, args.rounds)
-        elif part == "ray":
+            for line in part_throughput(args.device, models, dtypes, args.documents, args.memory_documents,
+                                        args.rounds):
+                print(json.dumps(line), flush=True)
+            continue
+        if part == "ray":
             out = part_ray(args.documents)
         elif part == "memory":
             out = part_memory(args.memory_documents)

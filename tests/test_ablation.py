@@ -141,16 +141,26 @@ def test_files_and_cli(tiny, tmp_path):
                      "catastrophically", "--out", str(tmp_path)]) == 2  # a message, not a traceback
 
 
-def test_the_gpt_page_shows_the_ablation_when_its_tab_is_open(patched_loader):
+def test_the_gpt_page_ablates_heads_when_asked_and_says_what_it_costs(patched_loader):
+    """Issue 28: opening the tab computed every head's ablation (~20 s on SmolLM2) before anyone asked. The tab says
+    what the computation costs and runs it on a button press; a new target asks again."""
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app" / "views" / "gpt.py"), default_timeout=120)
     at.query_params.update({"gpt_tab": "Which heads matter"})
     at.run()
     assert not at.exception, at.exception
+    assert not any("with every head on" in caption.value for caption in at.caption)  # nothing computed yet
+    cost = " ".join(caption.value for caption in at.caption)
+    assert "8 forward passes" in cost  # the tiny model: 2 layers × 4 heads, one forward each
+    at.button(key="gpt_ablation_go").click().run()
+    assert not at.exception, at.exception
     assert any("Heads in one key/value group share K and V" in caption.value for caption in at.caption)
+    assert any("Computed in" in caption.value for caption in at.caption)
     at.text_input(key="gpt_ablation_target").set_value("<b>not one token</b> at all").run()
     assert not at.exception, at.exception
+    assert not any("must be one token" in error.value for error in at.error)  # a new target: asked again first
+    at.button(key="gpt_ablation_go").click().run()
     assert any("must be one token" in error.value for error in at.error)  # said, the page goes on
 
 

@@ -51,3 +51,27 @@ def test_corpus_page_runs_resumes_and_shows_heads_embedding_and_search(patched_l
     at.button(key="corpus_search").click().run()
     assert not at.exception, at.exception
     assert "corpus_search_fig" in offered
+
+
+def test_corpus_page_opens_on_the_shipped_heads_map(patched_loader, fresh_caches, offered, tmp_path, monkeypatch):
+    """No click: the default corpus, N and token limit are those of the results that ship with the app, so the
+    page opens on their heads map (SmolLM2 on the first 100 Python documentation paragraphs), and says where they
+    come from without a server path. (The map needs no model; the loader is patched for the top examples below
+    it, which decode with the model's tokenizer.)"""
+    from models import families
+    from models.corpus import store
+
+    monkeypatch.setenv("ATTN_EXPLORER_CACHE", str(tmp_path))
+    at = _page()
+    at.run()
+    assert not at.exception, at.exception
+    heads = offered["corpus_map"]
+    spec = families.default_spec("causal_lm")
+    assert heads.metadata["model"] == spec.key and heads.metadata["corpus"] == store.SHIPPED_CORPUS
+    assert heads.metadata["documents"] == str(store.SHIPPED_DOCUMENTS)
+    assert heads.metadata["statistic"] == "entropy_bits"
+    assert at.button(key="corpus_run").label == "Re-run (all done)" and at.button(key="corpus_run").disabled
+    captions = " ".join(c.value for c in at.caption)
+    assert "shipped with the app" in captions
+    assert str(store.SHIPPED.parent) not in captions and str(tmp_path) not in captions  # no server path
+    assert at.metric[0].value == f"{store.SHIPPED_DOCUMENTS:,}"

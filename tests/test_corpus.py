@@ -290,3 +290,61 @@ def test_cli_writes_the_heads_json_and_resumes(allowed_dirs, tmp_path, capsys):
                      str(reopened)]) == 0
     again = json.loads(next(reopened.glob("corpus_*.json")).read_text())
     assert again["heads"] == data["heads"] and len(list(reopened.glob("*.csv"))) == 1
+
+
+def test_cli_draws_every_corpus_view_and_reads_search_and_embedding_in_the_run(allowed_dirs, tmp_path):
+    """Each corpus view is reachable with --view; with --input the A→B search and the query–key embedding are read
+    in the statistics' own pass, and reopening the folder later (a pass of their own) gives the same numbers."""
+    from app import cli
+    from tests.tiny_text_models import save_tiny_causal_lm
+
+    model = save_tiny_causal_lm(allowed_dirs / "lm")
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "a.txt").write_text("\n\n".join(TEXTS))
+    run = ["--page", "corpus", "--input", str(inputs), "--model", str(model), "--max-tokens", "64"]
+    out, results = tmp_path / "run", tmp_path / "results"
+    search = ["--view", "corpus_search", "--a", "the", "--b", "the", "--format", "json"]
+    assert cli.main([*run, "--results", str(results), *search, "--out", str(out)]) == 0
+    in_pass = json.loads(next(out.glob("*.json")).read_text())
+    assert in_pass["documents"] >= 2 and len(in_pass["heads"]) == 8
+    assert cli.main(["--page", "corpus", "--results", str(results), *search, "--out", str(tmp_path / "again")]) == 0
+    again = json.loads(next((tmp_path / "again").glob("*.json")).read_text())
+    assert [h["share"] for h in again["heads"]] == pytest.approx([h["share"] for h in in_pass["heads"]], rel=1e-5)
+    embedding = ["--view", "corpus_embedding", "--layer", "1", "--head", "2", "--format", "npz"]
+    fresh = tmp_path / "fresh"  # a new folder: the embedding is read in this run's pass
+    assert cli.main([*run, "--results", str(fresh), *embedding, "--out", str(tmp_path / "e1")]) == 0
+    assert cli.main(["--page", "corpus", "--results", str(fresh), *embedding, "--out", str(tmp_path / "e2")]) == 0
+    first = np.load(next((tmp_path / "e1").glob("*.npz")))["points"]
+    second = np.load(next((tmp_path / "e2").glob("*.npz")))["points"]
+    np.testing.assert_allclose(np.abs(first), np.abs(second), atol=1e-4)  # PCA axes may flip sign
+    for view, extra in (("corpus_heads", ["--statistic", "induction"]), ("corpus_top", ["--layer", "1"])):
+        folder = tmp_path / view
+        assert cli.main(["--page", "corpus", "--results", str(results), "--view", view, *extra, "--format",
+                         "json,csv", "--out", str(folder)]) == 0
+        assert len(list(folder.glob("*.json"))) == 1 and len(list(folder.glob("*.csv"))) == 1
+    assert cli.main(["--page", "corpus", "--results", str(results), "--view", "corpus_experts", "--format", "json",
+                     "--out", str(tmp_path / "x")]) == 2  # not an MoE model: a message, not a traceback
+    assert cli.main(["--page", "corpus", "--results", str(results), "--view", "nope"]) == 2
+
+
+def test_ray_actors_take_one_gpu_each_when_the_cluster_has_gpus():
+    assert engine.actor_resources(4, "cpu", 8) == ("cuda", 1, 4)  # a GPU each, no more actors than GPUs
+    assert engine.actor_resources(8, "cuda", 2) == ("cuda", 1, 2)
+    assert engine.actor_resources(0, "cpu", 3) == ("cpu", 0, 3)  # one core each
+    with pytest.raises(ValueError, match="has none"):
+        engine.actor_resources(0, "cuda", 2)
+
+
+def test_gpu_batches_are_sized_to_free_memory(tiny_lm, monkeypatch):
+    from models.corpus import forward
+
+    loaded, _ = tiny_lm
+    assert forward.BatchLimits.for_device(loaded.model, "cpu", 256) == forward.BatchLimits()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (8 * 2**30, 16 * 2**30))
+    limits = forward.BatchLimits.for_device(loaded.model, "cuda", 256)
+    per_token = forward.bytes_per_token(loaded.model, 256)
+    assert limits.tile_rows is None and limits.documents == forward.GPU_MAX_DOCUMENTS
+    assert limits.tokens == min(int(0.5 * 8 * 2**30 / per_token), forward.GPU_MAX_DOCUMENTS * 256)
+    assert limits.tokens > forward.MAX_BATCH_TOKENS

@@ -38,8 +38,7 @@ def test_a_figure_is_laid_out_keyed_and_offered_with_labels():
     assert spec["autosize"] == {"type": "fit-x", "contains": "padding"}  # fits its column, decorations included
     assert spec["config"]["axisDiscrete"]["labelOverlap"] is False  # every token named
     caption = at.caption[0].value
-    assert caption.startswith("Where it looked.") and "␣ a token that is only spaces" in caption \
-        and "↵ a line break" in caption
+    assert caption.startswith("Where it looked.") and "␣ is a space" in caption and "↵ is a line break" in caption
     buttons = _downloads(at)
     assert [b.label for b in buttons] == ["PNG", "SVG", "CSV", "JSON"]  # visible labels, not bare icons
     assert all(b.help for b in buttons) and "table" in buttons[2].help

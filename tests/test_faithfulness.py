@@ -208,7 +208,7 @@ def test_views_draw_from_a_run(loaded, sample):
     found = explainable.faithfulness(loaded, result, options)
     table = figures.build("faithfulness", found, options)
     frame = table.table()
-    assert list(frame["method"])[-1] == "random" and len(frame) == len(attribution.METHODS) + 1
+    assert list(frame["method"])[-1] == "Random order" and len(frame) == len(attribution.METHODS) + 1
     maps = figures.build("explanations", found, options)
     assert maps.image.size[0] > 4 * 64 and set(maps.arrays()) >= set(attribution.METHODS)
 
@@ -231,6 +231,48 @@ def test_the_vit_page_shows_the_faithfulness_tab_on_the_mini():
     assert not at.exception, at.exception
     tables = [frame.value for frame in at.dataframe]
     faithfulness_table = next(t for t in tables if "deletion AUC (lower better)" in t.columns)
-    assert list(faithfulness_table["method"]) == [*attribution.METHODS, "random"]
+    # methods by name, not snake_case; the random row's verdict and seconds are "—", not "None" (issue 28)
+    assert list(faithfulness_table["method"]) == [*(attribution.NAMES[m] for m in attribution.METHODS),
+                                                  "Random order"]
+    assert faithfulness_table["no better than random"].iloc[-1] == "—"
     assert any("top patch on the shape" in t.columns for t in tables)  # the generated shape's own mask
     assert any("A removed patch becomes" in m.value for m in at.markdown)
+
+
+def test_a_zero_explanation_scores_as_random(ex):
+    """A map with no signal (every score 0, as Grad-CAM gives when its ReLU clips everything) must score exactly as
+    the random orders do, not by the accident of tie order (issue 28: 0.029 / 0.866 on the translation page, as good
+    as the best method), and is flagged; ties inside a real map are broken by the same random orders."""
+    units = len(ex.units)
+    scores = {"grad_cam": np.zeros(units, np.float32), "rollout": np.arange(units, dtype=np.float32)[::-1].copy()}
+    explanations = attribution.Explanations(scores, {}, 0.0, 1.0)
+    curves, random = faithfulness.measure(ex, explanations, steps=8, seeds=4)
+    np.testing.assert_allclose(curves["grad_cam"].deletion, np.mean([c.deletion for c in random], 0), atol=1e-6)
+    np.testing.assert_allclose(curves["grad_cam"].insertion, np.mean([c.insertion for c in random], 0), atol=1e-6)
+    assert curves["grad_cam"].orders == 4 and curves["rollout"].orders == 1  # no ties: one order, the map's own
+    table = faithfulness.Faithfulness("mini", "sample", ex.target, ex.target_name, 1.0, "grey", units, 8,
+                                      explanations, curves, random, ex.unit_names, 0.0)
+    assert table.no_better_than_random("grad_cam")
+    deletion_mean, _ = table.random_auc("deletion")
+    assert curves["grad_cam"].deletion_auc == pytest.approx(deletion_mean)
+    # a partly tied map: the tied tail is taken in each random order's sequence, the ranked head stays in front
+    partly = np.zeros(units)
+    partly[[5, 9]] = [2.0, 1.0]
+    orders = faithfulness.rankings(partly, [np.random.default_rng(s).permutation(units) for s in range(3)])
+    assert len(orders) == 3 and all(list(order[:2]) == [5, 9] for order in orders)
+    assert len({tuple(order) for order in orders}) == 3
+
+
+def test_failing_either_test_is_no_better_than_random(ex):
+    """Swin's ALTI on the cat (issue 28): deletion 0.408 against random 0.284 (worse than random) with a good
+    insertion went unflagged, because only failing both tests was."""
+    random = [faithfulness.Curves(np.array([1.0, 0.3, 0.2]), np.array([0.2, 0.5, 1.0])),
+              faithfulness.Curves(np.array([1.0, 0.2, 0.2]), np.array([0.2, 0.6, 1.0]))]
+    curves = {"bad_deletion": faithfulness.Curves(np.array([1.0, 0.9, 0.2]), np.array([0.2, 0.99, 1.0])),
+              "bad_insertion": faithfulness.Curves(np.array([1.0, 0.0, 0.2]), np.array([0.2, 0.2, 1.0])),
+              "good": faithfulness.Curves(np.array([1.0, 0.0, 0.2]), np.array([0.2, 0.99, 1.0]))}
+    explanations = attribution.Explanations({m: np.zeros(3) for m in curves}, {}, 0.0, 1.0)
+    table = faithfulness.Faithfulness("m", "i", 0, "t", 1.0, "r", 3, 2, explanations, curves, random, ("a", "b", "c"),
+                                      0.0)
+    assert table.no_better_than_random("bad_deletion") and table.no_better_than_random("bad_insertion")
+    assert not table.no_better_than_random("good")

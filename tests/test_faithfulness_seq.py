@@ -258,7 +258,7 @@ def test_the_encoder_and_translation_pages_show_the_section(patched_loader):
     at.selectbox(key="enc_faith_raw_head").set_value("2").run()
     assert not at.exception, at.exception
     table = next(f.value for f in at.dataframe if "what" in f.value.columns)
-    assert dict(zip(table["method"], table["what"]))["raw_attention"] == "raw attention (layer 1, head 2)"
+    assert dict(zip(table["method"], table["what"]))["Raw attention"] == "raw attention (layer 1, head 2)"
     assert any("deletion AUC (lower better)" in frame.value.columns for frame in at.dataframe)
 
     at = AppTest.from_file(str(ROOT / "app" / "views" / "translation.py"), default_timeout=180)
@@ -276,8 +276,8 @@ def test_the_encoder_and_translation_pages_show_the_section(patched_loader):
     assert at.selectbox(key="tr_faith_raw_layer").value == 0 and at.selectbox(key="tr_faith_raw_head").value == "1"
     table = next(f.value for f in at.dataframe if "what" in f.value.columns)
     what = dict(zip(table["method"], table["what"]))
-    assert what["raw_attention"] == "raw attention (decoder cross-attention layer 0, head 1)"
-    assert what["value_zeroing"] == attribution.ALL_METHODS["value_zeroing"] and "alti" not in what
+    assert what["Raw attention"] == "raw attention (decoder cross-attention layer 0, head 1)"
+    assert what["Value zeroing"] == attribution.ALL_METHODS["value_zeroing"] and "ALTI" not in what
 
 
 def test_translation_value_zeroing_against_hooks_one_token_at_a_time(translator):

@@ -246,7 +246,7 @@ def test_swin_page_faithfulness_tab():
     at.run()
     assert not at.exception, at.exception
     table = next(f.value for f in at.dataframe if "deletion AUC (lower better)" in f.value.columns)
-    assert list(table["method"]) == [*attribution.METHODS, "random"]
+    assert list(table["method"]) == [*(attribution.NAMES[m] for m in attribution.METHODS), "Random order"]
     assert "raw attention (layer 1, head 1)" in list(table["what"])
     assert any("A removed patch becomes" in m.value for m in at.markdown)
 

@@ -62,7 +62,7 @@ def _requested(tree: ast.AST) -> set[str]:
 
 # a page that shows another family's model beside its own draws that family's views, which the CLI offers under that
 # family's page: the MLP-Mixer page compares with a ViT on the same input
-BESIDE = {"mixer": ("vit",)}
+BESIDE = {"mixer": ("vit",), "corpus": ("gpt",)}  # corpus: a document through the model, as the GPT page draws it
 
 
 def _importers() -> dict[str, set[str]]:
@@ -75,8 +75,7 @@ def _importers() -> dict[str, set[str]]:
 
 
 # the corpus page still draws five figures by calling builders (issue 29): strict, so the fix must remove this
-NOT_YET = pytest.mark.xfail(strict=True, reason="the corpus page calls its builders directly (issue 29)")
-PAGES = [pytest.param(page, id=page.name, marks=NOT_YET if page.name == "corpus" else ()) for page in catalog.PAGES]
+PAGES = [pytest.param(page, id=page.name) for page in catalog.PAGES]
 
 
 @pytest.mark.parametrize("page", PAGES)

@@ -44,11 +44,21 @@ def long_prompt(loaded, words: str) -> TextInput:
     return TextInput(text, LONG + 64)
 
 
-def at_once(jobs: list, rounds: int = ROUNDS) -> list[list]:
+def at_once(jobs: list, model, rounds: int = ROUNDS) -> list[list]:
     """Run every job (a function of no arguments) in its own thread from one start signal, ``rounds`` times;
-    per job, what each round returned (an exception is returned, not raised)."""
+    per job, what each round returned (an exception is returned, not raised).
+
+    Left to the scheduler, two small forwards may never overlap; a rendezvous before ``model``'s first layer makes
+    each forward of one session wait for the other's, so both sessions' hooks are registered while each runs."""
     results = [[] for _ in jobs]
     start = threading.Barrier(len(jobs))
+    rendezvous = threading.Barrier(len(jobs), timeout=5)
+
+    def wait_for_the_other(*_):
+        try:
+            rendezvous.wait()
+        except threading.BrokenBarrierError:  # the other session has finished its forwards: go on alone
+            pass
 
     def work(index: int) -> None:
         for _ in range(rounds):
@@ -58,11 +68,15 @@ def at_once(jobs: list, rounds: int = ROUNDS) -> list[list]:
             except Exception as error:  # noqa: BLE001 - reported by the caller's comparison
                 results[index].append(error)
 
+    handle = hooks.sites(model).layers[0].register_forward_pre_hook(wait_for_the_other)
     threads = [threading.Thread(target=work, args=(index,)) for index in range(len(jobs))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=600)
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=600)
+    finally:
+        handle.remove()
     assert not any(thread.is_alive() for thread in threads), "a session hung"
     return results
 
@@ -80,7 +94,7 @@ def test_two_long_prompts_at_once_each_get_their_own_residual_stream(loaded):
     alone = [job() for job in jobs]
     assert alone[0][0] > 0 and alone[1][0] > 0, "the prompts must be long enough for the windowed stream"
     assert not np.array_equal(alone[0][1], alone[1][1])
-    for index, rounds in enumerate(at_once(jobs)):
+    for index, rounds in enumerate(at_once(jobs, loaded.model)):
         for got in rounds:
             assert not isinstance(got, Exception), f"session {index} failed: {got!r}"
             assert got[0] == alone[index][0] and np.array_equal(got[1], alone[index][1]), \
@@ -106,7 +120,7 @@ def test_two_analyses_at_once_each_equal_their_solo_run(loaded, analysis, option
         jobs = [analysis_of(loaded, prompt, analysis, options) for prompt in prompts]
     alone = [values(job()) for job in jobs]
     assert not np.array_equal(alone[0], alone[1])
-    for index, rounds in enumerate(at_once(jobs)):
+    for index, rounds in enumerate(at_once(jobs, loaded.model)):
         for got in rounds:
             assert not isinstance(got, Exception), f"session {index} failed: {got!r}"
             assert np.array_equal(values(got), alone[index]), f"session {index} differs from its solo run"
@@ -114,11 +128,14 @@ def test_two_analyses_at_once_each_equal_their_solo_run(loaded, analysis, option
 
 def test_the_harness_catches_hooks_that_act_for_everyone(loaded, monkeypatch):
     """With the per-call guard removed (every hook acts for every forward), the same runs mix up."""
-    jobs = [analysis_of(loaded, prompt, ablation.head_ablation, AblationOptions("", "zero"))
-            for prompt in ("the cat sat on the mat. the dog", "a quick brown fox jumps over the lazy dog")]
+    # in lock-step both sessions switch off the same head at once: one zeroes it, the other sets it to its mean, so
+    # a hook acting in the other's forward changes what that forward computes
+    jobs = [analysis_of(loaded, prompt, ablation.head_ablation, AblationOptions("", mode))
+            for prompt, mode in (("the cat sat on the mat. the dog", "zero"),
+                                 ("a quick brown fox jumps over the lazy dog", "mean"))]
     alone = [job().effect for job in jobs]
     monkeypatch.setattr(hooks, "_for_block", lambda fn, block: fn)
-    mixed = at_once(jobs, rounds=4)
+    mixed = at_once(jobs, loaded.model, rounds=1)
     assert any(isinstance(got, Exception) or not np.array_equal(got.effect, alone[index])
                for index, rounds in enumerate(mixed) for got in rounds), \
         "with hooks acting for everyone, the two ablations should have disturbed each other"

@@ -163,7 +163,9 @@ def test_files_and_cli(tiny, tmp_path):
                      "x", "--out", str(tmp_path)]) == 2
 
 
-def test_the_gpt_page_shows_the_knockout_when_its_tab_is_open(patched_loader):
+def test_the_gpt_page_shows_the_knockout_and_sweeps_when_asked(patched_loader):
+    """The cut asked for runs at once (two forwards); the sweep (layers × positions forwards, ~22 s on SmolLM2) runs on
+    a button press that says what it costs (issue 28)."""
     from streamlit.testing.v1 import AppTest
 
     from tests.conftest import ROOT
@@ -173,6 +175,10 @@ def test_the_gpt_page_shows_the_knockout_when_its_tab_is_open(patched_loader):
     at.run()
     assert not at.exception, at.exception
     assert any("with the edges from position" in caption.value for caption in at.caption)
+    assert not any("The largest drop" in caption.value for caption in at.caption)  # the sweep waits to be asked
+    assert any("forward passes" in caption.value for caption in at.caption)
+    at.button(key="gpt_ko_sweep_go").click().run()
+    assert not at.exception, at.exception
     assert any("The largest drop" in caption.value for caption in at.caption)  # the sweep
     at.text_input(key="gpt_ko_keys").set_value("<b>x</b>").run()
     assert not at.exception, at.exception

@@ -17,11 +17,11 @@ from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ct
 
 from app import display, resources, url_state, widgets
 from models.analysis import explanations as explainable
-from models.analysis.attribution import METHODS
+from models.analysis.attribution import METHODS, method_name
 from models.analysis.faithfulness import PROBABILITY, measure_symbol
 from models.core.inputs import ImageInput
 from models.families.vit import explain as vit_explain
-from viz.figures.faithfulness import FaithfulnessOptions, LocalisationOptions
+from viz.figures.faithfulness import NONE, FaithfulnessOptions, LocalisationOptions
 
 MINI = "vit_shapes"
 LOCALISATION_IMAGES = (8, 16, 32, 64, 128)
@@ -245,13 +245,14 @@ def _table_and_curves(found, key: str, unit: str) -> None:
     payload = found.payload()
     if unit == "token":
         _summary(payload, unit)
-    st.dataframe(found.table(), hide_index=True, width="stretch",
-                 column_config={"deletion AUC (lower better)": st.column_config.NumberColumn(format="%.3f"),
-                                "insertion AUC (higher better)": st.column_config.NumberColumn(format="%.3f"),
-                                "seconds": st.column_config.NumberColumn(format="%.2f")})
-    weak = payload["no_better_than_random"]
+    frame = found.table()
+    # the random row has no verdict of its own and no seconds: "—", not "None"
+    shown = frame.style.format({"deletion AUC (lower better)": "{:.3f}", "insertion AUC (higher better)": "{:.3f}",
+                                "seconds": "{:.2f}"}, na_rep=NONE)
+    st.dataframe(shown, hide_index=True, width="stretch")
+    weak = [method_name(method) for method in payload["no_better_than_random"]]
     if weak:
-        st.warning("No better than random on this input (deletion AUC not below random's mean − 1 sd and insertion "
+        st.warning("No better than random on this input (deletion AUC not below random's mean − 1 sd, or insertion "
                    f"AUC not above its mean + 1 sd): {', '.join(weak)}.")
     display.show(found, f"{key}_curves")
 
@@ -262,7 +263,7 @@ def _this_shape(grids: dict, sample, result) -> None:
     for method in METHODS:
         if method in grids:
             hit, iou = vit_explain.pointing_and_iou(np.asarray(grids[method]).ravel(), coverage)
-            rows.append({"method": method, "top patch on the shape": hit, "IoU with the shape": iou})
+            rows.append({"method": method_name(method), "top patch on the shape": hit, "IoU with the shape": iou})
     st.markdown("**This shape** (the generator knows its mask): does each map's top patch touch it, and how well do the "
                 "patches above the map's mean overlap the patches it covers at least half of?")
     st.dataframe(rows, hide_index=True, column_config={"IoU with the shape": st.column_config.NumberColumn(

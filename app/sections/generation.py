@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import url_state
+from app import attention_view, display, url_state, widgets
 from app.sections import decoding_penalties
 from models.core import limits
 from models.families.causal_lm.model import STRATEGIES, GenerationSettings
+from viz.figures.attention import StepOptions
 
 # widget key -> (GenerationSettings field, URL coercer); each form widget is keyed so its submitted value has a state
 FIELDS = {
@@ -65,3 +66,24 @@ def step_slider(steps: int) -> int:
     if not 1 <= st.session_state.get("gpt_step", 1) <= steps:
         st.session_state["gpt_step"] = steps
     return st.slider("Generated token", 1, steps, 1, key="gpt_step")
+
+
+def show(loaded, inputs, prompt: str) -> None:
+    """The Generate tab: the form, then the continuation and one generated token at a time (where the position that
+    chose it looked, and the candidates it was chosen from)."""
+    if (chosen := form()) is None:
+        st.info("Choose the decoding settings and press Generate.")
+        return
+    with st.spinner("Generating…"):
+        generated = widgets.run_or_stop(loaded, inputs, chosen)
+    widgets.show_notices(generated)
+    st.text(prompt + generated.generated_text)  # plain text: never markup
+    if not generated.generation:
+        st.info("Nothing was generated (the model ended the text at once).")
+        return
+    step = step_slider(len(generated.generation))
+    layer, head = attention_view.layer_head_picker(generated.maps("self"), key="gpt_gen")
+    url_state.publish(KEYS)
+    if (figure := widgets.figure_or_none("generation_step", generated, StepOptions(layer, head, step))) is not None:
+        display.show(figure, "gpt_gen")  # where it looked beside its candidates, in the figure's own row
+    decoding_penalties.show(generated, loaded)

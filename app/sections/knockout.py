@@ -48,7 +48,11 @@ def show(result, loaded) -> None:
     if n > knockout.MAX_SWEEP_TOKENS:
         st.info(f"The sweep runs on prompts of up to {knockout.MAX_SWEEP_TOKENS} tokens ({n} here).")
         return
-    with st.spinner(f"Cutting {layers * n} edges one at a time (batched)…"):
-        figure = widgets.figure_or_none("knockout_sweep", result, SweepOptions(window, target), loaded)
+    options, cuts = SweepOptions(window, target), layers * n
+    if not widgets.asked("gpt_ko_sweep", f"Sweep {cuts} cuts", f"Cutting the last token off each of the {n} tokens "
+                         f"in each of the {layers} layer windows", cuts, n, loaded, (result.run_id, options)):
+        return
+    with st.spinner(f"Cutting {cuts} edges one at a time (batched)…"), widgets.timed(loaded, cuts, n):
+        figure = widgets.figure_or_none("knockout_sweep", result, options, loaded)
     if figure is not None:
         display.show(figure, "gpt_knockout_sweep")

@@ -1,10 +1,10 @@
 """Corpus statistics: which heads do what across many documents, not one prompt (AttentionViz, Yeh et al. 2023;
-induction and previous-token heads, Olsson et al. 2022). Results persist per document in Parquet and resume."""
+induction and previous-token heads, Olsson et al. 2022). Results persist per document in Parquet and resume; the
+bundled corpus's results ship with the app, so the heads map is there when the page opens."""
 import streamlit as st
 
-from app import url_state, widgets
+from app import sidebar, url_state, widgets
 from app.sections import corpus as section
-from models.corpus.store import ResultStore
 
 FAMILIES = {"causal_lm": "Language model (GPT)", "encoder": "Encoder (BERT)", "moe": "Mixture of experts"}
 SHARED = ["corpus_family", "corpus_source", "corpus_n", "corpus_tokens", "corpus_stat", "corpus_layer", "corpus_head",
@@ -20,15 +20,11 @@ with st.sidebar:
     family = st.selectbox("Model family", list(FAMILIES), format_func=FAMILIES.get, key="corpus_family")
 spec = widgets.model_picker(family)
 widgets.model_card(spec)
-loaded = widgets.load_or_stop(spec)
 corpus = section.corpus_picker()
-max_tokens = st.select_slider("Tokens per document (longer ones are cut)", [64, 128, 256, 512, 1024], 256,
-                              key="corpus_tokens")
-folder = section.results_folder(loaded, corpus, int(max_tokens))
-section.run_controls(loaded, corpus, folder, int(max_tokens))
+max_tokens = int(st.select_slider("Tokens per document (longer ones are cut)", [64, 128, 256, 512, 1024], 256,
+                                  key="corpus_tokens"))
+folder, shipped = section.results_folder(spec, sidebar.device_choice()[1], corpus, max_tokens)
+section.run_controls(spec, corpus, folder, shipped, max_tokens)
 if (folder / "run.json").is_file():
-    try:
-        section.show_results(ResultStore.open(folder), loaded, corpus)
-    except ValueError as error:
-        widgets.show_error(error)
+    section.show_results(folder, spec)
 url_state.publish(SHARED)

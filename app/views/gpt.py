@@ -3,23 +3,36 @@ import streamlit as st
 
 from app import attention_view, display, presentation, url_state, widgets
 from app.sections import compare as compare_section
-from app.sections import decoding_penalties, generation
+from app.sections import generation
 from app.sections import faithfulness as faithfulness_section
 from app.sections import knockout as knockout_section
 from app.sections import patching as patching_section
+from models.analysis.showcase import Sample
 from models.core.inputs import TextInput
 from viz.figures.ablation import AblationOptions
-from viz.figures.attention import StepOptions
 from viz.figures.lens import LensOptions
 
-PRESETS = {
-    "Coreference": "The animal didn't cross the street because it was too tired.",
-    "Induction": "Mr and Mrs Dursley of number four, Privet Drive, were proud to say that they were perfectly normal. "
-                 "Mr and Mrs Dursley of number four, Privet Drive,",
-    "Code": "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(",
-    "Counting": "one two three four five six seven eight",
-    "Question": "The capital of France is",
+# Each sample opens on the head that shows its lesson, measured on the run in view (models/analysis/showcase.py).
+# On SmolLM2-135M: coreference layer 13 head 8 ("it" -> "animal", 0.75), induction 18/6 (0.54, also its strongest
+# on repeated random tokens, models/analysis/roles.py), code 17/5 (induction, 0.48), counting 11/1 (previous token,
+# 0.88), question 23/4 ("is" -> "France", 0.90).
+SAMPLES = {
+    "Coreference": Sample("The animal didn't cross the street because it was too tired.", "word", "it", "animal",
+                          "it resolves 'it' to the animal that was too tired"),
+    "Induction": Sample("Mr and Mrs Dursley of number four, Privet Drive, were proud to say that they were perfectly "
+                        "normal. Mr and Mrs Dursley of number four, Privet Drive,", "induction",
+                        lesson="an induction head: it finds where the current token appeared before and looks at what "
+                               "came next, which is how the model continues text it has seen (Olsson et al. 2022)"),
+    "Code": Sample("def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(",
+                   "induction", lesson="an induction head: code repeats itself, and this head looks up what followed "
+                                       "the same tokens before, such as the argument after 'fibonacci('"),
+    "Counting": Sample("one two three four five six seven eight", "previous_token",
+                       lesson="a previous-token head: each number reads the one before it, a first step towards "
+                              "continuing the sequence"),
+    "Question": Sample("The capital of France is", "word", key="France",
+                       lesson="the last word reads the country the question is about, where the answer comes from"),
 }
+PRESETS = {name: sample.text for name, sample in SAMPLES.items()}
 
 SHARED = ["model_causal_lm", "max_tokens", "gpt_text", "gpt_layer", "gpt_head", "gpt_statistic", "gpt_tab",
           "gpt_lens_count", "gpt_lens_last", "gpt_ablation_target", "gpt_ablation_mode", "gpt_patch_corrupt",
@@ -37,7 +50,7 @@ loaded = widgets.load_or_stop(spec)
 prompt = widgets.text_source(PRESETS, key="gpt", label="Prompt")
 if not prompt.strip():
     st.info("Type a prompt above, pick a sample, or upload a .txt file.")
-    st.stop()
+    widgets.stop()
 inputs = TextInput(prompt, max_tokens)
 
 # the lens tab runs only when open (on_change="rerun"): a new prompt does not pay for unembedding every layer
@@ -50,7 +63,7 @@ with attention_tab:
     widgets.show_notices(result)
     maps = result.maps("self")
     st.caption(f"{len(result.tokens)} tokens · {maps.num_layers} layers × {maps.num_heads} heads")
-    attention_view.explorer(result, "self", key="gpt", loaded=loaded)
+    attention_view.explorer(result, "self", key="gpt", loaded=loaded, samples=SAMPLES, text=prompt)
     url_state.publish(SHARED)
     st.subheader("Next token")
     if (figure := widgets.figure_or_none("next_token", result)) is not None:
@@ -87,10 +100,14 @@ if ablation_tab.open is not False:
         mode = right.radio("Switch a head off by setting its output to", ["zero", "mean"], horizontal=True,
                            key="gpt_ablation_mode")
         maps = result.maps("self")
-        with st.spinner(f"Switching off {maps.num_layers * maps.num_heads} heads one at a time (batched)…"):
-            figure = widgets.figure_or_none("ablation", result, AblationOptions(target, mode), loaded)
-        if figure is not None:
-            display.show(figure, "gpt_ablation")
+        heads, options = maps.num_layers * maps.num_heads, AblationOptions(target, mode)
+        if widgets.asked("gpt_ablation", f"Switch off each of the {heads} heads", f"Switching off each of the {heads} "
+                         "heads in turn", heads, len(result.tokens), loaded, (result.run_id, options)):
+            with st.spinner(f"Switching off {heads} heads one at a time (batched)…"), \
+                    widgets.timed(loaded, heads, len(result.tokens)):
+                figure = widgets.figure_or_none("ablation", result, options, loaded)
+            if figure is not None:
+                display.show(figure, "gpt_ablation")
     url_state.publish(SHARED)
 
 if patching_tab.open is not False:
@@ -114,19 +131,4 @@ if faithfulness_tab.open:  # every explanation of the next token and its deletio
         url_state.publish(SHARED)
 
 with generate_tab:
-    if (settings := generation.form()) is None:
-        st.info("Choose the decoding settings and press Generate.")
-        st.stop()
-    with st.spinner("Generating…"):
-        generated = widgets.run_or_stop(loaded, inputs, settings)
-    widgets.show_notices(generated)
-    st.text(prompt + generated.generated_text)  # plain text: never markup
-    if not generated.generation:
-        st.info("Nothing was generated (the model ended the text at once).")
-        st.stop()
-    step = generation.step_slider(len(generated.generation))
-    layer, head = attention_view.layer_head_picker(generated.maps("self"), key="gpt_gen")
-    url_state.publish(SHARED)
-    if (figure := widgets.figure_or_none("generation_step", generated, StepOptions(layer, head, step))) is not None:
-        display.show(figure, "gpt_gen")
-    decoding_penalties.show(generated, loaded)
+    generation.show(loaded, inputs, prompt)

@@ -188,6 +188,7 @@ def cost_tab() -> None:
     for example in cost.worked_examples():  # the arithmetic; the figure below draws every row's bytes
         st.markdown(f"**{example.title}** — {example.setup}")
         st.latex(example.latex)
+        st.table(cost.example_table(example), hide_index=True)  # the numbers a lecturer reads out
         st.caption(example.takeaway)
     if (figure := widgets.figure_or_none("worked_examples", None)) is not None:
         display.show(figure, "cost_examples")  # what `python -m app.cli --page mechanics --view worked_examples` writes

@@ -69,6 +69,27 @@ EXTRA_METHODS = {
                      "output when the token's value is zeroed in every cross-attention, normalised",
 }
 ALL_METHODS = {**METHODS, **EXTRA_METHODS}
+# how tables, legends and messages name each method (the keys stay the CLI's and the JSON's names)
+NAMES = {
+    "raw_attention": "Raw attention",
+    "rollout": "Attention rollout",
+    "value_norms": "Value norms",
+    "alti": "ALTI",
+    "gradient_rollout": "Gradient rollout",
+    "grad_cam": "Grad-CAM",
+    "integrated_gradients": "Integrated Gradients",
+    "input_x_gradient": "Input × gradient",
+    "value_zeroing": "Value zeroing",
+}
+RANDOM = "random"  # the faithfulness baseline: random orders, which every method is compared with
+RANDOM_NAME = "Random order"  # how the random baseline is named in tables and legends
+
+
+def method_name(method: str) -> str:
+    """A method as tables and legends name it ("grad_cam" -> "Grad-CAM")."""
+    return RANDOM_NAME if method == RANDOM else NAMES.get(method, method)
+
+
 GRADIENT_METHODS = ("gradient_rollout", "grad_cam", "input_x_gradient")
 ATTENTION_METHODS = ("raw_attention", "rollout", "value_norms", "alti")
 

@@ -6,8 +6,12 @@ perturbation test of Chefer et al. 2021a) for every method against a random orde
 - **Insertion**: start from the input with every unit removed and reveal the most relevant first; a faithful map
   makes the probability rise fast: a *high* area is good.
 - **Random**: the same curves for ``seeds`` random orders; their mean AUC (and spread) is the bar a method must
-  clear. A method whose deletion AUC is not below random's mean − one standard deviation *and* whose insertion AUC is
-  not above random's mean + one standard deviation is "no better than random".
+  clear. A method that fails either test — its deletion AUC not below random's mean − one standard deviation, or
+  its insertion AUC not above random's mean + one standard deviation — is "no better than random".
+- **Ties**: units with equal scores carry no order of their own, so a method's tied units are taken in each random
+  order's sequence in turn and its curves are the mean over those orders (taking the earlier unit first would score
+  a map with no signal by the accident of word order). A map that ties everywhere (all zero) thus gets exactly the
+  random curves and scores as random.
 
 Both axes run from 0 to 1 (the fraction of units removed or revealed; a probability), so the trapezoidal area is
 already normalised to 0..1. Step ``s`` of ``steps`` removes ``round(s / steps · units)`` units. All perturbed inputs
@@ -42,6 +46,7 @@ def measure_symbol(measure: str) -> str:
 class Curves:
     deletion: np.ndarray  # (steps + 1,) probability after removing fraction s/steps, most relevant first
     insertion: np.ndarray  # (steps + 1,) probability after revealing fraction s/steps, most relevant first
+    orders: int = 1  # orders averaged: 1, or the random orders that broke the method's ties
 
     @property
     def deletion_auc(self) -> float:
@@ -83,17 +88,20 @@ class Faithfulness:
         return float(np.mean(values)), float(np.std(values))
 
     def no_better_than_random(self, method: str) -> bool:
+        """Whether ``method`` fails either test: deletion not below random's mean − 1 sd, or insertion not above
+        random's mean + 1 sd."""
         deletion_mean, deletion_std = self.random_auc("deletion")
         insertion_mean, insertion_std = self.random_auc("insertion")
         found = self.curves[method]
-        return found.deletion_auc >= deletion_mean - deletion_std and found.insertion_auc <= insertion_mean + \
+        return found.deletion_auc >= deletion_mean - deletion_std or found.insertion_auc <= insertion_mean + \
             insertion_std
 
     def payload(self) -> dict:
         """The CLI's ``--view faithfulness --format json`` contract (issue 17)."""
         def entry(curves: Curves) -> dict:
             return {"deletion_auc": curves.deletion_auc, "insertion_auc": curves.insertion_auc,
-                    "deletion": curves.deletion.tolist(), "insertion": curves.insertion.tolist()}
+                    "deletion": curves.deletion.tolist(), "insertion": curves.insertion.tolist(),
+                    "orders": curves.orders}
 
         random_mean = Curves(np.mean([c.deletion for c in self.random], 0), np.mean([c.insertion for c in self.random],
                                                                                        0))
@@ -164,15 +172,31 @@ def target_outcomes(ex: Explainable, removed: torch.Tensor,
     return torch.cat(probabilities).numpy(), torch.cat(correct).numpy()
 
 
-def ranking(scores: np.ndarray) -> np.ndarray:
-    """Unit indices, most relevant first (ties: the earlier unit first)."""
-    return np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
+def ranking(scores: np.ndarray, tie_order: np.ndarray | None = None) -> np.ndarray:
+    """Unit indices, most relevant first; tied units in the sequence of ``tie_order`` (a permutation of the units;
+    None: the earlier unit first)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if tie_order is None:
+        return np.argsort(-scores, kind="stable")
+    place = np.empty(len(tie_order), dtype=np.int64)
+    place[np.asarray(tie_order)] = np.arange(len(tie_order))  # each unit's place in the tie order
+    return np.lexsort((place, -scores))  # by score, then by place
+
+
+def rankings(scores: np.ndarray, random_orders: list[np.ndarray]) -> list[np.ndarray]:
+    """The orders a method's curves are averaged over: one when no two scores are equal, else one per random order,
+    each breaking the ties in its own sequence (all ties, a map with no signal: exactly the random orders)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if len(np.unique(scores)) == len(scores):
+        return [ranking(scores)]
+    return [ranking(scores, order) for order in random_orders]
 
 
 def measure(ex: Explainable, explanations: attribution.Explanations, steps: int = 20, seeds: int = 5,
             progress: Callable[[str, float], None] = lambda step, fraction: None
             ) -> tuple[dict[str, Curves], list[Curves]]:
-    """Deletion and insertion curves for every method's scores and ``seeds`` random orders (seeds 0..seeds-1)."""
+    """Deletion and insertion curves for every method's scores and ``seeds`` random orders (seeds 0..seeds-1); a
+    method with tied scores gets the mean of its curves over the random orders' tie-breaks (``rankings``)."""
     if not 2 <= steps <= 200:
         raise ValueError(f"the curves take 2 to 200 steps, not {steps}")
     if not 1 <= seeds <= 100:
@@ -180,15 +204,22 @@ def measure(ex: Explainable, explanations: attribution.Explanations, steps: int 
     units = len(ex.units)
     if units < 2:
         raise ValueError("there is only one unit to remove, so there is no order to test: give a longer input")
-    orders = {m: ranking(s) for m, s in explanations.scores.items()}
     randoms = [np.random.default_rng(seed).permutation(units) for seed in range(seeds)]
-    masks = [perturbation_masks(order, steps) for order in [*orders.values(), *randoms]]
-    removed = torch.cat([torch.cat(pair) for pair in masks])  # (orders × 2 × (steps + 1), units)
+    orders = {m: rankings(s, randoms) for m, s in explanations.scores.items()}
+    every = [order for per_method in orders.values() for order in per_method] + randoms
+    masks = [perturbation_masks(order, steps) for order in every]
+    # (orders × 2 × (steps + 1), units); inputs shared by several orders (a tie-break that is a random order, every
+    # curve's two ends) run once (target_outcomes)
+    removed = torch.cat([torch.cat(pair) for pair in masks])
     total = len(removed)
     probabilities = target_probabilities(ex, removed, lambda done: progress(
         f"perturbed inputs {done}/{total}", done / total)).reshape(len(masks), 2, steps + 1)
-    curves = [Curves(p[0], p[1]) for p in probabilities]
-    return dict(zip(orders, curves[:len(orders)])), curves[len(orders):]
+    curves, start = {}, 0
+    for method, per_method in orders.items():
+        mean = probabilities[start:start + len(per_method)].mean(axis=0)
+        curves[method] = Curves(mean[0], mean[1], len(per_method))
+        start += len(per_method)
+    return curves, [Curves(p[0], p[1]) for p in probabilities[start:]]
 
 
 def faithfulness(ex: Explainable, model: str, input_name: str, methods=None, steps: int = 20,

@@ -35,6 +35,25 @@ def display_token(text: str) -> str:
     return visible_text(text[1:] if text.startswith(" ") else text)
 
 
+MARKS = {"↵": "a line break", "␣": "a space", "⇥": "a tab", "⏎": "a carriage return"}  # what display_token draws
+
+
+def whitespace_note(labels) -> str:
+    """The caption sentence that says what the blank marks in ``labels`` mean (only those present), or "" when
+    there are none: every figure that shows token labels says it, in these words."""
+    shown = [f"{mark} is {meaning}" for mark, meaning in MARKS.items() if any(mark in label for label in labels)]
+    if not shown:
+        return ""
+    listed = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+    return f"In token labels {listed} (a word's own leading space is not drawn)."
+
+
+def with_marks(caption: str, *labels) -> str:
+    """``caption`` and, when any of the groups of token ``labels`` holds a blank mark, ``whitespace_note``."""
+    note = whitespace_note([label for group in labels for label in group])
+    return f"{caption} {note}".strip() if note else caption
+
+
 def display_tokens(tokenizer, ids) -> list[str]:
     return [display_token(tokenizer.decode([int(i)])) for i in ids]
 

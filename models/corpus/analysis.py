@@ -1,4 +1,4 @@
-"""What the corpus page and the CLI read from a results folder, and the two questions that need the model again.
+"""What the corpus page and the CLI read from a results folder, and the two questions that read q and k.
 
 - ``summarize``: each statistic's mean over documents (each document counts once) and its spread (standard
   deviation over documents; the induction score over documents that have a repeated token), per (layer, head); MoE
@@ -8,21 +8,28 @@
 - ``search_heads``: which heads attend from tokens matching A to tokens matching B (exact token text or a regular
   expression), ranked by the mean share of an A query's attention that lands on B keys, over the corpus.
 - ``query_key_embedding``: one head's queries and keys from many documents projected together (AttentionViz, Yeh et
-  al., IEEE VIS 2023): keys are translated so that their centroid meets the queries' (softmax is invariant to adding
-  one vector to every key changes a query's scores by a constant, so the shift keeps each query's attention), queries
-  scaled by c and keys by 1/c (scores unchanged) so both clouds have the same mean norm, then PCA to 2-D (UMAP when ``umap-learn`` is installed).
+  al., IEEE VIS 2023): keys are translated so that their centroid meets the queries' (adding one vector to every
+  key changes a query's scores by a constant, which softmax ignores, so the shift keeps each query's attention),
+  queries scaled by c and keys by 1/c (scores unchanged) so both clouds have the same mean norm, then PCA to 2-D
+  (UMAP when ``umap-learn`` is installed).
+The search and the embedding are reductions (``PatternShare``, ``QueryKeySample``) of the same forwards as the
+statistics: a corpus run can read them in its pass (``engine.run_corpus(..., also=...)``), and asked later they run
+one batched pass over the documents they need. The ``*_view`` functions are the corpus views' analyses
+(``viz/figures/corpus.py``): results folder and options in, what the figure draws out.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from models.core import capture, text
+from models.core import text
+from models.corpus.forward import Batch, BatchRunner, LayerCall, Reduction
 from models.corpus.readers import Document
-from models.corpus.statistics import STATISTICS, attention_weights
+from models.corpus.statistics import STATISTICS
 from models.corpus.store import ResultStore, RunInfo, stacked
 
 
@@ -74,12 +81,16 @@ def summarize(store: ResultStore) -> CorpusSummary:
 
 
 def corpus_summary(loaded, result, options) -> CorpusSummary:
-    """The ``corpus_heads`` view's analysis: the summary of the results folder ``options.results`` (written by the
-    corpus page or ``python -m app.cli --page corpus``); ``loaded`` and ``result`` are not used."""
-    if not options.results:
+    """The ``corpus_heads`` and ``corpus_experts`` views' analysis: the summary of the results folder
+    ``options.results`` (written by the corpus page or ``python -m app.cli --page corpus``); needs no model."""
+    return summarize(open_results(options.results))
+
+
+def open_results(folder: str) -> ResultStore:
+    if not folder:
         raise ValueError("give the results folder of a corpus run (--results DIR); python -m app.cli --page corpus "
                          "--input FOLDER writes one")
-    return summarize(ResultStore.open(options.results))
+    return ResultStore.open(folder)
 
 
 def _context(tokenizer, ids: list[int], position: int, width: int = 8) -> str:
@@ -122,36 +133,7 @@ def top_examples(store: ResultStore, tokenizer, layer: int, head: int, count: in
                                       "query_context", "key_context"])
 
 
-# --- questions that run the model again ------------------------------------------------------------------------
-
-class _LayerObserver(capture.Recorder):
-    """Calls ``reduce(layer_index, query, key, scaling, allowed, bias)`` for each self-attention layer."""
-
-    def __init__(self, module_names, reduce):
-        super().__init__(module_names=module_names)
-        self.reduce = reduce
-        self.index = 0
-
-    def record(self, module, query, key, attention_mask, kwargs) -> None:
-        name = self.module_names.get(id(module), "")
-        if self.kind_of(module, name) == "cross":
-            return
-        q_len, k_len = query.shape[2], key.shape[2]
-        scaling = kwargs.get("scaling")
-        scaling = float(scaling) if scaling is not None else float(query.shape[-1]) ** -0.5
-        allowed, bias = self._mask(module, attention_mask, kwargs, q_len, k_len)
-        self.reduce(self.index, query, key, scaling, allowed, bias)
-        self.index += 1
-
-
-def _forward(loaded, ids: list[int], reduce) -> None:
-    model = loaded.model
-    base = getattr(model, "base_model", model) or model
-    observer = _LayerObserver({id(m): name for name, m in model.named_modules()}, reduce)
-    extra = {"use_cache": False} if "use_cache" in __import__("inspect").signature(base.forward).parameters else {}
-    with torch.inference_mode(), capture.observing(model, observer):
-        base(input_ids=torch.tensor([ids], device=loaded.device), **extra)
-
+# --- questions that read the model's q and k: reductions that run in the corpus pass ---------------------------
 
 def token_matcher(pattern: str, regex: bool):
     """A predicate on a token's text (stripped of surrounding spaces): equality, or ``re.search``."""
@@ -167,63 +149,109 @@ def token_matcher(pattern: str, regex: bool):
     return lambda token: token.strip() == wanted
 
 
+class PatternShare(Reduction):
+    """The A→B search, read in the forward: for every head, the summed share of attention that each A query (a
+    token matching A that can see a token matching B) puts on the B keys, over the documents of every batch (only
+    those in ``only``, when given: ``choose`` picks them).
+
+    ``total`` ``(layers, heads)`` float64, ``queries`` (A queries counted), ``documents`` (documents with both)."""
+
+    def __init__(self, tokenizer, pattern_a: str, pattern_b: str, regex: bool = False, only: set[str] | None = None):
+        self.tokenizer = tokenizer
+        self.pattern_a, self.pattern_b = pattern_a, pattern_b
+        self.match_a, self.match_b = token_matcher(pattern_a, regex), token_matcher(pattern_b, regex)
+        self.only = only
+        self.total: np.ndarray | None = None
+        self.queries = 0
+        self.documents = 0
+        self.seen: set[str] = set()  # documents read
+
+    def choose(self, tokenized: list[tuple[Document, list[int]]], count: int) -> list[tuple[Document, list[int]]]:
+        """The first ``count`` documents that hold both A and B; the search then reads only those."""
+        chosen = []
+        for document, ids in tokenized:
+            if len(chosen) >= count:
+                break
+            found_a, found_b = self.matches(ids)
+            if any(found_a) and any(found_b):
+                chosen.append((document, ids))
+        self.only = {document.doc_id for document, _ in chosen}
+        return chosen
+
+    def matches(self, token_ids: list[int]) -> tuple[list[bool], list[bool]]:
+        tokens = text.display_tokens(self.tokenizer, token_ids)
+        return [self.match_a(t) for t in tokens], [self.match_b(t) for t in tokens]
+
+    def start(self, batch: Batch) -> None:
+        a = torch.zeros(batch.ids.shape, dtype=torch.bool)
+        b = torch.zeros(batch.ids.shape, dtype=torch.bool)
+        for row, (document, token_ids) in enumerate(zip(batch.documents, batch.token_ids)):
+            if self.only is not None and document.doc_id not in self.only:
+                continue
+            self.seen.add(document.doc_id)
+            found_a, found_b = self.matches(token_ids)
+            a[row, :len(token_ids)] = torch.tensor(found_a)
+            b[row, :len(token_ids)] = torch.tensor(found_b)
+        self.documents += int((a.any(-1) & b.any(-1)).sum())
+        self.a, self.b = a.to(batch.ids.device), b.to(batch.ids.device)
+        self.seeing: torch.Tensor | None = None
+        self.layers: list[torch.Tensor] = []
+
+    def layer(self, call: LayerCall) -> None:
+        if self.seeing is None:  # A queries that can see a B key (causal: a B token at or before them)
+            self.seeing = (call.mask.allowed & self.b[:, None, :]).any(-1) & self.a  # (B, q)
+            self.on_b = self.b[:, None, None, :].to(torch.float32)  # (B, 1, 1, k)
+        share = 0
+        for tile in call.tiles():  # the mass each query puts on B keys, summed over the A queries that count
+            on_b = torch.linalg.vecdot(tile.weights, self.on_b[..., :tile.keys])  # (B, H, rows)
+            share = share + (on_b * self.seeing[:, None, tile.start:tile.end]).sum(-1)  # (B, H)
+        self.layers.append(share)
+
+    def finish(self) -> None:
+        if not self.layers:
+            return
+        share = torch.stack(self.layers, dim=1).sum(0).cpu().numpy().astype(np.float64)  # (layers, H)
+        self.total = share if self.total is None else self.total + share
+        self.queries += int(self.seeing.sum())
+        self.layers = []
+
+    def ranked(self):
+        """(DataFrame layer, head, share, queries; best first): the mean share over the counted A queries."""
+        import pandas as pd
+
+        if self.total is None or not self.queries:
+            raise ValueError(f"no document has a token matching A ({self.pattern_a!r}) that can see one matching B "
+                             f"({self.pattern_b!r}); try other tokens or regex mode")
+        mean = self.total / self.queries
+        layers, heads = mean.shape
+        layer_index, head_index = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
+        frame = pd.DataFrame({"layer": layer_index.ravel(), "head": head_index.ravel(), "share": mean.ravel(),
+                              "queries": self.queries})
+        return frame.sort_values("share", ascending=False, kind="stable").reset_index(drop=True)
+
+
 def search_heads(loaded, documents: list[Document], pattern_a: str, pattern_b: str, regex: bool = False,
                  max_tokens: int = 256, max_documents: int = 200):
     """Rank heads by how much A tokens attend to B tokens: per head, the mean over every A query (that can see a B
-    key) of its attention mass on B keys, over the first ``max_documents`` documents that contain both.
+    key) of its attention mass on B keys, over the first ``max_documents`` documents that contain both, read in
+    one batched pass (``PatternShare``).
 
     Returns (DataFrame layer, head, share, queries; best first, documents searched)."""
-    import pandas as pd
+    runner = BatchRunner(loaded, max_tokens)
+    search = PatternShare(loaded.tokenizer, pattern_a, pattern_b, regex)
+    chosen = search.choose(_readable(runner, documents), max_documents)
+    for group in runner.groups(chosen):
+        runner.forward(runner.padded(group), [search])
+    return search.ranked(), search.documents
 
-    match_a, match_b = token_matcher(pattern_a, regex), token_matcher(pattern_b, regex)
-    total, counts, searched = None, 0, 0
+
+def _readable(runner: BatchRunner, documents: list[Document]):
+    """``(document, ids)`` of the documents that tokenise, lazily (a search stops at its count)."""
     for document in documents:
-        if searched >= max_documents:
-            break
         try:
-            ids = text.tokenize(loaded.tokenizer, document.text, max_tokens).ids
+            yield document, runner.tokenize(document)
         except ValueError:
             continue
-        tokens = text.display_tokens(loaded.tokenizer, ids)
-        a_rows = [i for i, t in enumerate(tokens) if match_a(t)]
-        b_cols = [i for i, t in enumerate(tokens) if match_b(t)]
-        if not a_rows or not b_cols:
-            continue
-        searched += 1
-        layers_share: list[torch.Tensor] = []
-        rows, cols = torch.tensor(a_rows), torch.tensor(b_cols)
-
-        def reduce(index, query, key, scaling, allowed, bias):
-            weights = attention_weights(query[:, :, rows.to(query.device)], key, scaling,
-                                        allowed[:, rows], None if bias is None else bias[..., rows, :])
-            layers_share.append(weights[0][:, :, cols.to(weights.device)].sum(-1).cpu())  # (H, a)
-
-        _forward(loaded, ids, reduce)
-        share = torch.stack(layers_share)  # (layers, H, a)
-        visible = allowed_any(loaded, a_rows, b_cols)
-        if not visible.any():
-            continue
-        share = share[:, :, torch.tensor(visible)]
-        total = share.sum(-1) if total is None else total + share.sum(-1)
-        counts += int(visible.sum())
-    if total is None:
-        raise ValueError(f"no document has a token matching A ({pattern_a!r}) that can see one matching B "
-                         f"({pattern_b!r}); try other tokens or regex mode")
-    mean = (total / counts).numpy()
-    layers, heads = mean.shape
-    layer_index, head_index = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
-    frame = pd.DataFrame({"layer": layer_index.ravel(), "head": head_index.ravel(), "share": mean.ravel(),
-                          "queries": counts})
-    return frame.sort_values("share", ascending=False).reset_index(drop=True), searched
-
-
-def allowed_any(loaded, a_rows: list[int], b_cols: list[int]) -> np.ndarray:
-    """Which A queries can see at least one B key (a causal model: a B token at or before it)."""
-    causal = not getattr(loaded.model.config, "is_encoder_decoder", False) and loaded.spec.family != "encoder"
-    if not causal:
-        return np.ones(len(a_rows), dtype=bool)
-    first_b = min(b_cols)
-    return np.asarray([row >= first_b for row in a_rows])
 
 
 @dataclass(frozen=True)
@@ -239,39 +267,75 @@ class Embedding:
     position: list[int]
     token: list[str]
     context: list[str]
+    model: str = ""
+
+
+class QueryKeySample(Reduction):
+    """One head's queries and keys of the documents in ``only`` (every document when None), read in the forward at
+    its layer: ``queries[doc_id]`` and ``keys[doc_id]`` float32 ``(tokens, d)`` (the first ``positions`` tokens when
+    given), each scaled by √scaling (so q·k is the score)."""
+
+    def __init__(self, layer: int, head: int, only: set[str] | None = None, positions: int | None = None):
+        self.layer_index, self.head = layer, head
+        self.only = only
+        self.positions = positions
+        self.queries: dict[str, np.ndarray] = {}
+        self.keys: dict[str, np.ndarray] = {}
+
+    @property
+    def seen(self) -> set[str]:
+        return set(self.queries)
+
+    def start(self, batch: Batch) -> None:
+        self.batch = batch
+
+    def layer(self, call: LayerCall) -> None:
+        if call.index != self.layer_index or (self.only is not None and not any(
+                document.doc_id in self.only for document in self.batch.documents)):
+            return
+        root = math.sqrt(call.scaling)
+        queries = (call.query[:, self.head].to(torch.float32) * root).cpu().numpy()  # (B, S, d): one host copy
+        keys = (call.key[:, self.head // call.group].to(torch.float32) * root).cpu().numpy()
+        for row, (document, token_ids) in enumerate(zip(self.batch.documents, self.batch.token_ids)):
+            if self.only is not None and document.doc_id not in self.only:
+                continue
+            kept = min(len(token_ids), self.positions or len(token_ids))
+            self.queries[document.doc_id] = queries[row, :kept]
+            self.keys[document.doc_id] = keys[row, :kept]
 
 
 def query_key_embedding(loaded, documents: list[Document], layer: int, head: int, max_documents: int = 40,
-                        max_tokens: int = 128, method: str = "pca") -> Embedding:
-    """AttentionViz's joint embedding of one head's queries and keys over ``max_documents`` documents."""
-    queries, keys, meta = [], [], []
+                        max_tokens: int = 128, method: str = "pca", positions: int | None = None) -> Embedding:
+    """AttentionViz's joint embedding of one head's queries and keys over ``max_documents`` documents (each read
+    to ``max_tokens`` tokens, of which the first ``positions`` are embedded), in one batched pass
+    (``QueryKeySample``)."""
     shape = _heads(loaded)
     if not (0 <= layer < shape[0] and 0 <= head < shape[1]):
         raise ValueError(f"there is no head {layer}.{head}: the model has layers 0..{shape[0] - 1} and heads "
                          f"0..{shape[1] - 1}")
-    for document in documents[:max_documents]:
-        try:
-            ids = text.tokenize(loaded.tokenizer, document.text, max_tokens).ids
-        except ValueError:
-            continue
-        tokens = text.display_tokens(loaded.tokenizer, ids)
-        kept = {}
+    runner = BatchRunner(loaded, max_tokens)
+    tokenized, _ = runner.tokenized(documents[:max_documents])
+    if not tokenized:
+        raise ValueError("none of these documents could be read")
+    sample = QueryKeySample(layer, head, {document.doc_id for document, _ in tokenized}, positions)
+    for group in runner.groups(tokenized):
+        runner.forward(runner.padded(group), [sample])
+    return embed(sample, tokenized, loaded.tokenizer, method, loaded.spec.key)
 
-        def reduce(index, query, key, scaling, allowed, bias):
-            if index == layer:
-                group = query.shape[1] // key.shape[1]
-                kept["q"] = query[0, head].float().cpu().numpy() * np.sqrt(scaling)
-                kept["k"] = key[0, head // group].float().cpu().numpy() * np.sqrt(scaling)
 
-        _forward(loaded, ids, reduce)
-        queries.append(kept["q"])
-        keys.append(kept["k"])
+def embed(sample: QueryKeySample, tokenized: list[tuple[Document, list[int]]], tokenizer,
+          method: str = "pca", model: str = "") -> Embedding:
+    """The joint 2-D embedding of a ``QueryKeySample`` (documents in ``tokenized``'s order)."""
+    queries = [sample.queries[document.doc_id] for document, _ in tokenized]
+    keys = [sample.keys[document.doc_id] for document, _ in tokenized]
+    meta = []
+    for document, ids in tokenized:  # per document, its queries then its keys: the stacking order below
+        ids = ids[:len(sample.queries[document.doc_id])]
+        tokens = text.display_tokens(tokenizer, ids)
+        contexts = [_context(tokenizer, ids, position) for position in range(len(ids))]
         for kind in ("query", "key"):
             for position, token in enumerate(tokens):
-                meta.append((kind, document.doc_id, position, token, _context(loaded.tokenizer, ids, position)))
-        # meta order must match stacking below: per document, its queries then its keys
-    if not queries:
-        raise ValueError("none of these documents could be read")
+                meta.append((kind, document.doc_id, position, token, contexts[position]))
     all_q, all_k = np.concatenate(queries), np.concatenate(keys)
     # q·c and k/c leave every score q·k unchanged; c makes the two clouds' mean norms equal
     factor = np.sqrt(np.linalg.norm(all_k, axis=1).mean() / max(np.linalg.norm(all_q, axis=1).mean(), 1e-12))
@@ -283,7 +347,7 @@ def query_key_embedding(loaded, documents: list[Document], layer: int, head: int
     method = method if method in ("pca", "umap") else "pca"
     if method == "umap":
         try:
-            import umap  # noqa: F401
+            import umap
         except ImportError:
             method = "pca"
     if method == "umap":
@@ -295,11 +359,78 @@ def query_key_embedding(loaded, documents: list[Document], layer: int, head: int
         _, _, vt = np.linalg.svd(centred, full_matrices=False)
         points = centred @ vt[:2].T
     kind, doc_id, position, token, context = (list(column) for column in zip(*meta))
-    return Embedding(layer, head, method, points.astype(np.float32), kind, doc_id, [int(p) for p in position],
-                     token, context)
+    return Embedding(sample.layer_index, sample.head, method, points.astype(np.float32), kind, doc_id,
+                     [int(p) for p in position], token, context, model)
 
 
 def _heads(loaded) -> tuple[int, int]:
     from models.corpus.statistics import _shape
 
     return _shape(loaded.model)
+
+
+# --- the corpus views' analyses: (loaded, result, options) -> what the figure draws --------------------------
+
+def stored_documents(store: ResultStore) -> list[Document]:
+    """The documents a results folder read, in the order they were written."""
+    frame = store.table()
+    ok = frame[frame["status"] == "ok"]
+    return [Document(row.doc_id, row.text, row.source) for row in ok.itertuples()]
+
+
+def _model_for(loaded, info: RunInfo, what: str) -> None:
+    """``loaded`` must be the model the results are of: a search or an embedding reads its q and k."""
+    if loaded is None:
+        raise ValueError(f"{what} needs the model these results are of ({info.model}); give it with --model")
+    if loaded.spec.key != info.model:
+        raise ValueError(f"these results are of {info.model}; {what} needs that model, not {loaded.spec.key}")
+
+
+@dataclass(frozen=True)
+class TopExamples:
+    model: str
+    layer: int
+    head: int
+    examples: object  # DataFrame: doc_id, peak_weight, query, key, their tokens and contexts
+
+
+def top_examples_view(loaded, result, options) -> TopExamples:
+    """``corpus_top``: the documents where head ``options.layer``.``options.head`` peaks highest (the tokenizer of
+    the results' model decodes their contexts)."""
+    store = open_results(options.results)
+    _model_for(loaded, store.info, "the top examples' contexts")
+    examples = top_examples(store, loaded.tokenizer, options.layer, options.head, options.count)
+    return TopExamples(store.info.model, options.layer, options.head, examples)
+
+
+def embedding_view(loaded, result, options) -> Embedding:
+    """``corpus_embedding``: the joint query–key embedding of one head over the first ``options.embedded``
+    documents of the results folder."""
+    store = open_results(options.results)
+    _model_for(loaded, store.info, "the query–key embedding")
+    return query_key_embedding(loaded, stored_documents(store), options.layer, options.head, options.embedded,
+                               store.info.max_tokens, options.method, EMBEDDING_TOKENS)
+
+
+# positions embedded per document (its first ones, read as the run read it): 30 documents of 128 tokens are
+# ~7,700 points to draw
+EMBEDDING_TOKENS = 128
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    model: str
+    pattern_a: str
+    pattern_b: str
+    ranked: object  # DataFrame layer, head, share, queries; best first
+    searched: int  # documents that hold both
+
+
+def search_view(loaded, result, options) -> SearchResult:
+    """``corpus_search``: the heads ranked by the share of attention from A tokens to B tokens over the first
+    ``options.searched`` documents of the results folder that hold both."""
+    store = open_results(options.results)
+    _model_for(loaded, store.info, "the A→B search")
+    ranked, searched = search_heads(loaded, stored_documents(store), options.a, options.b, options.regex,
+                                    store.info.max_tokens, options.searched)
+    return SearchResult(store.info.model, options.a, options.b, ranked, searched)

@@ -23,7 +23,7 @@ from models.corpus.store import ResultStore, RunInfo, document_row, skipped_row
 
 ENGINES = ("local", "ray")
 ROOT = Path(__file__).resolve().parents[2]
-BATCH_DOCUMENTS = 16  # documents per persisted batch: what a kill can lose
+BATCH_DOCUMENTS = 32  # documents per persisted batch on a CPU: what a kill can lose (a few seconds of work)
 
 
 @dataclass(frozen=True)
@@ -59,25 +59,38 @@ def run_info(loaded, corpus: Corpus, max_tokens: int) -> RunInfo:
                    str(getattr(loaded, "dtype", "float32")))
 
 
-def rows_for(runner: StatisticsRunner, documents: list[Document]) -> list[dict]:
-    """The per-document function on a batch, as store rows (documents that do not tokenise: skipped rows)."""
+def rows_for(runner: StatisticsRunner, documents: list[Document], also=()) -> list[dict]:
+    """The per-document function on a batch, as store rows (documents that do not tokenise: skipped rows);
+    ``also``: more reductions that read the same forwards."""
     by_id = {d.doc_id: d for d in documents}
-    results, skipped = runner.run(documents)
+    results, skipped = runner.run(documents, also)
     rows = [document_row(item, by_id[item.doc_id].source, by_id[item.doc_id].text) for item in results]
     rows += [skipped_row(doc_id, reason, by_id[doc_id].source) for doc_id, reason in skipped]
     return rows
 
 
+def windows(runner: StatisticsRunner, pending: list[Document], batch_documents: int | None) -> list[list[Document]]:
+    """The persisted batches of a local run: ``batch_documents`` documents each (default: ``BATCH_DOCUMENTS``, or
+    what fills a few of a GPU's forwards), each sorted and padded into forwards by the runner."""
+    size = batch_documents or max(BATCH_DOCUMENTS, 4 * runner.limits.documents)
+    return [pending[start:start + size] for start in range(0, len(pending), size)]
+
+
 def run_corpus(corpus: Corpus, loaded, folder: str | Path, engine: str = "local", max_tokens: int = 256,
                progress: Callable[[Progress], None] | None = None, should_stop: Callable[[], bool] | None = None,
-               batch_documents: int = BATCH_DOCUMENTS, actors: int = 2) -> ResultStore:
+               batch_documents: int | None = None, actors: int = 2, also=()) -> ResultStore:
     """Statistics of every document of ``corpus`` not yet in ``folder``, written batch by batch.
 
     ``loaded``: the model (the Ray engine reads only its spec, device and dtype; its actors load their own).
     ``should_stop``: checked after each batch (the page's cancel button); what was written stays.
+    ``also``: reductions that read the same forwards as the statistics (``analysis.PatternShare``,
+    ``analysis.QueryKeySample``: the A→B search and the query–key embedding in the same pass); local engine only.
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    if also and engine != "local":
+        raise ValueError("the A→B search and the query–key sample read the forwards in this process: use the "
+                         "local engine for them (the Ray engine computes the statistics)")
     store = ResultStore(folder, run_info(loaded, corpus, max_tokens))
     done = store.done()
     store.append([skipped_row(s.doc_id, s.reason) for s in corpus.skipped if s.doc_id not in done])
@@ -99,11 +112,11 @@ def run_corpus(corpus: Corpus, loaded, folder: str | Path, engine: str = "local"
         return store
     if engine == "local":
         runner = StatisticsRunner(loaded, max_tokens)
-        for start in range(0, len(pending), batch_documents):
-            if report(rows_for(runner, pending[start:start + batch_documents])):
+        for window in windows(runner, pending, batch_documents):
+            if report(rows_for(runner, window, also)):
                 break
     else:
-        for rows in _ray_batches(pending, loaded, max_tokens, batch_documents, actors):
+        for rows in _ray_batches(pending, loaded, max_tokens, batch_documents or BATCH_DOCUMENTS, actors):
             if report(rows):
                 break
     return store
@@ -120,6 +133,7 @@ class CorpusActor:
         from models import families
 
         torch.set_num_threads(threads)  # one actor per core: actors must not fight over the cores
+        # on a GPU node Ray sets CUDA_VISIBLE_DEVICES to this actor's one GPU: "cuda" is that GPU
         self.runner = StatisticsRunner(families.load(spec, device, dtype), max_tokens)
 
     def __call__(self, batch: dict) -> dict:
@@ -146,6 +160,18 @@ def ray_init() -> None:
              configure_logging=False)
 
 
+def actor_resources(cluster_gpus: float, device: str, actors: int) -> tuple[str, int, int]:
+    """(device, GPUs per actor, actors): on a cluster with GPUs every actor takes one (``num_gpus=1``) and runs on
+    it, and there are no more actors than GPUs; without, each actor takes one CPU core on the driver's device."""
+    gpus = int(cluster_gpus)
+    if gpus >= 1:
+        return "cuda", 1, max(1, min(actors, gpus))
+    if device.startswith("cuda"):
+        raise ValueError("the model is on a GPU but the Ray cluster has none: run the Ray engine on a cluster with "
+                         "GPUs, or load the model on the CPU")
+    return device, 0, actors
+
+
 def _ray_batches(pending: list[Document], loaded, max_tokens: int, batch_documents: int, actors: int):
     """Rows of each finished batch as Ray Data hands them back (in any order)."""
     try:
@@ -155,14 +181,14 @@ def _ray_batches(pending: list[Document], loaded, max_tokens: int, batch_documen
         raise ValueError('The Ray engine needs Ray Data: pip install "ray[data]" (or use --engine local).') from None
     ray_init()
     ray.data.DataContext.get_current().enable_progress_bars = False
-    gpus = 1 if str(loaded.device).startswith("cuda") else 0
+    device, gpus, actors = actor_resources(ray.cluster_resources().get("GPU", 0), str(loaded.device), actors)
     items = [{"doc_id": d.doc_id, "text": d.text, "source": d.source} for d in pending]
     # every actor gets work: with 24 documents in blocks of 16 there was one block, and one actor did it all
     batch_documents = max(1, min(batch_documents, math.ceil(len(items) / actors)))
     dataset = ray.data.from_items(items, override_num_blocks=max(1, math.ceil(len(items) / batch_documents)))
     out = dataset.map_batches(CorpusActor, batch_size=batch_documents, compute=ActorPoolStrategy(size=actors),
                               num_gpus=gpus, num_cpus=1, batch_format="numpy",
-                              fn_constructor_kwargs={"spec": loaded.spec, "device": str(loaded.device),
+                              fn_constructor_kwargs={"spec": loaded.spec, "device": device,
                                                      "dtype": loaded.dtype, "max_tokens": max_tokens})
     for batch in out.iter_batches(batch_size=None, batch_format="numpy"):
         yield [json.loads(row) for row in batch["row"]]

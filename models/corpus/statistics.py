@@ -13,22 +13,34 @@ query and key where it sits: the corpus page's "top examples" are the documents 
 For MoE models: per MoE layer the expert load (share of top-k assignments), the co-activation matrix and the mean
 router entropy (nats), from ``models.analysis.routing`` on the document's tokens.
 
-How: documents are padded into small batches and run once through the model's base (no LM head) with a
-``capture.observing`` recorder that receives each layer's post-RoPE q and k, recomputes softmax(q kᵀ·s + mask) on the
-model's device in float32 and keeps only the ``(batch, heads)`` statistics: memory stays one layer's weights.
+How: documents run in padded batches through the model's base (no LM head); ``forward.CorpusRecorder`` hands
+each self-attention layer's q and k to ``HeadStatistics``, which reduces the layer's weights (``LayerCall.weights``,
+float32 on the model's device) to ``(batch, heads)`` numbers at once and keeps them on the device; one host copy per
+batch. Memory stays one layer's weights of one batch. The passes over a layer's ``(B, H, q, k)`` weights are few
+and cheap: the entropy needs no logarithm of every weight (−Σ w·(s − max s) − log w_max), the largest weight is the
+largest one off the first key and the diagonal or one of those two (read before they are set aside for the peak),
+and the induction score reads only its target cells.
 ``eager_statistics`` is the baseline the benchmark and the tests compare with: ``output_attentions=True`` on an eager
 model, one document at a time, numpy on the returned maps.
 """
 from __future__ import annotations
 
-import inspect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from models.core import capture, text
+from models.corpus.forward import (  # noqa: F401  (batches and the limits: this module's public names too)
+    MAX_BATCH_DOCUMENTS,
+    MAX_BATCH_TOKENS,
+    MAX_PADDING,
+    Batch,
+    BatchRunner,
+    LayerCall,
+    Reduction,
+    batches,
+)
 from models.corpus.readers import Document
 
 STATISTICS = {
@@ -41,13 +53,7 @@ STATISTICS = {
     "max_weight": "Mean max weight",
 }
 PEAK_FIELDS = ("peak_value", "peak_query", "peak_key")
-MAX_BATCH_DOCUMENTS = 8
-MAX_BATCH_TOKENS = 2048  # padded tokens per forward: bounds one layer's weights at heads × 2,048 × length floats
-# padding a batch may add, as a share of its documents' own tokens. The forward costs the same per token whether a
-# token is real or padding, and on a CPU a batch of 8 runs at the per-token speed of one document alone: 24 python-docs
-# paragraphs in groups of 8 padded 1,858 tokens to 2,592 (+40%). Documents sorted by length keep the groups full
-# where lengths are dense (a large corpus, where a GPU's batching pays).
-MAX_PADDING = 0.1
+FIELDS = (*STATISTICS, *PEAK_FIELDS)  # the last axis of what ``HeadStatistics`` copies to the host
 
 
 @dataclass
@@ -65,210 +71,151 @@ class DocumentStatistics:
     router_entropy: np.ndarray | None = None  # (moe layers,) nats
 
 
-@dataclass
-class _StatisticsRecorder(capture.Recorder):
-    """Reduces each self-attention call to per-head statistics at once (nothing of q or k is kept)."""
+class HeadStatistics(Reduction):
+    """Every statistic of every head of every layer of one batch, reduced in the forward on the model's device, tile
+    by tile of query rows (``LayerCall.tiles``). It must be the last reduction of a call: it writes into the
+    weights (the first key and the diagonal are set aside for the peak).
 
-    token_ids: torch.Tensor | None = None  # (B, S) on the model's device
-    lengths: torch.Tensor | None = None  # (B,)
-    layers: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    Per layer, few operations over the ``(B, H, q, k)`` weights: their row max (the max weight, and with the tile's
+    Σ w·(s − max s) the entropy), one dot with the distances, one gather of the induction target cells, one max
+    after the first key and the diagonal are set aside (the peak); the rest is ``(B, H, q)`` and the means over a
+    document's real queries are one matrix product. ``values`` after ``finish``: float32 numpy ``(B, layers, heads,
+    len(FIELDS))``: one host copy per batch, finished there (bits, divisions, the peak's "none")."""
 
-    def record(self, module, query, key, attention_mask, kwargs) -> None:
-        name = self.module_names.get(id(module), "")
-        if self.kind_of(module, name) == "cross":
-            return
-        q_len, k_len = query.shape[2], key.shape[2]
-        scaling = kwargs.get("scaling")
-        scaling = float(scaling) if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
-        allowed, bias = self._mask(module, attention_mask, kwargs, q_len, k_len)
-        position_bias = kwargs.get("position_bias")
-        if position_bias is not None:
-            position_bias = position_bias[..., -k_len:].detach().float()
-            bias = position_bias if bias is None else bias.to(position_bias.device) + position_bias
-        self.layers.append(_layer_statistics(query, key, scaling, allowed, bias, self.token_ids, self.lengths))
+    values: np.ndarray | None = None
+
+    def start(self, batch: Batch) -> None:
+        ids, valid = batch.ids, batch.valid()  # (B, S)
+        width = batch.width
+        self.valid = valid
+        self.count = valid.sum(-1)  # (B,) real queries
+        self.query_share = valid / self.count[:, None].to(torch.float64)  # (B, S): a mean over real queries
+        positions = torch.arange(width, device=ids.device)
+        self.distance = (positions[:, None] - positions[None, :]).abs().to(torch.float32)  # (q, k) tokens
+        # induction targets: key t (1 <= t < q) whose previous token equals the query's token, both real tokens
+        targets = torch.zeros(ids.shape[0], width, width, dtype=torch.bool, device=ids.device)
+        targets[:, :, 1:] = ids[:, :, None] == ids[:, None, :-1]
+        targets &= torch.ones(width, width, dtype=torch.bool, device=ids.device).tril(-1)
+        targets &= valid[:, :, None] & valid[:, None, :]
+        self.target_queries = targets.any(-1).sum(-1)  # (B,) 0: no repeats, the score is NaN
+        query, document, key = targets.transpose(0, 1).nonzero(as_tuple=True)  # sorted by query: tiles slice it
+        self.targets = (document, query, key)  # every target cell
+        self.plans: dict[int, list] = {}
+        self.local: dict[tuple, tuple] = {}
+        self.layers: list[torch.Tensor] = []
+
+    def _local(self, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(query_share, distance)`` where a layer's weights are (a model spread over GPUs has layers on each)."""
+        key = (device, dtype)
+        if key not in self.local:
+            self.local[key] = (self.query_share.to(device, dtype), self.distance.to(device, dtype))
+        return self.local[key]
+
+    def _plan(self, call: LayerCall) -> list:
+        """Per tile of this mask: its rows that have no peak (padding, or no key but the first and themselves),
+        and its induction target cells (document, row in the tile, key)."""
+        key = id(call.mask)
+        if key not in self.plans:
+            allowed = call.mask.allowed.clone()  # (B or 1, q, k)
+            allowed[:, :, 0] = False
+            allowed.diagonal(dim1=-2, dim2=-1).fill_(False)
+            no_peak = ~(allowed.any(-1) & self.valid)  # (B, q)
+            document, query, key_ = self.targets
+            bounds = torch.tensor([tile[0] for tile in call.mask.tiles] + [call.mask.tiles[-1][1]],
+                                  device=query.device)
+            cuts = torch.searchsorted(query, bounds).tolist()  # the cells of each tile: a slice of the sorted list
+            tiles = []
+            for (start, end, _), first, last in zip(call.mask.tiles, cuts, cuts[1:]):
+                cells = (document[first:last], query[first:last] - start, key_[first:last])
+                tiles.append((no_peak[:, None, start:end], cells))
+            self.plans[key] = tiles
+        return self.plans[key]
+
+    def layer(self, call: LayerCall) -> None:
+        batch, heads = call.query.shape[:2]
+        tiles = call.tiles()
+        query_share, distance = self._local(tiles[0].weights.device, tiles[0].weights.dtype)
+        per_query, peaks = [], []
+        induction = torch.zeros(batch, heads, dtype=query_share.dtype, device=query_share.device)
+        for tile, (no_peak, (document, row, key)) in zip(tiles, self._plan(call)):
+            weights = tile.weights  # (B, H, rows, keys)
+            largest = weights.amax(-1)  # (B, H, rows): the max weight, 1 / Σ exp(s − max s)
+            plogp = torch.log(largest).add_(tile.weighted_shift)  # Σ w log w = Σ w·(s − max s) + log w_max
+            if call.mask.empty_rows is not None:  # a query that sees nothing: entropy 0, as its weights are 0
+                plogp.masked_fill_(call.mask.empty_rows[:, None, tile.start:tile.end], 0.0)
+            previous = weights.diagonal(offset=tile.start - 1, dim1=-2, dim2=-1)  # A[i, i−1]
+            if tile.start == 0:  # the first query has no previous token
+                previous = torch.nn.functional.pad(previous, (1, 0))
+            per_query.append(torch.stack([
+                plogp, torch.linalg.vecdot(weights, distance[tile.start:tile.end, :tile.keys]),
+                weights[..., 0], weights.diagonal(offset=tile.start, dim1=-2, dim2=-1), largest, previous], dim=-1))
+            if len(document):
+                induction.index_add_(0, document, weights[document, :, row, key])  # (cells, H) per document
+            # the peak: the largest weight off the first key and the diagonal (written over: this runs last)
+            weights[..., 0] = -1.0
+            weights.diagonal(offset=tile.start, dim1=-2, dim2=-1).fill_(-1.0)
+            peak, peak_row = weights.amax(-1).masked_fill_(no_peak, -1.0).max(-1)  # (B, H)
+            chosen = weights.gather(2, peak_row[:, :, None, None].expand(batch, heads, 1, tile.keys))
+            peaks.append(torch.stack([peak, peak_row.add(tile.start).to(peak.dtype),
+                                      chosen[:, :, 0].argmax(-1).to(peak.dtype)], dim=-1))  # (B, H, 3)
+        per_query = per_query[0] if len(per_query) == 1 else torch.cat(per_query, dim=2)  # (B, H, q, 6)
+        means = torch.matmul(query_share[:, None, None, :], per_query)[:, :, 0]  # (B, H, 6)
+        if len(peaks) == 1:
+            peak = peaks[0]
+        else:  # the first tile with the highest peak: the first query, as a flat argmax would pick
+            peaks = torch.stack(peaks, dim=2)  # (B, H, tiles, 3)
+            best = peaks[..., 0].argmax(-1)
+            peak = peaks.gather(2, best[:, :, None, None].expand(batch, heads, 1, 3))[:, :, 0]
+        layer = torch.cat([means, induction[..., None], peak], dim=-1)  # (B, H, 10)
+        self.layers.append(layer.to(self.valid.device))  # a model spread over GPUs: gathered on the first
+
+    def finish(self) -> None:
+        raw = torch.stack(self.layers, dim=1).cpu().numpy()  # (B, layers, H, 10): the one host copy
+        self.layers = []
+        count = self.count.cpu().numpy().astype(raw.dtype)[:, None, None]
+        previous_count = np.maximum(count - 1, 1)  # queries 1.. of a document
+        with np.errstate(invalid="ignore", divide="ignore"):
+            induction = raw[..., 6] / self.target_queries.cpu().numpy()[:, None, None]  # 0/0: no repeats, NaN
+        found = raw[..., 7] >= 0
+        columns = {"entropy_bits": -raw[..., 0] / raw.dtype.type(math.log(2)), "mean_distance": raw[..., 1],
+                   "first_token": raw[..., 2], "previous_token": raw[..., 5] * count / previous_count,
+                   "diagonal": raw[..., 3], "induction": induction, "max_weight": raw[..., 4],
+                   "peak_value": np.where(found, raw[..., 7], np.nan), "peak_query": np.where(found, raw[..., 8], -1),
+                   "peak_key": np.where(found, raw[..., 9], -1)}
+        self.values = np.stack([columns[name] for name in FIELDS], axis=-1)  # float64 for a float64 model
 
 
-def attention_weights(query: torch.Tensor, key: torch.Tensor, scaling: float, allowed: torch.Tensor,
-                      bias: torch.Tensor | None = None) -> torch.Tensor:
-    """softmax(q kᵀ · scaling + bias) in float32 on q's device: query ``(B, H, q, d)``, key ``(B, H_kv, k, d)``,
-    allowed bool ``(B or 1, q, k)`` -> ``(B, H, q, k)``; masked entries 0, a row with no visible key all 0."""
-    heads, kv_heads = query.shape[1], key.shape[1]
-    key = key.float()
-    if kv_heads != heads:
-        key = key.repeat_interleave(heads // kv_heads, dim=1)
-    scores = torch.matmul(query.float(), key.transpose(-1, -2))  # (B, H, q, k)
-    scores.mul_(scaling)
-    if bias is not None:
-        scores.add_(bias.to(scores.device, torch.float32))
-    scores.masked_fill_(~allowed.to(scores.device)[:, None], float("-inf"))
-    return torch.softmax(scores, dim=-1).nan_to_num_(0.0)
+class StatisticsRunner(BatchRunner):
+    """The per-document function bound to one loaded model: ``run(documents) -> (statistics, skipped)``."""
 
+    def __init__(self, loaded, max_tokens: int = 256, max_padding: float = MAX_PADDING, limits=None):
+        super().__init__(loaded, max_tokens, max_padding, limits)
+        self.is_moe = _is_moe(loaded.model)
+        self.layers, self.heads = _shape(loaded.model)
 
-def _layer_statistics(query, key, scaling, allowed, bias, token_ids, lengths) -> dict[str, torch.Tensor]:
-    """Every statistic of one layer for each document of the batch: ``{name: (B, H)}`` on the CPU."""
-    weights = attention_weights(query, key, scaling, allowed, bias)  # (B, H, q, k)
-    batch, heads, q_len, k_len = weights.shape
-    device = weights.device
-    positions = torch.arange(q_len, device=device)
-    valid = (positions[None, :] < lengths[:, None]).float()  # (B, q): real tokens, not padding
-    count = valid.sum(-1, keepdim=True)  # (B, 1)
-
-    def query_mean(values: torch.Tensor) -> torch.Tensor:  # (B, H, q) -> (B, H)
-        return (values * valid[:, None]).sum(-1) / count
-
-    distance = (positions[:, None] - torch.arange(k_len, device=device)[None, :]).abs().float()  # (q, k)
-    entropy = -torch.special.xlogy(weights, weights).sum(-1) / math.log(2)  # 0 log 0 = 0
-    previous = weights.diagonal(offset=-1, dim1=-2, dim2=-1)  # (B, H, q-1): A[i+1, i]
-    previous_valid = valid[:, 1:]
-    previous_score = (previous * previous_valid[:, None]).sum(-1) / previous_valid.sum(-1, keepdim=True).clamp_min(1)
-    # induction targets: key t (1 <= t < q) whose previous token equals the query's token
-    same = token_ids[:, :, None] == token_ids[:, None, :]  # (B, q, k): token q == token k
-    targets = torch.zeros_like(same)
-    targets[:, :, 1:] = same[:, :, :-1]  # key t is a target when token t-1 == token q
-    targets &= torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(-1)[None]  # t < q
-    targets &= valid.bool()[:, :, None] & valid.bool()[:, None, :]
-    has_target = targets.any(-1).float()  # (B, q)
-    induction_mass = (weights * targets[:, None]).sum(-1)  # (B, H, q)
-    induction = (induction_mass * has_target[:, None]).sum(-1) / has_target.sum(-1, keepdim=True)  # NaN: no repeats
-    # peak: the largest weight off the first token and off the diagonal
-    off = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
-    off[:, 0] = False
-    off.fill_diagonal_(False)
-    off = off[None] & valid.bool()[:, :, None] & allowed.to(device)  # (B, q, k): real queries, visible keys
-    peak_weights = weights.masked_fill(~off[:, None], -1.0).flatten(-2)  # (B, H, q·k)
-    peak_value, peak_index = peak_weights.max(-1)
-    stats = {
-        "entropy_bits": query_mean(entropy),
-        "mean_distance": query_mean((weights * distance).sum(-1)),
-        "first_token": query_mean(weights[..., 0]),
-        "previous_token": previous_score,
-        "diagonal": query_mean(weights.diagonal(dim1=-2, dim2=-1)),
-        "induction": induction,
-        "max_weight": query_mean(weights.amax(-1)),
-        "peak_value": torch.where(peak_value >= 0, peak_value, torch.nan),
-        "peak_query": torch.where(peak_value >= 0, peak_index // k_len, -1),
-        "peak_key": torch.where(peak_value >= 0, peak_index % k_len, -1),
-    }
-    return {name: value.detach().cpu() for name, value in stats.items()}
-
-
-def _accepts(model, name: str) -> bool:
-    return name in inspect.signature(model.forward).parameters
-
-
-def batches(documents: list[tuple[Document, list[int]]], max_documents: int = MAX_BATCH_DOCUMENTS,
-            max_tokens: int = MAX_BATCH_TOKENS, max_padding: float = MAX_PADDING,
-            ) -> list[list[tuple[Document, list[int]]]]:
-    """Consecutive documents grouped so that documents × longest ≤ ``max_tokens`` and the padding stays within
-    ``max_padding`` of the group's own tokens (order kept: resume is by order)."""
-    groups, current, longest, real = [], [], 0, 0
-    for item in documents:
-        length = len(item[1])
-        longer = max(longest, length)
-        padded = longer * (len(current) + 1)
-        if current and (len(current) >= max_documents or padded > max_tokens
-                        or padded > (1 + max_padding) * (real + length)):
-            groups.append(current)
-            current, longer, real = [], length, 0
-        current.append(item)
-        longest, real = longer, real + length
-    if current:
-        groups.append(current)
-    return groups
-
-
-class StatisticsRunner:
-    """The per-document function bound to one loaded model: ``run(documents) -> (statistics, skipped)``.
-
-    Holds only the model and settings, so a Ray actor builds one per process and the in-process engine one per run.
-    """
-
-    def __init__(self, loaded, max_tokens: int = 256, max_padding: float = MAX_PADDING):
-        model = loaded.model
-        if getattr(model.config, "is_encoder_decoder", False):
-            raise ValueError("Corpus statistics read text with one stack of layers (a causal LM, an encoder or a "
-                             "decoder-only MoE); encoder–decoder models such as translators are not supported.")
-        self.loaded = loaded
-        self.max_tokens = max_tokens
-        self.max_padding = max_padding
-        self.base = getattr(model, "base_model", model) or model  # no LM head: the statistics never need logits
-        self.is_moe = _is_moe(model)
-        tokenizer = loaded.tokenizer
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.pad_id = int(pad) if pad is not None else 0
-        self.extra = {"use_cache": False} if _accepts(self.base, "use_cache") else {}
-        self.names = {id(m): name for name, m in model.named_modules()}
-        self.layers, self.heads = _shape(model)
-
-    def tokenize(self, document: Document) -> list[int]:
-        return text.tokenize(self.loaded.tokenizer, document.text, self.max_tokens).ids
-
-    def run(self, documents: list[Document]) -> tuple[list[DocumentStatistics], list[tuple[str, str]]]:
-        """Statistics of each document that tokenises, and ``(doc_id, reason)`` for each that does not."""
-        tokenized, skipped = self._tokenized(documents)
+    def run(self, documents: list[Document], also: tuple[Reduction, ...] = ()
+            ) -> tuple[list[DocumentStatistics], list[tuple[str, str]]]:
+        """Statistics of each document that tokenises, in the documents' order, and ``(doc_id, reason)`` for each
+        that does not. ``also``: more reductions that read the same forwards (the A→B search, the query–key
+        sample)."""
+        tokenized, skipped = self.tokenized(documents)
         done = {}
-        for group in self._groups(tokenized):
-            done.update((item.doc_id, item) for item in self._run_batch(group))
+        for group in self.groups(tokenized):
+            done.update((item.doc_id, item) for item in self._run_batch(self.padded(group), list(also)))
         return [done[document.doc_id] for document, _ in tokenized], skipped
 
-    def forward_only(self, documents: list[Document]) -> None:
-        """The same forwards on the same batches with nothing recorded: what any per-document function that runs
-        this model must pay at least (the corpus benchmark's ceiling)."""
-        for group in self._groups(self._tokenized(documents)[0]):
-            ids, attention_mask, _ = self._padded(group)
-            with torch.inference_mode():
-                self.base(input_ids=ids, attention_mask=attention_mask, **self.extra)
-
-    def _tokenized(self, documents: list[Document]) -> tuple[list[tuple[Document, list[int]]], list[tuple[str, str]]]:
-        tokenized, skipped = [], []
-        for document in documents:
-            try:
-                tokenized.append((document, self.tokenize(document)))
-            except ValueError as error:
-                skipped.append((document.doc_id, str(error)))
-        return tokenized, skipped
-
-    def _groups(self, tokenized: list[tuple[Document, list[int]]]) -> list[list[tuple[Document, list[int]]]]:
-        # longest first, so that a batch pads to lengths alike (unsorted, 8 documents of ~70 tokens padded to one
-        # of 256 did 3× the work); ``run`` gives the results back in the documents' order
-        return batches(sorted(tokenized, key=lambda item: -len(item[1])), max_padding=self.max_padding)
-
-    def _padded(self, group: list[tuple[Document, list[int]]]) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-        """(ids, attention mask) of a group on the model's device, right-padded, and the documents' lengths."""
-        lengths = [len(ids) for _, ids in group]
-        width = max(lengths)
-        ids = torch.full((len(group), width), self.pad_id, dtype=torch.long)
-        for row, (_, token_ids) in enumerate(group):
-            ids[row, :len(token_ids)] = torch.tensor(token_ids)  # right padding: positions 0..n-1 as when alone
-        attention_mask = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long()
-        return ids.to(self.loaded.device), attention_mask.to(self.loaded.device), lengths
-
-    def _run_batch(self, group: list[tuple[Document, list[int]]]) -> list[DocumentStatistics]:
-        device = self.loaded.device
-        ids, attention_mask, lengths = self._padded(group)
-        width = ids.shape[1]
-        recorder = _StatisticsRecorder(module_names=self.names, token_ids=ids,
-                                       lengths=torch.tensor(lengths, device=device))
-        routing = None
-        with torch.inference_mode(), capture.observing(self.loaded.model, recorder):
-            if self.is_moe:
-                from models.families.moe import model as moe
-
-                with moe.recording(self.loaded.model) as routing:
-                    self.base(input_ids=ids, attention_mask=attention_mask, **self.extra)
-            else:
-                self.base(input_ids=ids, attention_mask=attention_mask, **self.extra)
-        stacked = {name: torch.stack([layer[name] for layer in recorder.layers], dim=1).numpy()
-                   for name in recorder.layers[0]}  # (B, layers, H)
+    def _run_batch(self, batch: Batch, also: list[Reduction]) -> list[DocumentStatistics]:
+        statistics = HeadStatistics()
+        routing = self.forward(batch, [*also, statistics], routing=self.is_moe)  # statistics last: see there
+        values = statistics.values
+        lengths = batch.lengths.tolist()
         results = []
-        for row, (document, token_ids) in enumerate(group):
+        for row, (document, token_ids) in enumerate(zip(batch.documents, batch.token_ids)):
             item = DocumentStatistics(
-                document.doc_id, list(token_ids),
-                {name: stacked[name][row].astype(np.float32) for name in STATISTICS},
-                stacked["peak_value"][row].astype(np.float32), stacked["peak_query"][row].astype(np.int32),
-                stacked["peak_key"][row].astype(np.int32))
+                document.doc_id, token_ids, {name: values[row, :, :, i] for i, name in enumerate(STATISTICS)},
+                values[row, :, :, -3], values[row, :, :, -2].astype(np.int32), values[row, :, :, -1].astype(np.int32))
             if routing is not None:
-                _add_routing(item, routing, row, width, lengths[row])
+                _add_routing(item, routing, row, batch.width, lengths[row])
             results.append(item)
         return results
 
@@ -314,24 +261,30 @@ def _shape(model) -> tuple[int, int]:
 
 def eager_statistics(model, token_ids: list[int]) -> dict[str, np.ndarray]:
     """The same statistics from the maps an eager model returns with ``output_attentions=True``, one document,
-    plain numpy: ``{name: (layers, heads)}`` plus the peak fields. The reference of the tests and the benchmark."""
-    from models.analysis import heads as head_stats
-
-    ids = torch.tensor([token_ids])
+    plain numpy: ``{name: (layers, heads)}`` plus the peak fields. The reference of the tests and the benchmark;
+    the model may sit on any device (the maps come back to the host)."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([token_ids], device=device)
     with torch.inference_mode():
         output = model(input_ids=ids, output_attentions=True, use_cache=False)
-    maps = [layer[0].float().numpy() for layer in output.attentions]  # (H, n, n) per layer
+    precision = torch.float64 if output.attentions[0].dtype == torch.float64 else torch.float32
+    maps = [layer[0].to(precision).cpu().numpy() for layer in output.attentions]  # (H, n, n) per layer
     n = len(token_ids)
     tokens = np.asarray(token_ids)
     targets = np.zeros((n, n), dtype=bool)  # [q, t]: t ≥ 1, t < q and token t−1 == token q
     targets[:, 1:] = tokens[None, :-1] == tokens[:, None]
     targets &= np.tri(n, n, -1, dtype=bool)
     has_target = targets.any(-1)
-    out = {name: [] for name in (*STATISTICS, *PEAK_FIELDS)}
+    distance = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :]).astype(maps[0].dtype)  # (q, k) tokens
+    rows = np.arange(n)
+    out = {name: [] for name in FIELDS}
     for weights in maps:
-        basic = head_stats.layer_statistics(weights)
-        for name in ("entropy_bits", "mean_distance", "first_token", "previous_token", "diagonal"):
-            out[name].append(basic[name])
+        out["entropy_bits"].append(-(weights * np.log2(np.where(weights > 0, weights, 1))).sum(-1).mean(-1))
+        out["mean_distance"].append((weights * distance).sum(-1).mean(-1))
+        out["first_token"].append(weights[:, :, 0].mean(-1))
+        out["previous_token"].append(weights[:, rows[1:], rows[:-1]].mean(-1) if n > 1
+                                     else np.zeros(weights.shape[0], weights.dtype))
+        out["diagonal"].append(weights[:, rows, rows].mean(-1))
         out["max_weight"].append(weights.max(-1).mean(-1))
         if has_target.any():
             out["induction"].append((weights * targets).sum(-1)[:, has_target].mean(-1))
@@ -340,7 +293,9 @@ def eager_statistics(model, token_ids: list[int]) -> dict[str, np.ndarray]:
         masked = weights.copy()
         masked[:, :, 0] = -1
         masked[:, np.arange(n), np.arange(n)] = -1
-        masked[:, np.triu(np.ones((n, n), dtype=bool), 1)] = -1  # future keys (causal): not seen
+        future = np.triu(np.ones((n, n), dtype=bool), 1)
+        if not weights[:, future].any():  # a causal model: future keys are not seen (an encoder sees them all)
+            masked[:, future] = -1
         flat = masked.reshape(weights.shape[0], -1)
         index = flat.argmax(-1)
         value = flat.max(-1)

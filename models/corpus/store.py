@@ -38,6 +38,26 @@ class RunInfo:
         return (self.model, self.corpus, self.max_tokens, self.layers, self.heads, self.dtype)
 
 
+SHIPPED = Path(__file__).resolve().parents[2] / "sample_data" / "corpus"  # results that ship with the app
+# what they are of (docs/CORPUS.md: the one command that writes them): the page opens on them
+SHIPPED_CORPUS, SHIPPED_DOCUMENTS, SHIPPED_TOKENS = "python-docs", 100, 256
+
+
+def shipped(name: str) -> Path | None:
+    """The results folder ``name`` that ships with the app (``sample_data/corpus/``), or None."""
+    folder = SHIPPED / name
+    return folder if (folder / "run.json").is_file() else None
+
+
+def results_name(*parts) -> str:
+    """A results folder's name from what its numbers are of (model, corpus, counts, precision): lower-case letters,
+    digits, ``-`` and ``_`` only."""
+    import re
+
+    name = re.sub(r"[^a-z0-9_-]+", "-", "_".join(str(p) for p in parts).lower()).strip("-_")
+    return name[:120] or "corpus"
+
+
 def _schema():
     import pyarrow as pa
 
@@ -125,6 +145,16 @@ class ResultStore:
             return _schema().empty_table().to_pandas()
         frame = pa.concat_tables([pq.read_table(p, schema=_schema()) for p in parts]).to_pandas()
         return pd.DataFrame(frame).drop_duplicates("doc_id", keep="first").reset_index(drop=True)
+
+    def text(self, doc_id: str) -> str:
+        """One document's text, read from the parts without loading every row."""
+        import pyarrow.parquet as pq
+
+        for part in self.parts():
+            found = pq.read_table(part, columns=["doc_id", "text"], filters=[("doc_id", "==", doc_id)])
+            if found.num_rows:
+                return found.column("text")[0].as_py()
+        raise ValueError(f"no document {doc_id!r} in these results")
 
     def done(self) -> set[str]:
         import pyarrow.parquet as pq

@@ -14,11 +14,18 @@ import pandas as pd
 
 from models.analysis import heads
 from models.core.results import STEP_CONVENTION, RunResult, TextResult
+from models.core.text import with_marks
 from viz import export, heatmap
 from viz.figure import Figure, NoOptions, view
 
 ROWS_COLUMNS = ("Rows: the token doing the attending (query). Columns: the tokens it attends to (keys). Each row "
-                "sums to 1. Grey cells are masked (the model could not look there).")
+                "sums to 1.")
+MASKED = "Grey cells are masked (the model could not look there)."
+
+
+def rows_columns(allowed: np.ndarray) -> str:
+    """How to read a heatmap; the grey cells explained only when the map has some (a causal or padding mask)."""
+    return ROWS_COLUMNS + (" " + MASKED if not np.all(allowed) else "")
 
 
 def head_label(head: int | None) -> str:
@@ -53,7 +60,7 @@ def head(result: RunResult, options: HeadOptions) -> Figure:
     query_tokens, key_tokens = maps.tokens_in(layer)
     title = f"layer {layer}, {'average of heads' if options.head is None else f'head {options.head}'}"
     chart = image = None
-    caption = ROWS_COLUMNS
+    caption = rows_columns(allowed)
     if max(weights.shape) <= heatmap.MAX_CHART_TOKENS:
         chart = heatmap.attention_chart(weights, query_tokens, key_tokens, allowed, title, options.scheme)
     else:
@@ -61,9 +68,11 @@ def head(result: RunResult, options: HeadOptions) -> Figure:
         shrink = -(-max(weights.shape) // heatmap.OVERVIEW_PX)
         caption = (f"{title}: all {weights.shape[0]} × {weights.shape[1]}"
                    + (f" (each pixel the largest of {shrink} × {shrink} cells)" if shrink > 1 else "")
-                   + f". Colours saturate at {vmax:.3f} (the median of each query's largest weight). " + ROWS_COLUMNS)
+                   + f". Colours saturate at {vmax:.3f} (the median of each query's largest weight). "
+                   + rows_columns(allowed))
     return Figure(
-        _stem(result, maps.kind, f"layer {layer}", f"head {name}"), chart=chart, image=image, caption=caption,
+        _stem(result, maps.kind, f"layer {layer}", f"head {name}"), chart=chart, image=image,
+        caption=with_marks(caption, query_tokens, key_tokens),
         table=lambda: export.matrix_frame(weights, query_tokens, key_tokens),
         payload=lambda: {"model": result.model.key, "kind": maps.kind, "layer": layer, "head": name,
                          "query_tokens": query_tokens, "key_tokens": key_tokens, "weights": weights,
@@ -197,6 +206,7 @@ def focus(result: RunResult, options: FocusOptions) -> Figure:
     chart = heatmap.token_bars(row, key_tokens, f"Where '{label}' looks", allowed)
     return Figure(
         _stem(result, maps.kind, f"layer {layer}", f"head {name}", f"query {query}"), chart=chart, width="stretch",
+        caption=with_marks("", [label], key_tokens),
         table=lambda: pd.DataFrame({"key": key_tokens, "weight": row, "visible": allowed}),
         payload=lambda: {"model": result.model.key, "kind": maps.kind, "layer": layer, "head": name, "query": query,
                          "query_token": query_tokens[query], "key_tokens": key_tokens, "weights": row},
@@ -214,7 +224,7 @@ def next_token(result: TextResult, options: NoOptions) -> Figure:
     return Figure(
         _stem(result, "next token"),
         chart=heatmap.probability_bars(tokens, probabilities, f"Top {len(tokens)} after the last token"),
-        width="stretch",
+        width="stretch", caption=with_marks("", tokens),
         table=lambda: pd.DataFrame({"token": tokens, "token_id": [t.token_id for t in result.next_token],
                                     "probability": probabilities}),
         payload=lambda: {"model": result.model.key, "tokens": tokens, "probabilities": probabilities},
@@ -252,9 +262,9 @@ def generation_step(result: TextResult, options: StepOptions) -> Figure:
     return Figure(
         _stem(result, "generation", f"step {options.step}", f"layer {options.layer}", f"head {name}"),
         charts=charts, layout=((3, 2),), width="stretch",  # where it looked, wider than its candidates
-        caption=f"{STEP_CONVENTION} Attention and probabilities come from one teacher-forced forward over the final "
-                "text; probabilities are the model's raw distribution, before temperature, top-k, top-p and "
-                "repetition penalty.",
+        caption=with_marks(f"{STEP_CONVENTION} Attention and probabilities come from one teacher-forced forward "
+                           "over the final text; probabilities are the model's raw distribution, before temperature, "
+                           "top-k, top-p and repetition penalty.", key_tokens[visible], candidates),
         table=lambda: pd.DataFrame({"key": key_tokens[visible], "weight": weights[visible]}),
         payload=lambda: {"model": result.model.key, "step": options.step, "token": chosen.token,
                          "probability": chosen.probability, "layer": options.layer, "head": name,

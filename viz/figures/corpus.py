@@ -1,6 +1,8 @@
-"""Figures of corpus mode: a statistic over layer × head, a head's top examples, the A→B search ranking, the joint
-query–key embedding (AttentionViz) and MoE expert load. Pure: arrays and tables from ``models.corpus.analysis`` in,
-a ``Figure`` out; the page, the CLI and the downloads all use these."""
+"""Figures of corpus mode, registered as the corpus page's views: a statistic over layer × head (``corpus_heads``), a
+head's top examples (``corpus_top``), the joint query–key embedding (AttentionViz; ``corpus_embedding``), the A→B
+search ranking (``corpus_search``) and MoE expert load (``corpus_experts``). Pure: what ``models.corpus.analysis``
+read from a results folder in, a ``Figure`` out; the page, ``python -m app.cli --page corpus --view NAME`` and the
+downloads all draw them through the registry."""
 from __future__ import annotations
 
 import re
@@ -10,7 +12,16 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from models.corpus.analysis import CorpusSummary, Embedding, corpus_summary
+from models.corpus.analysis import (
+    CorpusSummary,
+    Embedding,
+    SearchResult,
+    TopExamples,
+    corpus_summary,
+    embedding_view,
+    search_view,
+    top_examples_view,
+)
 from models.corpus.statistics import STATISTICS
 from viz.figure import Figure, view
 from viz.heatmap import PAD, head_statistic_chart
@@ -43,6 +54,7 @@ def statistic_map(summary: CorpusSummary, statistic: str = "entropy_bits",
                   arrays=lambda: {f"{name}_mean": summary.mean[name] for name in STATISTICS}
                   | {f"{name}_std": summary.spread[name] for name in STATISTICS},
                   metadata={"model": info.model, "corpus": info.corpus, "documents": str(summary.documents),
+                            "tokens": str(summary.tokens), "skipped": str(len(summary.skipped)),
                             "statistic": statistic},
                   caption=f"{STATISTICS[statistic]}: mean over {summary.documents:,} documents ({summary.tokens:,} "
                           "tokens), each document counted once; the table adds each statistic's spread (std over "
@@ -62,7 +74,8 @@ def top_examples_figure(examples: pd.DataFrame, model: str, layer: int, head: in
                   metadata={"model": model, "layer": str(layer), "head": str(head)})
 
 
-def search_figure(ranked: pd.DataFrame, model: str, pattern_a: str, pattern_b: str, count: int = 15) -> Figure:
+def search_figure(ranked: pd.DataFrame, model: str, pattern_a: str, pattern_b: str, count: int = 15,
+                  searched: int | None = None) -> Figure:
     """The heads ranked by how much of an A token's attention goes to B tokens."""
     top = ranked.head(count).assign(label=lambda f: [f"L{int(r.layer)} H{int(r.head)}" for r in f.itertuples()],
                                     rank=lambda f: np.arange(len(f)))
@@ -71,9 +84,14 @@ def search_figure(ranked: pd.DataFrame, model: str, pattern_a: str, pattern_b: s
         y=alt.Y("label:N", sort=alt.EncodingSortField("rank"), title="head"),
         tooltip=["layer", "head", alt.Tooltip("share:Q", format=".3f"), "queries"],
     ).properties(width=420, height=20 * len(top), autosize=PAD)
+    queries = int(ranked.queries.iloc[0]) if len(ranked) else 0
+    caption = (f"{searched:,} documents hold both; " if searched is not None else "") + \
+        f"{queries:,} A tokens could see a B token. Each head's share: the mean, over those A tokens, of the " \
+        "attention they put on B tokens."
     return Figure(_slug("corpus", model, "search", pattern_a, pattern_b), chart=chart, table=ranked,
-                  payload=lambda: {"a": pattern_a, "b": pattern_b, "heads": ranked.to_dict("records")},
-                  metadata={"model": model, "a": pattern_a, "b": pattern_b})
+                  payload=lambda: {"a": pattern_a, "b": pattern_b, "documents": searched,
+                                   "heads": ranked.to_dict("records")},
+                  metadata={"model": model, "a": pattern_a, "b": pattern_b}, caption=caption)
 
 
 COLOURS = ("position", "token", "document", "kind")
@@ -134,9 +152,69 @@ def expert_load_figure(summary: CorpusSummary) -> Figure:
 class CorpusOptions:
     results: str = ""  # a results folder written by the corpus page or `python -m app.cli --page corpus`
     statistic: str = "entropy_bits"  # one of models.corpus.statistics.STATISTICS
+    layer: int = 0  # the head outlined on the map
+    head: int = 0
+    revision: str = ""  # what the folder holds (the page: documents written, so a growing run redraws)
 
 
 @view("corpus_heads", "Per-head statistics over a corpus (layer × head map; the table adds each spread)",
-      CorpusOptions, analysis=corpus_summary, analysis_options=("results",), page="corpus")
+      CorpusOptions, analysis=corpus_summary, analysis_options=("results", "revision"), page="corpus")
 def corpus_heads(summary: CorpusSummary, options: CorpusOptions) -> Figure:
-    return statistic_map(summary, options.statistic)
+    return statistic_map(summary, options.statistic, (options.layer, options.head))
+
+
+@dataclass(frozen=True)
+class TopOptions:
+    results: str = ""
+    layer: int = 0
+    head: int = 0
+    count: int = 8  # documents
+    revision: str = ""
+
+
+@view("corpus_top", "A head's top examples: the documents where its largest weight off the first token and the "
+      "diagonal is highest", TopOptions, analysis=top_examples_view,
+      analysis_options=("results", "layer", "head", "count", "revision"), page="corpus")
+def corpus_top(top: TopExamples, options: TopOptions) -> Figure:
+    return top_examples_figure(top.examples, top.model, top.layer, top.head)
+
+
+@dataclass(frozen=True)
+class EmbeddingOptions:
+    results: str = ""
+    layer: int = 1
+    head: int = 0
+    embedded: int = 30  # documents embedded (the first of the results folder)
+    method: str = "pca"  # or umap (with umap-learn installed)
+    colour: str = "position"  # one of COLOURS
+
+
+@view("corpus_embedding", "One head's queries and keys from many documents in one plane (AttentionViz)",
+      EmbeddingOptions, analysis=embedding_view, analysis_options=("results", "layer", "head", "embedded", "method"),
+      page="corpus")
+def corpus_embedding(embedding: Embedding, options: EmbeddingOptions) -> Figure:
+    return embedding_figure(embedding, embedding.model, options.colour)
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    results: str = ""
+    a: str = "is"  # tokens the attention comes from (exact text, or a regular expression)
+    b: str = "object"  # tokens it goes to
+    regex: bool = False
+    searched: int = 40  # documents holding both that are read
+
+
+@view("corpus_search", "Which heads attend from tokens matching A to tokens matching B, over a corpus",
+      SearchOptions, analysis=search_view, analysis_options=("results", "a", "b", "regex", "searched"),
+      page="corpus")
+def corpus_search(search: SearchResult, options: SearchOptions) -> Figure:
+    return search_figure(search.ranked, search.model, search.pattern_a, search.pattern_b, searched=search.searched)
+
+
+@view("corpus_experts", "MoE expert load per layer over a corpus, with the routers' entropy", CorpusOptions,
+      analysis=corpus_summary, analysis_options=("results", "revision"), page="corpus")
+def corpus_experts(summary: CorpusSummary, options: CorpusOptions) -> Figure:
+    if not summary.moe:
+        raise ValueError(f"{summary.info.model} has no mixture-of-experts layers: no expert load to show")
+    return expert_load_figure(summary)

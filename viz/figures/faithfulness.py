@@ -12,14 +12,17 @@ from PIL import Image, ImageDraw, ImageFont
 
 from models.analysis import explanations as explainable
 from models.analysis.attribution import ALL_METHODS as METHODS
+from models.analysis.attribution import RANDOM, RANDOM_NAME, method_name
 from models.analysis.faithfulness import AUC_NOTE, Faithfulness, measure_symbol
+from models.core.text import with_marks
 from viz import export, image_overlay
 from viz.figure import Figure, view
 from viz.heatmap import PAD
 
 TILE_PIXELS = 192
 LABEL_PIXELS = 24  # the method's name above each map
-RANDOM = "random"
+RANDOM_MAP = "Random map"  # the localisation's baseline
+NONE = "—"  # a table cell with nothing to say (the random row's own verdict)
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,7 @@ def curve_frame(found: Faithfulness) -> pd.DataFrame:
         for curve_name in ("deletion", "insertion"):
             values = (getattr(curves, curve_name) if curves is not None
                       else deletion_random if curve_name == "deletion" else insertion_random)
-            rows += [{"method": name, "curve": curve_name, "fraction": float(x), "probability": float(p)}
+            rows += [{"method": method_name(name), "curve": curve_name, "fraction": float(x), "probability": float(p)}
                      for x, p in zip(fractions, values)]
     return pd.DataFrame(rows)
 
@@ -75,14 +78,14 @@ def describe(found: Faithfulness, method: str) -> str:
 def table_frame(found: Faithfulness) -> pd.DataFrame:
     rows = []
     for name, curves in found.curves.items():
-        rows.append({"method": name, "deletion AUC (lower better)": curves.deletion_auc,
+        rows.append({"method": method_name(name), "deletion AUC (lower better)": curves.deletion_auc,
                      "insertion AUC (higher better)": curves.insertion_auc,
-                     "no better than random": found.no_better_than_random(name),
+                     "no better than random": "yes" if found.no_better_than_random(name) else "no",
                      "seconds": found.explanations.seconds.get(name, float("nan")), "what": describe(found, name)})
     deletion_mean, deletion_std = found.random_auc("deletion")
     insertion_mean, insertion_std = found.random_auc("insertion")
-    rows.append({"method": RANDOM, "deletion AUC (lower better)": deletion_mean,
-                 "insertion AUC (higher better)": insertion_mean, "no better than random": None,
+    rows.append({"method": RANDOM_NAME, "deletion AUC (lower better)": deletion_mean,
+                 "insertion AUC (higher better)": insertion_mean, "no better than random": NONE,
                  "seconds": float("nan"), "what": f"random order, mean ± sd of {len(found.random)} seeds "
                  f"(deletion ± {deletion_std:.3f}, insertion ± {insertion_std:.3f})"})
     return pd.DataFrame(rows)
@@ -91,7 +94,7 @@ def table_frame(found: Faithfulness) -> pd.DataFrame:
 def curves_chart(frame: pd.DataFrame, curve: str, title: str, unit: str = "patches",
                  measure: str = "target probability") -> alt.Chart:
     part = frame[frame["curve"] == curve]
-    dash = alt.condition(alt.datum.method == RANDOM, alt.value([5, 4]), alt.value([1, 0]))
+    dash = alt.condition(alt.datum.method == RANDOM_NAME, alt.value([5, 4]), alt.value([1, 0]))
     return alt.Chart(part).mark_line(point=alt.OverlayMarkDef(size=14)).encode(
         x=alt.X("fraction:Q", title=f"fraction of {unit} {'removed' if curve == 'deletion' else 'revealed'}",
                 scale=alt.Scale(domain=[0, 1])),
@@ -149,13 +152,13 @@ def token_chart(found: Faithfulness, scheme: str = "inferno") -> alt.Chart:
         scores = np.asarray(scores, dtype=np.float64)
         span = scores.max() - scores.min()
         shown = (scores - scores.min()) / span if span > 0 else np.zeros_like(scores)
-        rows += [{"method": method, "position": i, "token": f"{i}: {token}", "relevance": float(v),
+        rows += [{"method": method_name(method), "position": i, "token": f"{i}: {token}", "relevance": float(v),
                   "score": float(raw)} for i, (token, v, raw) in enumerate(zip(found.unit_names, shown, scores))]
     frame = pd.DataFrame(rows)
     return alt.Chart(frame).mark_rect().encode(
         x=alt.X("token:N", sort=alt.EncodingSortField("position", op="min"), title=None,
                 axis=alt.Axis(labelAngle=-50, labelLimit=110, labelOverlap=False)),
-        y=alt.Y("method:N", sort=list(found.explanations.scores), title=None),
+        y=alt.Y("method:N", sort=[method_name(m) for m in found.explanations.scores], title=None),
         color=alt.Color("relevance:Q", scale=alt.Scale(scheme=scheme, domain=[0, 1]), title="relevance (min–max)"),
         tooltip=["method", "token", alt.Tooltip("score:Q", format=".4g")],
     ).properties(width=min(900, 34 * len(found.unit_names)), height=24 * len(found.explanations.scores),
@@ -170,8 +173,9 @@ def explanations(found: Faithfulness, options: FaithfulnessOptions) -> Figure:
         scores = {m: np.asarray(s, dtype=np.float32) for m, s in found.explanations.scores.items()}
         return Figure(
             _stem(found, "explanations", options), chart=token_chart(found), width="stretch",
-            caption=f"Every method's relevance of each input token for {found.target_name!r} "
-                    f"({found.target_kind}), each row scaled to its own range.",
+            caption=with_marks(f"Every method's relevance of each input token for {found.target_name!r} "
+                               f"({found.target_kind}), each row scaled to its own range.", found.unit_names,
+                               [found.target_name]),
             table=lambda: pd.DataFrame(scores, index=pd.Index(found.unit_names, name="token")),
             payload={**_settings(found), "tokens": list(found.unit_names), "maps": scores,
                      "methods": {m: METHODS[m] for m in scores}},
@@ -201,14 +205,15 @@ class LocalisationOptions:
       analysis=explainable.localisation, analysis_options=("images", "seed", "ig_steps"))
 def localisation(found, options: LocalisationOptions) -> Figure:
     summary = found.summary()
-    rows = [{"method": m, "pointing game": s["pointing_game"], "pointing game se": s["pointing_game_se"],
+    rows = [{"method": RANDOM_MAP if m == RANDOM else method_name(m), "pointing game": s["pointing_game"],
+             "pointing game se": s["pointing_game_se"],
              "IoU": s["iou"], "IoU se": s["iou_se"]} for m, s in summary.items()]
     frame = pd.DataFrame(rows)
     long = frame.melt(id_vars=["method"], value_vars=["pointing game", "IoU"], var_name="measure", value_name="value")
-    order = list(summary)
+    order = list(frame["method"])
     chart = alt.Chart(long).mark_bar().encode(
         y=alt.Y("method:N", sort=order, title=None), x=alt.X("value:Q", scale=alt.Scale(domain=[0, 1]), title=None),
-        color=alt.condition(alt.datum.method == RANDOM, alt.value("#999999"), alt.value("steelblue")),
+        color=alt.condition(alt.datum.method == RANDOM_MAP, alt.value("#999999"), alt.value("steelblue")),
         column=alt.Column("measure:N", title=None, sort=["pointing game", "IoU"]),
         tooltip=["method", "measure", alt.Tooltip("value:Q", format=".3f")],
     ).properties(width=260, height=22 * len(order), autosize=PAD)

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from models.analysis import knockout
+from models.core.text import with_marks
 from viz import export
 from viz.figure import Figure, view
 from viz.heatmap import PAD
@@ -77,6 +78,7 @@ def attention_knockout(found: knockout.Knockout, options: KnockoutOptions) -> Fi
                f"{', '.join(map(str, found.queries))} to {', '.join(map(str, found.keys))} cut in layers "
                f"{found.layers[0]}–{found.layers[1]} ({found.relative_change:+.0%}). A cut edge is removed from the "
                "attention mask: the query spreads its attention over the keys it still sees.")
+    caption = with_marks(caption, found.tokens, [token for token, _ in (*found.top_before, *found.top_after)])
     return Figure(
         export.file_stem(found.model, found.input_name, "knockout", f"keys {'-'.join(map(str, found.keys))}",
                          f"layers {found.layers[0]}-{found.layers[1]}", f"target {found.target} {found.target_id}"),
@@ -124,6 +126,7 @@ def knockout_sweep(found: knockout.KnockoutSweep, options: SweepOptions) -> Figu
                f"it (the information flows there); blue: it raises it. The largest drop, "
                f"{found.change[worst]:+.0%}, is position {int(worst[1])} ({found.tokens[int(worst[1])]!r}) in layers "
                "{}–{}.".format(*found.window_of(int(worst[0]))))
+    caption = with_marks(caption, found.tokens)
     return Figure(
         export.file_stem(found.model, found.input_name, "knockout sweep", f"window {found.window}",
                          f"target {found.target} {found.target_id}"),

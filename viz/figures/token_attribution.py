@@ -11,6 +11,7 @@ import pandas as pd
 
 from models.analysis import explanations as explainable
 from models.analysis.attribution import ALL_METHODS as METHODS
+from models.core.text import with_marks
 from viz import export
 from viz.figure import Figure, view
 from viz.heatmap import PAD
@@ -48,8 +49,9 @@ def token_attribution(found, options: TokenAttributionOptions) -> Figure:
         payload["integrated_gradients_delta"] = explained.ig_delta
         payload["integrated_gradients_difference"] = explained.ig_difference
     return Figure(export.file_stem(model.split("/")[-1], options.method, f"target {ex.target_name}"), chart=chart,
-                  caption=f"{METHODS[options.method]}: each input token's relevance for {ex.target_name!r} "
-                          f"({ex.target_kind}).", table=lambda: frame, payload=payload,
+                  caption=with_marks(f"{METHODS[options.method]}: each input token's relevance for "
+                                     f"{ex.target_name!r} ({ex.target_kind}).", names, [ex.target_name]),
+                  table=lambda: frame, payload=payload,
                   arrays=lambda: {"scores": scores, "positions": np.asarray(ex.units)},
                   metadata={k: str(v) for k, v in settings.items()})
 
