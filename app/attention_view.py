@@ -5,6 +5,9 @@ viz/figures/attention.py (the same ones ``python -m app.cli`` writes), this modu
 """
 from __future__ import annotations
 
+import dataclasses
+
+import altair as alt
 import streamlit as st
 
 from app import display, presentation, resources, url_state, widgets
@@ -19,6 +22,7 @@ from viz.figures.attention import (
     StatisticsOptions,
     ZoomOptions,
 )
+from viz.figures.long_inputs import LevelOptions, RowOptions
 
 AVERAGE = "average of heads"
 
@@ -50,9 +54,17 @@ def layer_head_picker(maps: AttentionMaps, key: str) -> tuple[int, int | None]:
     return min(layer, maps.num_layers - 1), None if choice == AVERAGE else options.index(choice) - 1
 
 
+STATISTICS = {"maximum": "largest weight", "mean": "mean weight"}
+FOCUS_CHOICES = 4096  # beyond this many tokens the focus tab's query is typed, not picked from a list
+
+
 def head_heatmap(result: RunResult, kind: str, layer: int, head: int | None, key: str, scheme: str) -> None:
-    """One head (or the head average) as a chart when small, as an image with a zoomable token range when large."""
-    figure = widgets.figure_or_none("head", result, HeadOptions(kind, layer, head, scheme))
+    """One head (or the head average) as a chart when small; when large, a zoom pyramid computed where the model's
+    q and k are: the whole map as an image (each pixel a block's largest or mean weight) on the left, the brushed
+    window on the right at its own level (again brushable) down to exact cells with tooltips, and below, one query
+    row's exact weights and top keys in context (click a cell, or double-click a pixel, to open its row)."""
+    statistic = st.session_state.get(f"{key}_pixels", "maximum")
+    figure = widgets.figure_or_none("head", result, HeadOptions(kind, layer, head, scheme, statistic))
     if figure is None:
         return
     if figure.chart is not None:
@@ -65,31 +77,91 @@ def head_heatmap(result: RunResult, kind: str, layer: int, head: int | None, key
     with overview:
         # both charts fit half a 1280-px laptop screen (402 px a column): Vega maps the pointer in its own pixels, so
         # a chart scaled down or cut off by its column would brush and tooltip the wrong cells
-        png = resources.figure_png(figure, (result.run_id, kind, layer, head, scheme))
-        overview = Figure(figure.stem, chart=heatmap.zoom_overview_chart(png, n_q, n_k, queries, keys, width=320),
-                          caption=figure.caption + " Drag a rectangle to zoom; the red frame is the region on the "
-                                                   "right.")
-        display.show(overview, f"{key}_overview", select=f"{key}_brush", downloads=False)
+        png = resources.figure_png(figure, (result.run_id, kind, layer, head, scheme, statistic))
+        whole = Figure(figure.stem, chart=heatmap.zoom_overview_chart(png, n_q, n_k, queries, keys, width=320,
+                                                                      pick="pick"),
+                       caption=figure.caption + " Drag a rectangle to zoom (the red frame is the region on the right); "
+                               "double-click to open a query's row below.")
+        display.show(whole, f"{key}_overview", select=f"{key}_brush", downloads=False)
+        st.radio("Each pixel shows", list(STATISTICS), format_func=STATISTICS.get, key=f"{key}_pixels",
+                 horizontal=True)
     with detail:
-        zoom = widgets.figure_or_none("head_zoom", result, ZoomOptions(kind, layer, head, scheme, queries, keys))
-        if zoom is not None:
-            display.show(zoom, f"{key}_zoom", downloads=False, caption=False)
+        cells = all(b - a + 1 <= heatmap.MAX_CHART_TOKENS for a, b in (queries, keys))
+        if cells:  # the last level: every cell, with a tooltip; a click opens its row
+            zoom = widgets.figure_or_none("head_zoom", result, ZoomOptions(kind, layer, head, scheme, queries, keys))
+            if zoom is not None:
+                clickable = dataclasses.replace(zoom, chart=zoom.chart.add_params(alt.selection_point(
+                    name="cell", fields=["query position"], on="click", clear=False)))
+                display.show(clickable, f"{key}_zoom", select=f"{key}_cells", downloads=False, caption=False)
+                st.caption("Click a cell to open its query's row below.")
+        else:  # a level of the pyramid: the window at the tiles that fit, computed now; brush again to go deeper
+            level = widgets.figure_or_none("head_level", result, LevelOptions(kind, layer, head, scheme, statistic,
+                                                                              queries, keys))
+            if level is not None:
+                png = resources.figure_png(level, (result.run_id, kind, layer, head, scheme, statistic, queries,
+                                                   keys))
+                span = (queries[1] - queries[0] + 1, keys[1] - keys[0] + 1)
+                window = Figure(level.stem, chart=heatmap.zoom_overview_chart(
+                    png, *span, queries, keys, width=320, origin=(queries[0], keys[0]), pick="pick"),
+                    caption=level.caption + " Drag to zoom further; double-click to open a row.")
+                display.show(window, f"{key}_level", select=f"{key}_level_brush", downloads=False)
+        st.button("Whole map", key=f"{key}_unzoom", help="Show the whole input again on the right",
+                  on_click=_zoom_to, args=(key, (0, n_q - 1), (0, n_k - 1)))
     display.offer(figure, key)
+    query_row(result, kind, layer, head, key, n_q, queries)
+
+
+def query_row(result: RunResult, kind: str, layer: int, head: int | None, key: str, n_q: int,
+              queries: tuple[int, int]) -> None:
+    """One query's exact weights over every key and its top keys in context; the row is picked by a click in the
+    cells, a double-click in an image, or typed."""
+    _apply_row_pick(key, n_q)
+    if not 0 <= st.session_state.get(f"{key}_row", -1) < n_q:
+        st.session_state[f"{key}_row"] = queries[1]  # the window's last query
+    query = st.number_input("Query row (position)", 0, n_q - 1, key=f"{key}_row",
+                            help="Whose attention to list: click a cell or double-click a pixel above, or type it.")
+    figure = widgets.figure_or_none("query_row", result, RowOptions(kind, layer, head, int(query)))
+    if figure is not None:
+        display.show(figure, f"{key}_row", downloads=False)
+        st.dataframe(figure.table(), hide_index=True, key=f"{key}_row_table",
+                     column_config={"weight": st.column_config.NumberColumn(format="%.4f")})
+        display.offer(figure, f"{key}_row")
+
+
+def _apply_row_pick(key: str, n_q: int) -> None:
+    """A cell clicked or a pixel double-clicked (previous run) opens that query's row."""
+    for source, field in ((f"{key}_cells", "query position"), (f"{key}_brush", "query"),
+                          (f"{key}_level_brush", "query")):
+        event = st.session_state.get(source)
+        selection = (event or {}).get("selection", {})
+        points = selection.get("cell" if source.endswith("_cells") else "pick") or []
+        if points and field in points[0]:
+            picked = int(min(max(round(points[0][field]), 0), n_q - 1))
+            if st.session_state.get(f"{source}_row_last") != picked:
+                st.session_state[f"{source}_row_last"] = picked
+                st.session_state[f"{key}_row"] = picked
+
+
+def _zoom_to(key: str, queries: tuple[int, int], keys: tuple[int, int]) -> None:
+    """Set the window (before the sliders are drawn: a button's callback)."""
+    st.session_state[f"{key}_zoom_q"], st.session_state[f"{key}_zoom_k"] = queries, keys
 
 
 def _zoom_ranges(key: str, n_q: int, n_k: int, limit: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """The (first, last) query and key positions to show cell by cell: a brush on the overview (previous run) sets
-    the range sliders, which are the source of truth; ranges wider than ``limit`` are cut to ``limit``."""
-    event = st.session_state.get(f"{key}_brush")
-    brushed = (event or {}).get("selection", {}).get("zoom") or {}
-    if "query" in brushed and "key" in brushed:
-        picked = tuple(round(v) for v in (*brushed["query"], *brushed["key"]))
-        if st.session_state.get(f"{key}_brush_last") != picked:
-            st.session_state[f"{key}_brush_last"] = picked
-            q0, q1, k0, k1 = (int(min(max(v, 0), top - 1)) for v, top in zip(sorted(picked[:2]) + sorted(picked[2:]),
-                                                                              (n_q, n_q, n_k, n_k)))
-            st.session_state[f"{key}_zoom_q"] = (q0, min(q1, q0 + limit - 1))
-            st.session_state[f"{key}_zoom_k"] = (k0, min(k1, k0 + limit - 1))
+    """The (first, last) query and key positions of the window on the right: a brush on the overview or on the
+    window itself (previous run) sets the range sliders, which are the source of truth. A window of at most
+    ``limit`` a side is shown cell by cell, a larger one at its level of the zoom pyramid."""
+    for source in (f"{key}_brush", f"{key}_level_brush"):
+        event = st.session_state.get(source)
+        brushed = (event or {}).get("selection", {}).get("zoom") or {}
+        if "query" in brushed and "key" in brushed:
+            picked = tuple(round(v) for v in (*brushed["query"], *brushed["key"]))
+            if st.session_state.get(f"{source}_last") != picked:
+                st.session_state[f"{source}_last"] = picked
+                q0, q1, k0, k1 = (int(min(max(v, 0), top - 1)) for v, top in
+                                  zip(sorted(picked[:2]) + sorted(picked[2:]), (n_q, n_q, n_k, n_k)))
+                st.session_state[f"{key}_zoom_q"] = (q0, q1)
+                st.session_state[f"{key}_zoom_k"] = (k0, k1)
     for name, n in (("q", n_q), ("k", n_k)):  # a new, shorter input: start again at the end of the text
         current = st.session_state.get(f"{key}_zoom_{name}")
         if current is not None and current[1] >= n:
@@ -101,11 +173,7 @@ def _zoom_ranges(key: str, n_q: int, n_k: int, limit: int) -> tuple[tuple[int, i
     left, right = st.columns(2)
     queries = left.slider("Zoom: query tokens", 0, n_q - 1, key=f"{key}_zoom_q")
     keys = right.slider("Zoom: key tokens", 0, n_k - 1, key=f"{key}_zoom_k")
-    cut = [name for name, (a, b) in (("queries", queries), ("keys", keys)) if b - a + 1 > limit]
-    if cut:
-        st.caption(f"Showing the first {limit} of the chosen {' and '.join(cut)} cell by cell (at most {limit} a "
-                   "side keep every cell readable with a tooltip).")
-    return (queries[0], min(queries[1], queries[0] + limit - 1)), (keys[0], min(keys[1], keys[0] + limit - 1))
+    return (int(queries[0]), int(queries[1])), (int(keys[0]), int(keys[1]))
 
 
 def _apply_table_pick(key: str, num_heads: int) -> None:
@@ -152,8 +220,13 @@ def model_view(result: RunResult, kind: str, layer: int, head: int | None, key: 
 def token_focus(result: RunResult, kind: str, layer: int, head: int | None, key: str) -> None:
     """Pick a query token and see its attention over the keys."""
     labels = heatmap.token_labels(result.maps(kind).tokens_in(layer)[0])
-    position = st.selectbox("Query token", range(len(labels)), index=len(labels) - 1,
-                            format_func=lambda i: f"{i}: {labels[i]}", key=f"{key}_focus")
+    if len(labels) > FOCUS_CHOICES:  # a list of 100,000 options would be megabytes sent to every rerun
+        if not 0 <= st.session_state.get(f"{key}_focus_position", -1) < len(labels):
+            st.session_state[f"{key}_focus_position"] = len(labels) - 1
+        position = int(st.number_input("Query token (position)", 0, len(labels) - 1, key=f"{key}_focus_position"))
+    else:
+        position = st.selectbox("Query token", range(len(labels)), index=len(labels) - 1,
+                                format_func=lambda i: f"{i}: {labels[i]}", key=f"{key}_focus")
     figure = widgets.figure_or_none("focus", result, FocusOptions(kind, layer, head, position))
     if figure is not None:
         display.show(figure, f"{key}_focus", downloads=False)

@@ -2,6 +2,7 @@
 
     python -m app.cli --page gpt --text "The animal didn't cross the street" --view head --layer 3 --head 5 \
         --format png,svg,json,csv,npz --out figures/
+    python -m app.cli --page gpt --text-file book.txt --device cuda --dtype bfloat16 --view query_row --query 5000
     python -m app.cli --page vit --image cat --view rollout --fusion max --format png,npz
     python -m app.cli --page positional --view sinusoidal --d 256
     python -m app.cli --page speech --audio clip.wav --task translate --view cross --format json,npz
@@ -38,6 +39,8 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[str, 
     parser.add_argument("--view", help="one of the page's views (default: the first); see --list")
     parser.add_argument("--model", help="registry key, hub id or local folder (default: the page's offline model)")
     parser.add_argument("--text", help="the input text (text pages; default: the page's sample)")
+    parser.add_argument("--text-file", type=Path, help="a UTF-8 .txt file as the input text (a long prompt: its "
+                                                       "token limit defaults to the device's highest)")
     parser.add_argument("--image", help="a sample photo's name, an image file or shapes:SEED (DETR's generated scene; "
                                         "image pages; default: cat)")
     parser.add_argument("--audio", help="a sample clip's name or an audio file (speech page; default: its sample)")
@@ -128,6 +131,15 @@ def make_inputs(family, page: catalog.Page, args: argparse.Namespace):
         return ImageInput(images.decode_image(path.read_bytes(), f"the file {path.name!r}"), path.stem)
     text = args.text if args.text is not None else page.sample
     default_tokens = 128 if family.name == "translation" else limits.DEFAULT_TOKENS
+    if args.text_file is not None:
+        from models.core import text as text_utils
+
+        if args.text is not None:
+            raise ValueError("give --text or --text-file, not both")
+        if not args.text_file.is_file():
+            raise ValueError(f"--text-file {str(args.text_file)!r} is not a file")
+        text = text_utils.decode_upload(args.text_file.read_bytes())
+        default_tokens = limits.max_tokens(args.device)
     return TextInput(text, args.max_tokens or default_tokens)
 
 

@@ -4,15 +4,18 @@
   keeps its per-call state out of it (models/core/capture.py). Each (spec, device, dtype) has a cached slot, filled under
   a lock by the first session that asks, with a progress bar in that session's page; the server's warm-up
   (app/warmup.py) may have filled it already.
-- Runs (``run``): ``st.cache_resource``, not ``st.cache_data``: ``cache_data`` unpickles a fresh copy on every rerun,
-  and for long inputs that copy (the kept queries and keys) costs more than the 200 ms a slider move may take.
-  Results are frozen and their arrays read-only, so sharing them is safe; ``max_entries`` and ``ttl`` bound memory.
+- Runs (``run``): one shared object per run, not a pickled copy (``cache_data`` would unpickle the kept queries and
+  keys on every rerun). Results are frozen and their arrays read-only, so sharing them is safe. Bounded by the bytes
+  they hold on each device (``RunResult.held_bytes``: a 131,072-token run keeps ~10 GB of q/k on a GPU), by age and
+  by entries; a new run that does not fit on its device first drops the least recently used runs there.
 - Attention recomputed from a result's queries and keys (``cached_maps``): a byte-bounded LRU keyed by the result's
   ``run_id``, so moving the head slider back does not recompute and a long input cannot fill the memory.
-- Analyses and figures (``analysis``, ``figure``): keyed by the view, the run and the options that matter.
+- Analyses and figures (``analysis``, ``figure``): keyed by the view, the run and the options that matter, and
+  dropped with their run, so that no cached figure keeps a run's maps alive past the run cache's bound.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -29,9 +32,6 @@ from models.core.results import AttentionMaps, RunResult
 from models.core.specs import ModelSpec
 from viz import figures
 from viz.figure import Figure
-
-RUN_CACHE = dict(max_entries=8, ttl=3600, show_spinner=False)
-ATTENTION_CACHE_BYTES = 512 * 2**20  # recomputed layers and heads kept across reruns and sessions, newest first
 
 
 # --- models --------------------------------------------------------------------------------------------------------
@@ -80,16 +80,188 @@ def model_key(loaded: LoadedModel) -> tuple:
 run_key = model_key  # the name the pages not yet rewritten use
 
 
+# --- caches bounded in bytes ---------------------------------------------------------------------------------------
+
+MB = 2**20
+RUN_CACHE_ENTRIES = 32  # small runs are small: the bytes below are what bounds long ones
+RUN_CACHE_TTL_S = 3600
+# kept runs may hold this much host memory (q/k of CPU runs, residual streams), and this share of a GPU's memory:
+# one 131,072-token run of a 1B model keeps ~10.7 GB of q/k on the device, so "eight runs" would be 86 GB
+RUN_CACHE_HOST_BYTES = int(float(os.environ.get("ATTN_EXPLORER_RUN_CACHE_MB", "4096")) * MB)
+RUN_CACHE_DEVICE_SHARE = float(os.environ.get("ATTN_EXPLORER_RUN_CACHE_GPU_SHARE", "0.5"))
+FIGURE_CACHE_ENTRIES = 64
+ANALYSIS_CACHE_ENTRIES = 16
+ATTENTION_CACHE_BYTES = 512 * MB  # recomputed layers and heads kept across reruns and sessions, newest first
+
+
+def _device_budget(device: str) -> int | None:
+    """Bytes the run cache may hold on ``device`` (None: no bound there)."""
+    if device == "cpu":
+        return RUN_CACHE_HOST_BYTES
+    if device.startswith("cuda"):
+        import torch
+
+        index = torch.device(device).index or 0
+        return int(torch.cuda.get_device_properties(index).total_memory * RUN_CACHE_DEVICE_SHARE)
+    return RUN_CACHE_HOST_BYTES  # MPS shares the host's memory
+
+
+class _Store:
+    """A thread-safe LRU bounded by entries, by age and by the bytes its values hold on each device (``held(value)
+    -> {device: bytes}``; the newest entry is always kept). A value is computed once even when sessions ask for it
+    at once (the others wait), as ``st.cache_resource`` does; ``on_evict(key, value)`` runs for what is dropped."""
+
+    def __init__(self, max_entries: int, ttl: float | None = None, held=None, budget=None, on_evict=None):
+        self.max_entries, self.ttl = max_entries, ttl
+        self.held = held or (lambda value: {})
+        self.budget = budget or (lambda device: None)
+        self.on_evict = on_evict or (lambda key, value: None)
+        self._entries: OrderedDict[tuple, tuple[Any, dict, float, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._computing: dict[tuple, threading.Lock] = {}
+
+    def _fresh(self, key: tuple, dropped: list):
+        entry = self._entries.get(key)
+        if entry is not None and self.ttl is not None and time.monotonic() - entry[2] > self.ttl:
+            dropped.append((key, self._entries.pop(key)[0]))
+            return None
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def get(self, key: tuple, compute, tag: Any = None):
+        """The value under ``key``, computed by ``compute()`` on a miss; ``tag`` groups entries for ``purge``."""
+        dropped: list = []
+        try:
+            with self._lock:
+                entry = self._fresh(key, dropped)
+                if entry is not None:
+                    return entry[0]
+                lock = self._computing.setdefault(key, threading.Lock())
+            with lock:
+                with self._lock:
+                    entry = self._fresh(key, dropped)
+                    if entry is not None:
+                        return entry[0]
+                try:
+                    value = compute()
+                finally:
+                    with self._lock:
+                        self._computing.pop(key, None)
+                with self._lock:
+                    self._entries[key] = (value, self.held(value), time.monotonic(), tag)
+                    dropped += self._shrink()
+                return value
+        finally:
+            for old_key, old_value in dropped:
+                self.on_evict(old_key, old_value)
+
+    def _totals(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for _, held, _, _ in self._entries.values():
+            for device, nbytes in held.items():
+                totals[device] = totals.get(device, 0) + nbytes
+        return totals
+
+    def _shrink(self) -> list:
+        dropped = []
+        while len(self._entries) > 1:
+            over = [device for device, total in self._totals().items()
+                    if (limit := self.budget(device)) is not None and total > limit]
+            if len(self._entries) <= self.max_entries and not over:
+                break
+            newest = next(reversed(self._entries))
+            victim = next((key for key, (_, held, _, _) in self._entries.items()
+                           if key != newest and (not over or held.get(over[0], 0) > 0)), None)
+            if victim is None:
+                break
+            dropped.append((victim, self._entries.pop(victim)[0]))
+        return dropped
+
+    def evict_one(self, device: str) -> bool:
+        """Drop the least recently used entry holding memory on ``device`` ("cuda" is any CUDA device's entry, as
+        a model loaded on "cuda" holds "cuda:0"); False when none does."""
+        def on_device(held: dict) -> bool:
+            return any(nbytes > 0 and (name == device or (":" not in device and name.split(":")[0] == device))
+                       for name, nbytes in held.items())
+
+        with self._lock:
+            victim = next((key for key, (_, held, _, _) in self._entries.items() if on_device(held)), None)
+            value = None if victim is None else self._entries.pop(victim)[0]
+        if victim is not None:
+            self.on_evict(victim, value)
+        return victim is not None
+
+    def purge(self, tag: Any) -> None:
+        """Drop every entry stored with ``tag``."""
+        with self._lock:
+            gone = [(key, entry[0]) for key, entry in self._entries.items() if entry[3] == tag]
+            for key, _ in gone:
+                del self._entries[key]
+        for key, value in gone:
+            self.on_evict(key, value)
+
+    def nbytes(self) -> dict[str, int]:
+        with self._lock:
+            return self._totals()
+
+
+def _forget_run(key: tuple, result: RunResult) -> None:
+    """A run left the cache: what was derived from it goes too, so no figure or analysis keeps its q/k alive."""
+    run_id = getattr(result, "run_id", None)
+    for store in (_figures(), _analyses(), _pngs()):
+        store.purge(run_id)
+    _attention.purge(run_id)
+
+
+# ``st.cache_resource.clear()`` (the tests between pages with different patched models) empties these too
+@st.cache_resource(max_entries=1, show_spinner=False)
+def _runs() -> _Store:
+    return _Store(RUN_CACHE_ENTRIES, RUN_CACHE_TTL_S, held=lambda result: result.held_bytes(),
+                  budget=_device_budget, on_evict=_forget_run)
+
+
+@st.cache_resource(max_entries=1, show_spinner=False)
+def _analyses() -> _Store:
+    return _Store(ANALYSIS_CACHE_ENTRIES, RUN_CACHE_TTL_S)
+
+
+@st.cache_resource(max_entries=1, show_spinner=False)
+def _figures() -> _Store:
+    return _Store(FIGURE_CACHE_ENTRIES, RUN_CACHE_TTL_S)
+
+
+@st.cache_resource(max_entries=1, show_spinner=False)
+def _pngs() -> _Store:
+    return _Store(16, RUN_CACHE_TTL_S)
+
+
 # --- runs ------------------------------------------------------------------------------------------------------------
 
-@st.cache_resource(**RUN_CACHE)
-def _run(_loaded: LoadedModel, model: tuple, inputs: tuple, options: str, _inputs, _options) -> RunResult:
-    return families.run(_loaded, _inputs, _options)
-
-
 def run(loaded: LoadedModel, inputs, options=None) -> RunResult:
-    """``families.run`` cached by model, input (``inputs.key``) and options."""
-    return _run(loaded, model_key(loaded), inputs.key, repr(options), inputs, options)
+    """``families.run`` cached by model, input (``inputs.key``) and options. Cached runs are bounded by the bytes
+    they hold on each device; when a new run does not fit on the device (``capture.DoesNotFit``), the least recently
+    used runs there are dropped first and it is tried again."""
+    from models.core.capture import DoesNotFit
+
+    key = (model_key(loaded), inputs.key, repr(options))
+    while True:
+        try:
+            return _runs().get(key, lambda: families.run(loaded, inputs, options))
+        except DoesNotFit:
+            if not _runs().evict_one(loaded.device):
+                raise
+            _release_device_memory(loaded.device)
+
+
+def _release_device_memory(device: str) -> None:
+    import gc
+
+    gc.collect()
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
 
 
 # --- recomputed attention ---------------------------------------------------------------------------------------------
@@ -119,6 +291,12 @@ class _BytesLRU:
     def peek(self, key: tuple) -> np.ndarray | None:
         with self._lock:
             return self._entries.get(key)
+
+    def purge(self, run_id: str | None) -> None:
+        """Drop every entry of the run ``run_id`` (keys start with it)."""
+        with self._lock:
+            for key in [key for key in self._entries if key[0] == run_id]:
+                del self._entries[key]
 
 
 _attention = _BytesLRU(ATTENTION_CACHE_BYTES)
@@ -155,6 +333,25 @@ class CachedMaps(AttentionMaps):
     def allowed(self, layer: int) -> np.ndarray:
         return self.inner.allowed(layer)
 
+    # reductions: computed by the wrapped maps where their q and k live (never through a cached whole map)
+    def tiles(self, *args, **kwargs):
+        return self.inner.tiles(*args, **kwargs)
+
+    def window(self, *args, **kwargs):
+        return self.inner.window(*args, **kwargs)
+
+    def window_allowed(self, *args, **kwargs):
+        return self.inner.window_allowed(*args, **kwargs)
+
+    def row(self, *args, **kwargs):
+        return self.inner.row(*args, **kwargs)
+
+    def row_allowed(self, *args, **kwargs):
+        return self.inner.row_allowed(*args, **kwargs)
+
+    def held_bytes(self) -> dict[str, int]:
+        return self.inner.held_bytes()
+
     def _key(self, *parts) -> tuple:
         return (self.run_id, self.inner.kind, *parts)
 
@@ -185,16 +382,15 @@ def cached_maps(result: RunResult) -> RunResult:
 
 # --- analyses and figures -----------------------------------------------------------------------------------------
 
-@st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)
-def _analysis(key: tuple, run_id: str | None, model: tuple | None, _view, _loaded, _result, _options):
+def _analysis(key: tuple, run_id: str | None, model: tuple | None, view, loaded, result, options):
     """Keyed by the analysis and the options it reads (``View.analysis_key``), not by the view: views that share an
     analysis (the heads table and the thumbnails) share its result."""
-    return _view.analysis(_loaded, _result, _options)
+    return _analyses().get((key, run_id, model), lambda: view.analysis(loaded, result, options), tag=run_id)
 
 
-@st.cache_resource(max_entries=64, ttl=3600, show_spinner=False)
-def _figure(name: str, data_key: tuple, options: str, _data, _options) -> Figure:
-    return figures.build(name, _data, _options)
+def _figure(name: str, data_key: tuple, options_key: str, data, options, run_id: str | None) -> Figure:
+    """Kept while its run is kept: a figure's lazy downloads read the run's maps, so it goes when the run does."""
+    return _figures().get((name, data_key, options_key), lambda: figures.build(name, data, options), tag=run_id)
 
 
 def figure(name: str, result: RunResult | None = None, options=None, loaded: LoadedModel | None = None) -> Figure:
@@ -214,19 +410,15 @@ def figure(name: str, result: RunResult | None = None, options=None, loaded: Loa
         data, data_key = cached_maps(result), ("result", run_id)
     else:
         data, data_key = None, ("options",)
-    return _figure(name, data_key, repr(options), data, options)
-
-
-@st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)
-def _png(key: tuple, _image) -> bytes:
-    from viz import heatmap
-
-    return heatmap.png_bytes(_image)
+    return _figure(name, data_key, repr(options), data, options, run_id)
 
 
 def figure_png(figure_: Figure, key: tuple) -> bytes:
-    """A figure's image as fast PNG bytes (for a chart that embeds it, such as the brushable overview), cached."""
-    return _png(key, figure_.image)
+    """A figure's image as fast PNG bytes (for a chart that embeds it, such as the brushable overview), cached;
+    ``key`` starts with the run's id."""
+    from viz import heatmap
+
+    return _pngs().get(key, lambda: heatmap.png_bytes(figure_.image), tag=key[0] if key else None)
 
 
 # --- mechanics (how attention works, what it costs) --------------------------------------------------------------

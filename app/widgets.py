@@ -127,9 +127,15 @@ def timed(loaded: LoadedModel, forwards: int, tokens: int):
 
 
 def token_limit(default: int = text.DEFAULT_MAX_TOKENS) -> int:
+    device, _ = sidebar.device_choice()
+    gpu = device.startswith("cuda")
+    ceiling = limits.max_tokens(device)  # on a GPU each run is checked against its free memory instead
+    if st.session_state.get("max_tokens", default) > ceiling:  # a link made for a GPU, opened on a CPU
+        st.session_state["max_tokens"] = min(default, ceiling)
     with st.sidebar:
-        return int(st.number_input("Token limit", min_value=8, max_value=limits.MAX_TOKENS, value=default, step=64,
-                                   key="max_tokens", help="Longer input is truncated, with a notice."))
+        return int(st.number_input("Token limit", min_value=8, max_value=ceiling, value=default, step=64,
+                                   key="max_tokens", help="Longer input is truncated, with a notice." + (
+                                       " On a GPU a run is first checked against its free memory." if gpu else "")))
 
 
 def text_source(presets: dict[str, str], key: str, label: str = "Text", height: int = 100) -> str:

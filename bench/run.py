@@ -14,7 +14,10 @@ machine. What each case measures, and against what, is in its module:
 - ``speech``: ``bench/case_speech.py``, a 10 s clip transcribed by Whisper tiny.en with every map captured against
   the plain SDPA transcription;
 - ``load``: ``bench/case_load.py``, 8 headless Chromium sessions × 4 rounds on the real server's GPT page (the
-  lecture hall: ``python -m bench.case_load --sessions 16 --minutes 5``).
+  lecture hall: ``python -m bench.case_load --sessions 16 --minutes 5``);
+- ``long_context`` (only when named: ``--cases long_context --device cuda``): ``bench/case_long_context.py``, the GPT
+  page's run and every view of a long prompt (N up to 131,072, Llama-3.2-1B's shape in bfloat16 on CUDA; SmolLM2
+  at 8,192 and 32,768 on CPU) against the SDPA forward, one JSON line per device and N.
 
 Memory probes and the paired, alternating timing are in ``bench/measure.py``. Each measurement runs in a fresh
 process (``bench/worker.py`` → ``python -m bench.run --worker JOB`` → ``run_worker``), set up as the app sets its
@@ -46,6 +49,7 @@ from bench.case_lens import (  # noqa: E402
     task_lens,
     task_patching,
 )
+from bench.case_long_context import case_long_context, task_long_context  # noqa: E402
 from bench.case_page import case_page, task_page  # noqa: E402
 from bench.case_speech import case_speech, task_speech  # noqa: E402
 from bench.case_startup import case_startup  # noqa: E402
@@ -54,10 +58,13 @@ from bench.case_vit import case_vit_rollout, task_vit_memory, task_vit_time  # n
 CASES = ("causal_lm", "view_bytes", "rerender", "vit_rollout", "startup", "lens", "ablation", "patching")
 CASES += ("speech",)
 CASES = CASES + ("load",)  # bench/case_load.py: 8 Chromium sessions on the real server (more: python -m bench.case_load)
+# bench/case_long_context.py: N up to 131,072 on a GPU, 32,768 on a CPU (tens of minutes there): only when asked for
+LONG_CASES = ("long_context",)
 TASKS = {"causal_lm_time": task_causal_lm_time, "causal_lm_memory": task_causal_lm_memory,
          "vit_time": task_vit_time, "vit_memory": task_vit_memory, "page": task_page,
          "lens": task_lens, "ablation": task_ablation, "patching": task_patching}
 TASKS["speech"] = task_speech
+TASKS["long_context"] = task_long_context
 
 
 def allocator() -> str:
@@ -67,6 +74,8 @@ def allocator() -> str:
 
 
 def run_worker(job: dict) -> None:
+    if job["task"] == "long_context":  # as the server sets its process up (app/server_cpu.quiet_openmp), before
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # PyTorch starts OpenMP: idle threads sleep
     import torch
 
     from models.core import memory
@@ -95,13 +104,20 @@ def machine() -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
+    parser.add_argument("--cases", nargs="+", choices=CASES + LONG_CASES, default=list(CASES))
     parser.add_argument("--n", nargs="+", type=int, default=[512, 1024, 2048], help="causal_lm lengths")
     parser.add_argument("--page-n", type=int, default=1024, help="tokens for view_bytes and rerender")
     parser.add_argument("--device", nargs="+", default=None, help="default: cpu, and cuda when present")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--memory-repeats", type=int, default=3, help="fresh processes per memory measurement")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (the machine may be shared)")
+    parser.add_argument("--long-n", nargs="+", type=int, default=None,
+                        help="long_context lengths (default: 4,096 … 131,072 on CUDA, 8,192 and 32,768 on CPU)")
+    parser.add_argument("--long-shape", choices=("llama-1b", "smollm2", "tiny"), default=None,
+                        help="long_context model (default: Llama-3.2-1B's shape on CUDA, SmolLM2 on CPU; tiny: a "
+                             "dry run of the code path)")
+    parser.add_argument("--cpu-statistics-max-n", type=int, default=8192,
+                        help="long_context on CPU: time the all-heads statistics up to this many tokens")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -144,6 +160,11 @@ def run_case(case: str, args, devices: list[str]) -> None:
     elif case == "speech":
         for device in devices:
             print(json.dumps(case_speech(device, args.repeats, args.threads)), flush=True)
+    elif case == "long_context":
+        for device in devices:
+            for row in case_long_context(device, args.long_n, args.repeats, args.threads, args.cpu_statistics_max_n,
+                                         args.long_shape):
+                print(json.dumps(row), flush=True)
     elif case == "startup":
         print(json.dumps(case_startup(max(1, min(args.repeats, 2)))), flush=True)
     elif case == "load":

@@ -7,8 +7,9 @@ over ``repeats`` alternating runs after a warm-up (the machine is shared; the mi
 - ``ours_s``: our path: eager attention captured at ``attn_drop`` (models/core/capture_timm.py), kept on the device,
   every layer's [CLS] row per head, attention rollout (Abnar & Zuidema 2020, head mean) computed on the device,
   then the [CLS] maps, the rollout and the top-5 brought to the CPU; target ``ratio = ours_s / baseline_s <= 1.3``;
-- ``page_s``: what the page's ``models.families.vit.model.run`` does on top: every layer's full ``(heads, 197, 197)`` maps copied to
-  the CPU as float32 (22 MB for ViT-B/16) for the other views.
+- ``page_s``: what the page's ``models.families.vit.model.run`` does on top: on the CPU every layer's full
+  ``(heads, 197, 197)`` maps as float32 numpy (22 MB for ViT-B/16) for the other views; on a GPU nothing (the maps
+  stay on the device, a view copies the one layer it draws; issue 30: the copy of every layer was the 1.39×).
 
 Random weights (``pretrained=False``): speed does not depend on the values. Run: ``python -m bench.vit_rollout``.
 """
@@ -71,7 +72,7 @@ def measure(device: str = "cpu", repeats: int = 10, model_name: str = "vit_base_
 
     def page():
         layers, small = captured()
-        return [a.float().cpu().numpy() for a in layers], small
+        return [a.float().numpy() if a.device.type == "cpu" else a for a in layers], small
 
     paths = {"baseline": baseline, "ours": ours, "page": page}
     for fn in paths.values():  # warm-up (allocator, kernels)

@@ -149,29 +149,60 @@ def overview_image(weights: np.ndarray, allowed: np.ndarray, scheme: str = "viri
 
 
 def zoom_overview_chart(png: bytes, n_q: int, n_k: int, queries: tuple[int, int], keys: tuple[int, int],
-                        width: int = 420) -> alt.Chart:
-    """The whole map as one image inside a Vega-Lite chart, with a brush (interval selection named "zoom") whose
-    ``query``/``key`` extent, in token positions, picks the region to show cell by cell, and a red frame around the
-    region shown now (``queries``/``keys``: inclusive first and last positions). Axes are token positions."""
+                        width: int = 420, origin: tuple[int, int] = (0, 0), brush: str = "zoom",
+                        pick: str | None = None) -> alt.Chart:
+    """A map (or a window of it) as one image inside a Vega-Lite chart, with a brush (interval selection named
+    ``brush``) whose ``query``/``key`` extent, in token positions, picks the region to show next, and a red frame
+    around the region shown now (``queries``/``keys``: inclusive first and last positions). The image covers
+    ``n_q × n_k`` positions from ``origin`` (first query, first key); axes are token positions. ``pick``: a point
+    selection of that name on double-click (a single click ends a brush) whose ``query`` opens that row."""
     import base64
 
+    (q0, k0) = origin
     height = max(120, round(width * n_q / max(n_k, 1)))
     url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-    x = alt.X("key:Q", scale=alt.Scale(domain=[0, n_k], nice=False, zero=False), title="key position")
-    y = alt.Y("query:Q", scale=alt.Scale(domain=[0, n_q], nice=False, reverse=True, zero=False),
+    x = alt.X("key:Q", scale=alt.Scale(domain=[k0, k0 + n_k], nice=False, zero=False), title="key position")
+    y = alt.Y("query:Q", scale=alt.Scale(domain=[q0, q0 + n_q], nice=False, reverse=True, zero=False),
               title="query position")
     # the image spans the axes' whole domain (x to x2, y to y2), so it stays on its positions at any drawn size
-    picture = alt.Chart(pd.DataFrame({"key": [0], "key2": [n_k], "query": [0], "query2": [n_q], "url": [url]})
-                        ).mark_image(aspect=False).encode(x=x, x2="key2:Q", y=y, y2="query2:Q", url="url:N")
-    brush = alt.selection_interval(name="zoom", encodings=["x", "y"], fields=["key", "query"], clear=False)
-    # a transparent grid of points gives the brush something to select over the whole area
-    grid_q, grid_k = np.meshgrid(np.linspace(0, n_q, 16), np.linspace(0, n_k, 16), indexing="ij")
-    catcher = alt.Chart(pd.DataFrame({"key": grid_k.ravel(), "query": grid_q.ravel()})).mark_point(
-        opacity=0).encode(x=x, y=y).add_params(brush)
+    picture = alt.Chart(pd.DataFrame({"key": [k0], "key2": [k0 + n_k], "query": [q0], "query2": [q0 + n_q],
+                                      "url": [url]})).mark_image(aspect=False).encode(x=x, x2="key2:Q", y=y,
+                                                                                      y2="query2:Q", url="url:N")
+    selection = alt.selection_interval(name=brush, encodings=["x", "y"], fields=["key", "query"], clear=False)
+    # a transparent grid of points gives the brush something to select over the whole area (and a double-click
+    # the nearest row: 64 rows of points)
+    rows = min(n_q, 64 if pick else 16)
+    grid_q, grid_k = np.meshgrid(q0 + (np.arange(rows) + 0.5) * n_q / rows, np.linspace(k0, k0 + n_k, 16),
+                                 indexing="ij")
+    catcher = alt.Chart(pd.DataFrame({"key": grid_k.ravel(), "query": np.floor(grid_q.ravel())})).mark_point(
+        opacity=0).encode(x=x, y=y).add_params(selection)
+    if pick:
+        catcher = catcher.add_params(alt.selection_point(name=pick, fields=["query"], on="dblclick", nearest=True,
+                                                         clear=False))
     frame = alt.Chart(pd.DataFrame({"key": [keys[0]], "key2": [keys[1] + 1], "query": [queries[0]],
                                     "query2": [queries[1] + 1]})).mark_rect(
         fill=None, stroke="crimson", strokeWidth=2).encode(x=x, x2="key2:Q", y=y, y2="query2:Q")
     return (picture + catcher + frame).properties(width=width, height=height, autosize=PAD)
+
+
+def tiles_image(tiles, statistic: str = "maximum", scheme: str = "viridis", max_px: int = 900,
+                vmax: float | None = None) -> tuple[Image.Image, float]:
+    """A window reduced to tiles (``models.core.results.Tiles``) as an image at most ``max_px`` a side: one pixel a
+    tile, scaled up by a whole number (nearest neighbour: pixels are exactly the tiles' colours); tiles with no
+    visible cell are grey. Colours saturate at ``vmax``, by default the median over queries of each query's largest
+    weight in the window (one strong cell, the first token attending to itself, would leave the rest dark). Returns
+    the image and the weight drawn in the top colour."""
+    values = tiles.statistic(statistic)
+    if vmax is None:
+        seen = tiles.row_max[tiles.row_max > 0]
+        vmax = float(np.median(seen)) if len(seen) else 1.0
+        if statistic == "mean":  # a tile's mean is at most its maximum: saturate at the means' own level
+            shown = values[tiles.visible]
+            vmax = float(np.quantile(shown, 0.99)) if len(shown) else 1.0
+    vmax = max(vmax, 1e-9)
+    rgb = attention_rgb(values, tiles.visible, scheme, vmax)
+    scale = max(1, max_px // max(values.shape))
+    return Image.fromarray(rgb).resize((rgb.shape[1] * scale, rgb.shape[0] * scale), Image.NEAREST), vmax
 
 
 def head_grid_image(thumbnails: np.ndarray, scheme: str = "viridis", cell: int = 56, gap: int = 4,

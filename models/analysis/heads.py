@@ -115,11 +115,18 @@ class HeadSummary:
 
 
 def summarize(maps: AttentionMaps, size: int = 64) -> HeadSummary:
-    """Thumbnails and statistics of every head, one head at a time (``maps.iter_heads``): for recomputed text
-    attention the peak is one head's ``(q, k)`` map, not a layer's, so 2,048+ tokens stay within memory."""
+    """Thumbnails and statistics of every head. Maps that keep q and k (``layer_summary``) stream them where q and
+    k live, a chunk of query rows at a time, never a head's ``(q, k)`` map (any length); others one head at a time
+    (``maps.iter_heads``), whose peak is one head's map."""
     thumbnails = np.zeros((maps.num_layers, maps.num_heads, *_pooled_shape(maps, size)), dtype=np.float32)
     stats = {name: np.zeros((maps.num_layers, maps.num_heads), dtype=np.float32) for name in STATISTICS}
+    streamed = getattr(maps, "layer_summary", None) if getattr(maps, "streams", False) else None
     for layer in range(maps.num_layers):
+        if streamed is not None:
+            thumbnails[layer], layer_stats = streamed(layer, size)
+            for name in STATISTICS:
+                stats[name][layer] = layer_stats[name]
+            continue
         for head, weights in maps.iter_heads(layer):
             thumbnails[layer, head] = pooled(weights[None], size)[0]
             for name, values in layer_statistics(weights[None]).items():

@@ -4,7 +4,14 @@ transformers (v5) models call one attention function chosen by name through ``At
 own, ``"capture"``, which hands the work to transformers' SDPA function (so the model keeps its fast path and its
 outputs are bit-for-bit those of ``attn_implementation="sdpa"``) and, while a ``recording`` is active in the calling
 thread, keeps each layer's post-projection, post-RoPE queries and keys plus the mask exactly as SDPA will apply it.
-Weights are recomputed per layer on demand (``results.RecomputedAttention``): softmax(q kᵀ · scaling + mask).
+Weights are recomputed on demand (``results.RecomputedAttention``): softmax(q kᵀ · scaling + mask), whole for small
+inputs and as reductions at any length (``models/core/tiles.py``).
+
+Where: q and k stay on the model's device in its dtype (``keep``; on the CPU a compact copy, float16 for long float32
+runs), so a run on a GPU costs the forward plus the bytes it keeps; ``check_fits`` refuses a run whose q/k and
+activations do not fit in the memory free now, before it starts. Masks are kept as rules where rules fit
+(``results.DescribedMask``: causal, padding), and a position bias that depends on ``j − i`` only as one vector per
+head (``results.RelativeBias``), so nothing of size queries × keys is kept for a long input.
 
 Why not ``output_attentions=True``: under SDPA/flash kernels the weights are silently ``None``, and holding every
 layer's ``(heads, N, N)`` at once is what makes long inputs impossible (2.4 GB at N = 2048 for GPT-2 small).
@@ -132,15 +139,19 @@ def knocked_out(layer_of: dict[int, int], blocked: torch.Tensor, layers: torch.T
 
 @dataclass
 class LayerRecord:
-    """One attention call: ``query (B, H, q, d)``, ``key (B, H_kv, k, d)`` on CPU (float32; float16 beyond
-    ``HALF_PRECISION_TOKENS`` keys), and its mask."""
+    """One attention call: ``query (B, H, q, d)`` and ``key (B, H_kv, k, d)`` as kept (``keep``: where the model
+    runs, in its dtype; on the CPU a compact float32 copy, float16 beyond ``HALF_PRECISION_TOKENS`` keys), its mask
+    and its bias."""
 
     name: str
     query: torch.Tensor
     key: torch.Tensor
     scaling: float
-    allowed: torch.Tensor  # bool (B or 1, q, k), True = the key is visible
-    bias: torch.Tensor | None  # additive (B or 1, H or 1, q, k) or None
+    # the mask: one DescribedMask per batch item (or one for all), or bool (B or 1, q, k) on the model's device
+    allowed: tuple | torch.Tensor
+    # an additive bias: RelativeBias values (B or 1, H or 1, q + k − 1), or (B or 1, H or 1, q, k); or None
+    bias: torch.Tensor | None
+    relative: bool = False  # ``bias`` holds relative-bias vectors
 
 
 @dataclass
@@ -169,18 +180,51 @@ class Recorder:
         q_len, k_len = query.shape[2], key.shape[2]
         scaling = kwargs.get("scaling")
         scaling = float(scaling) if scaling is not None else 1.0 / float(query.shape[-1]) ** 0.5
-        allowed, bias = self._mask(module, attention_mask, kwargs, q_len, k_len, lazy=k_len > HALF_PRECISION_TOKENS)
+        allowed, bias = self._described(module, attention_mask, kwargs, q_len, k_len)
         position_bias = kwargs.get("position_bias")
         if position_bias is not None:  # T5-style relative bias, added to the scores by SDPA
-            position_bias = position_bias[..., -k_len:].detach().to("cpu", torch.float32)
-            bias = position_bias if bias is None else bias + position_bias
-        half = k_len > HALF_PRECISION_TOKENS and _fits_half(query) and _fits_half(key)
+            position_bias = position_bias[..., -k_len:].detach().float()
+            bias = position_bias if bias is None else bias.to(position_bias.device) + position_bias
+        relative = None if bias is None else _relative(bias)
         self.records.setdefault(kind, []).append(LayerRecord(
-            name, _compact_copy(query, half), _compact_copy(key, half), scaling, allowed, bias))
+            name, keep(query, k_len), keep(key, k_len), scaling, allowed,
+            relative if relative is not None else bias, relative is not None))
+
+    def _described(self, module, attention_mask, kwargs, q_len: int, k_len: int):
+        """The mask as rules where rules fit (SDPA's implicit causal mask, padding ranges), else as SDPA's boolean
+        tensor, and any additive bias the mask carries: (allowed, bias or None), cached per mask."""
+        from models.core.results import CausalMask, DescribedMask
+
+        if attention_mask is None:
+            is_causal = kwargs.get("is_causal")
+            is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+            shape_key = ("described", q_len, k_len, bool(q_len > 1 and is_causal))
+            if shape_key not in self._mask_cache:  # one per shape, shared by the layers (and by its id)
+                # SDPA's is_causal aligns top-left: query i sees keys 0..i
+                rules = CausalMask(q_len, k_len) if shape_key[-1] else DescribedMask(q_len, k_len)
+                self._mask_cache[shape_key] = ((rules,), None)
+            return self._mask_cache[shape_key]
+        key_ = ("described", id(attention_mask))
+        if key_ in self._mask_cache:
+            return self._mask_cache[key_]
+        mask = attention_mask.detach()[..., -k_len:]
+        if mask.dtype == torch.bool:
+            allowed, bias = (mask[:, 0] if mask.ndim == 4 else mask), None
+        else:  # additive float mask: very negative = blocked, anything else a bias SDPA adds
+            blocked = mask <= torch.finfo(mask.dtype).min / 2
+            bias = torch.where(blocked, torch.zeros((), dtype=mask.dtype, device=mask.device), mask).float()
+            allowed = ~blocked
+            allowed = allowed[:, 0] if allowed.ndim == 4 else allowed
+            bias = bias if bool(bias.abs().max() > 0) else None
+        items = [describe_mask(item) for item in allowed]
+        result = (tuple(items) if all(item is not None for item in items) else allowed, bias)
+        self._mask_cache[key_] = result
+        return result
 
     def _mask(self, module, attention_mask, kwargs, q_len: int, k_len: int, lazy: bool = False):
-        """The mask exactly as ``sdpa_attention_forward`` applies it, as (allowed bool, additive bias or None).
-        ``lazy``: SDPA's implicit causal mask as a ``results.CausalMask`` (its shape), not a ``(q, k)`` array."""
+        """The mask exactly as ``sdpa_attention_forward`` applies it, as (allowed bool ``(B or 1, q, k)`` on the
+        CPU, additive float32 bias or None): what a ``Recorder`` subclass that reduces each call at once reads
+        (corpus statistics). ``lazy``: SDPA's implicit causal mask as a ``results.CausalMask`` (its shape)."""
         if attention_mask is None:
             is_causal = kwargs.get("is_causal")
             is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
@@ -190,8 +234,6 @@ class Recorder:
             if q_len > 1 and is_causal:
                 from models.core.results import CausalMask
 
-                # SDPA's is_causal aligns top-left: query i sees keys 0..i (keys past q_len are cropped by SDPA);
-                # a long input keeps it as its shape, a short one as the array every layer shares
                 causal = CausalMask(q_len, k_len)
                 allowed = causal if lazy else torch.from_numpy(causal.array())[None]
             else:
@@ -221,35 +263,38 @@ class Recorder:
                        query_tokens: list[str] | None = None, key_tokens: list[str] | None = None):
         """``RecomputedAttention`` for one item of the batch, restricted to the given positions (e.g. no padding).
 
-        ``query_positions``/``key_positions``: index arrays into the sequence (default: all).
+        ``query_positions``/``key_positions``: index arrays into the sequence (default: all). The maps share the
+        recorded tensors' memory (views, on the model's device) when every position is kept.
         """
-        from models.core.results import RecomputedAttention
+        from models.core.results import RecomputedAttention, RelativeBias
 
         if kind not in self.records:
             raise ValueError(f"no {kind!r} attention was recorded (recorded: {', '.join(self.records) or 'none'})")
         layers = self.records[kind]
         q_len, k_len = layers[0].query.shape[2], layers[0].key.shape[2]
-        # all positions: a slice, so the maps share the recorded tensors' memory instead of copying every layer
-        q_pos = slice(None) if query_positions is None else torch.as_tensor(query_positions)
-        k_pos = slice(None) if key_positions is None else torch.as_tensor(key_positions)
+        q_pos = _positions(query_positions, q_len)
+        k_pos = _positions(key_positions, k_len)
         queries, keys, scalings, masks, mask_index, biases = [], [], [], [], [], []
         mask_ids: dict[int, int] = {}
         for rec in layers:
-            queries.append(_item(rec.query, batch_index)[:, q_pos].contiguous().numpy())
-            keys.append(_item(rec.key, batch_index)[:, k_pos].contiguous().numpy())
+            queries.append(_select(_item(rec.query, batch_index), 1, q_pos))
+            keys.append(_select(_item(rec.key, batch_index), 1, k_pos))
             scalings.append(rec.scaling)
             if id(rec.allowed) not in mask_ids:
                 mask_ids[id(rec.allowed)] = len(masks)
-                masks.append(_mask_item(rec.allowed, batch_index, q_pos, k_pos))
+                masks.append(_mask_item(rec.allowed, batch_index, q_pos, k_pos, q_len, k_len))
             mask_index.append(mask_ids[id(rec.allowed)])
             if rec.bias is None:
                 biases.append(None)
+            elif rec.relative:
+                relative = _relative_item(_item(rec.bias, batch_index), q_pos, k_pos, q_len, k_len)
+                biases.append(RelativeBias(relative) if relative is not None else
+                              _dense_relative(_item(rec.bias, batch_index), q_len, k_len)[:, _index(q_pos)][
+                                  :, :, _index(k_pos)])
             else:
-                bias = _item(rec.bias, batch_index)
-                heads = rec.query.shape[1]
-                biases.append(bias.expand(heads, -1, -1)[:, q_pos][:, :, k_pos].contiguous().numpy())
-        n_q = q_len if query_positions is None else len(q_pos)
-        n_k = k_len if key_positions is None else len(k_pos)
+                bias = _item(rec.bias, batch_index)  # (H or 1, q, k)
+                biases.append(bias[:, _index(q_pos)][:, :, _index(k_pos)].contiguous())
+        n_q, n_k = _count(q_pos, q_len), _count(k_pos, k_len)
         return RecomputedAttention(
             kind=kind,
             query_tokens=list(query_tokens) if query_tokens is not None else [str(i) for i in range(n_q)],
@@ -257,6 +302,86 @@ class Recorder:
             queries=queries, keys=keys, scalings=scalings, allowed_masks=masks, mask_index=mask_index,
             biases=biases if any(b is not None for b in biases) else [],
         )
+
+
+def describe_mask(allowed: torch.Tensor):
+    """A ``results.DescribedMask`` equal to the boolean ``(q, k)`` mask ``allowed`` (causal or not, with an offset,
+    over a range of real keys: what padding and SDPA's masks make), or None when no rules fit (it stays an array)."""
+    from models.core.results import CausalMask, DescribedMask
+
+    q_len, k_len = allowed.shape
+    seen_keys = torch.nonzero(allowed.any(0)).flatten()
+    if len(seen_keys) == 0:
+        return None
+    start, stop = int(seen_keys[0]), int(seen_keys[-1]) + 1
+    candidates = [DescribedMask(q_len, k_len, False, start, stop)]
+    if q_len > 1:
+        first_row = torch.nonzero(allowed[0]).flatten()
+        offsets = {0, k_len - q_len} | ({int(first_row[-1])} if len(first_row) else set())
+        candidates += [CausalMask(q_len, k_len, key_start=start, key_stop=stop, offset=offset)
+                       for offset in sorted(offsets)]
+    cols = torch.arange(k_len, device=allowed.device)[None, :]
+    rows = torch.arange(q_len, device=allowed.device)[:, None]
+    for candidate in candidates:
+        rule = (cols >= candidate.key_start) & (cols < candidate.key_stop)
+        if candidate.causal:
+            rule = rule & (cols - rows <= candidate.offset)
+        if bool(torch.equal(rule.expand(q_len, k_len), allowed.bool())):
+            return candidate
+    return None
+
+
+def _relative(bias: torch.Tensor) -> torch.Tensor | None:
+    """The vectors ``(B or 1, H or 1, q + k − 1)`` of a ``(B or 1, H or 1, q, k)`` bias that depends on ``j − i``
+    only (T5's relative buckets, ALiBi), read off its first row and column; None when it depends on more."""
+    q_len, k_len = bias.shape[-2:]
+    values = torch.cat([bias[..., :, 0].flip(-1), bias[..., 0, 1:]], dim=-1)  # index j − i + q − 1
+    if not torch.equal(_dense_relative(values, q_len, k_len), bias):
+        return None
+    return values
+
+
+def _dense_relative(values: torch.Tensor, q_len: int, k_len: int) -> torch.Tensor:
+    index = (torch.arange(k_len, device=values.device)[None, :] - torch.arange(q_len, device=values.device)[:, None]
+             + q_len - 1)
+    return values[..., index]
+
+
+def _relative_item(values: torch.Tensor, q_pos, k_pos, q_len: int, k_len: int) -> torch.Tensor | None:
+    """Relative-bias vectors ``(H or 1, q' + k' − 1)`` for contiguous position ranges; None for other selections."""
+    if not (isinstance(q_pos, range) and isinstance(k_pos, range)):
+        return None
+    n_q, n_k = len(q_pos), len(k_pos)
+    # new index t = j' − i' + n_q − 1 reads the old index (k0 + j') − (q0 + i') + q_len − 1
+    first = k_pos.start - q_pos.start + q_len - 1 - (n_q - 1)
+    return values[..., first:first + n_q + n_k - 1].contiguous()
+
+
+def _positions(positions, length: int):
+    """A ``range`` for all positions or a contiguous run (views, no copies), else an index tensor."""
+    if positions is None:
+        return range(length)
+    index = torch.as_tensor(positions, dtype=torch.int64).flatten()
+    if len(index) and bool((torch.diff(index) == 1).all()):
+        return range(int(index[0]), int(index[-1]) + 1)
+    return index
+
+
+def _index(positions):
+    return slice(positions.start, positions.stop) if isinstance(positions, range) else positions
+
+
+def _count(positions, length: int) -> int:
+    return len(positions)
+
+
+def _select(tensor: torch.Tensor, dim: int, positions) -> torch.Tensor:
+    """``tensor`` at ``positions`` along ``dim``: a view for a range, a copy for an index."""
+    if isinstance(positions, range):
+        if positions.start == 0 and positions.stop == tensor.shape[dim]:
+            return tensor
+        return tensor.narrow(dim, positions.start, len(positions))
+    return tensor.index_select(dim, positions.to(tensor.device))
 
 
 OWN_MAPPING_BYTES = 1 << 20  # copies at least this large get their own memory mapping (see _compact_copy)
@@ -275,8 +400,27 @@ def _fits_half(tensor: torch.Tensor) -> bool:
     return bool(tensor.detach().abs().amax() < HALF_LIMIT)
 
 
-def _compact_copy(tensor: torch.Tensor, half: bool = False) -> torch.Tensor:
-    """A contiguous CPU float32 (``half``: float16) copy of ``(B, H, n, d)`` q or k.
+def keep(tensor: torch.Tensor, keys: int) -> torch.Tensor:
+    """What capture keeps of q or k ``(B, H, n, d)`` of a call over ``keys`` keys.
+
+    On a GPU (or MPS): the tensor itself, on the model's device in the model's dtype, with no copy to the host (at
+    131,072 tokens 32 synchronous host copies were 76–84% of a run); copied on the device only when it is a view
+    into something larger that must not stay alive (GPT-2's fused q|k|v, a cache). On the CPU: a compact copy
+    (``_compact_copy``) in the model's dtype, float32 models beyond ``HALF_PRECISION_TOKENS`` keys in float16 when
+    the values fit (half the host memory)."""
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu":
+        if tensor.untyped_storage().nbytes() > tensor.numel() * tensor.element_size():
+            return tensor.clone(memory_format=torch.contiguous_format)
+        return tensor
+    if tensor.dtype != torch.float32:
+        return _compact_copy(tensor, tensor.dtype)
+    half = keys > HALF_PRECISION_TOKENS and _fits_half(tensor)
+    return _compact_copy(tensor, torch.float16 if half else torch.float32)
+
+
+def _compact_copy(tensor: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A contiguous CPU copy of ``(B, H, n, d)`` q or k in ``dtype``.
 
     Always a copy: GPT-2's q and k are strided views into the fused ``c_attn`` output, so keeping the view would keep
     q, k *and* v of every layer alive (1.5× the memory), and a static KV cache is overwritten in place later.
@@ -285,7 +429,6 @@ def _compact_copy(tensor: torch.Tensor, half: bool = False) -> torch.Tensor:
     cost 150 MB of extra peak RSS at 2,048 tokens on GPT-2 small; the mapping is returned to the OS when freed.
     """
     tensor = tensor.detach()
-    dtype = torch.float16 if half else torch.float32
     nbytes = tensor.numel() * dtype.itemsize
     if nbytes < OWN_MAPPING_BYTES:
         return tensor.to("cpu", dtype, memory_format=torch.contiguous_format, copy=True)
@@ -294,15 +437,79 @@ def _compact_copy(tensor: torch.Tensor, half: bool = False) -> torch.Tensor:
     return out.copy_(tensor)
 
 
-def _mask_item(allowed, index: int, q_pos, k_pos):
-    """One batch item's mask at the given positions: a ``CausalMask`` stays one while every position is kept."""
-    from models.core.results import CausalMask
+def _mask_item(allowed, index: int, q_pos, k_pos, q_len: int, k_len: int):
+    """One batch item's mask at the given positions: rules stay rules over contiguous ranges (shifted), an array is
+    sliced (on the model's device)."""
+    if isinstance(allowed, tuple):  # DescribedMask per batch item, or one for all
+        rules = allowed[index if len(allowed) > 1 else 0]
+        if isinstance(q_pos, range) and isinstance(k_pos, range):
+            return rules.shifted((q_pos.start, q_pos.stop), (k_pos.start, k_pos.stop))
+        allowed = torch.from_numpy(rules.array())[None]
+    return _item(allowed, index)[_index(q_pos)][:, _index(k_pos)].contiguous()
 
-    if isinstance(allowed, CausalMask):
-        if isinstance(q_pos, slice) and isinstance(k_pos, slice):
-            return allowed
-        allowed = torch.from_numpy(allowed.array())[None]
-    return _item(allowed, index)[q_pos][:, k_pos].contiguous().numpy()
+
+# --- what a run keeps, before it runs ---------------------------------------------------------------------------------
+
+def _text_config(config):
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def _first(config, *names, default=0):
+    return next((int(getattr(config, n)) for n in names if getattr(config, n, None)), default)
+
+
+def kept_bytes_per_token(config, device: str, dtype: torch.dtype, tokens: int) -> int:
+    """Bytes capture keeps per token of a decoder's self-attention: every layer's q and k, ``layers × (heads +
+    kv_heads) × head_dim`` values in the dtype ``keep`` uses on ``device``."""
+    text = _text_config(config)
+    layers = _first(text, "num_hidden_layers", "n_layer", "num_layers")
+    heads = _first(text, "num_attention_heads", "n_head", "num_heads")
+    kv_heads = _first(text, "num_key_value_heads", default=heads)
+    head_dim = _first(text, "head_dim", default=_first(text, "hidden_size", "n_embd", "d_model") // max(1, heads))
+    if device.startswith("cpu") and dtype == torch.float32:
+        itemsize = 2 if tokens > HALF_PRECISION_TOKENS else 4
+    else:
+        itemsize = torch.empty((), dtype=dtype).element_size()
+    return layers * (heads + kv_heads) * head_dim * itemsize
+
+
+def working_bytes_per_token(config, dtype: torch.dtype) -> int:
+    """A bound on the forward's own activations per token while it runs (SDPA keeps no N × N): the residual stream
+    and its temporaries (8 × hidden) and the MLP's gate, up and activation (3 × intermediate)."""
+    text = _text_config(config)
+    hidden = _first(text, "hidden_size", "n_embd", "d_model")
+    intermediate = _first(text, "intermediate_size", "n_inner", "ffn_dim", default=4 * hidden)
+    return (8 * hidden + 3 * intermediate) * torch.empty((), dtype=dtype).element_size()
+
+
+class DoesNotFit(ValueError):
+    """A run refused before it started because its q/k and activations do not fit in the memory free now (a cache
+    holding earlier runs on the same device may drop some and try again)."""
+
+
+def check_fits(model: torch.nn.Module, tokens: int, device: str, dtype: torch.dtype) -> None:
+    """Refuse, before the forward, a run whose kept q/k and activations do not fit in the memory free on ``device``
+    now, with how many tokens would (a ``ValueError`` the page shows; the server keeps serving)."""
+    from models.core import memory_fit
+
+    config = getattr(model, "config", None)
+    if config is None:
+        return
+    kept = kept_bytes_per_token(config, device, dtype, tokens)
+    per_token = kept + working_bytes_per_token(config, dtype)
+    free = memory_fit.free_for_tensors(device)
+    if free is None or not per_token:
+        return
+    budget = free * memory_fit.RUN_SHARE
+    if tokens * per_token > budget:
+        from models.core import limits
+
+        fit = limits.tokens_that_fit(free, per_token, memory_fit.RUN_SHARE)
+        raise DoesNotFit(
+            f"A {tokens:,}-token input keeps {tokens * kept / 2**30:,.1f} GB of queries and keys on {device} (and "
+            f"needs about {tokens * (per_token - kept) / 2**30:,.1f} GB more while the model runs), and {device} has "
+            f"{max(free, 0) / 2**30:,.1f} GB free now: about {fit:,} tokens fit. Lower the token limit in the "
+            "sidebar (or free memory on the device); everything else keeps working.")
 
 
 def _item(tensor: torch.Tensor, index: int) -> torch.Tensor:

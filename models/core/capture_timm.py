@@ -120,8 +120,11 @@ def vit_attention(model: nn.Module, pixel_values: torch.Tensor) -> tuple[torch.T
     return output, rec.per_point()
 
 
-def stored_attention(layers: list[np.ndarray], tokens: list[str]) -> StoredAttention:
-    """Package captured ``(heads, N, N)`` layers as the result contract's ``StoredAttention`` (kind "self")."""
+def stored_attention(layers: list, tokens: list[str]) -> StoredAttention:
+    """Package captured ``(heads, N, N)`` layers as the result contract's ``StoredAttention`` (kind "self"): numpy
+    arrays, or tensors left on the GPU the model ran on (copied to the host a layer at a time when a view asks)."""
     if layers and layers[0].shape[-1] != len(tokens):
         raise ValueError(f"captured attention has {layers[0].shape[-1]} keys but {len(tokens)} token names")
-    return StoredAttention("self", list(tokens), list(tokens), [np.ascontiguousarray(a, np.float32) for a in layers])
+    return StoredAttention("self", list(tokens), list(tokens),
+                           [a.detach() if hasattr(a, "detach") else np.ascontiguousarray(a, np.float32)
+                            for a in layers])

@@ -17,6 +17,11 @@ import torch
 from models.core import construction
 
 FIT_MARGIN = 1.1  # the forward's activations and the allocator's slack on top of the weights
+# Shares of the memory free at that moment that one run (its kept q/k and activations) and one view (a reduction's
+# chunk, or a whole map) may take: other sessions run beside it on the same server and device.
+RUN_SHARE = 0.8
+VIEW_SHARE = 0.5
+CHECK_FROM_BYTES = 256 * 2**20  # work below this is not checked (reading the free memory costs milliseconds)
 
 
 def _safetensors_parameters(folder: Path) -> int | None:
@@ -108,6 +113,17 @@ def free_bytes(device: str) -> int | None:
         free = None
     cgroup = _cgroup_free()
     return cgroup if free is None else free if cgroup is None else min(free, cgroup)
+
+
+def free_for_tensors(device: str) -> int | None:
+    """Bytes a new tensor can take on ``device`` now: on a GPU the driver's free memory plus what PyTorch's caching
+    allocator holds unused (freed tensors it keeps for reuse), on that one device; elsewhere ``free_bytes``."""
+    if device.startswith("cuda"):
+        index = torch.device(device).index
+        index = torch.cuda.current_device() if index is None else index
+        free = torch.cuda.mem_get_info(index)[0]
+        return free + torch.cuda.memory_reserved(index) - torch.cuda.memory_allocated(index)
+    return free_bytes(device)
 
 
 def check(model_id: str, parameters: int | None, device: str, dtype: torch.dtype) -> None:

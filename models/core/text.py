@@ -35,6 +35,13 @@ def display_token(text: str) -> str:
     return visible_text(text[1:] if text.startswith(" ") else text)
 
 
+def token_pieces(tokenizer, ids) -> tuple[str, ...]:
+    """Each token's own text as the tokenizer decodes it, leading spaces kept: joined, a stretch of them reads as the
+    text did ("Mrs Dursley of number four"), where display labels would read "Mrs D urs ley of number four"."""
+    pieces = {i: tokenizer.decode([i]) for i in set(map(int, ids))}  # each distinct id decoded once
+    return tuple(pieces[int(i)] for i in ids)
+
+
 MARKS = {"↵": "a line break", "␣": "a space", "⇥": "a tab", "⏎": "a carriage return"}  # what display_token draws
 
 
@@ -55,7 +62,8 @@ def with_marks(caption: str, *labels) -> str:
 
 
 def display_tokens(tokenizer, ids) -> list[str]:
-    return [display_token(tokenizer.decode([int(i)])) for i in ids]
+    labels = {i: display_token(tokenizer.decode([i])) for i in set(map(int, ids))}  # each distinct id decoded once
+    return [labels[int(i)] for i in ids]
 
 
 def decode_upload(data: bytes) -> str:
@@ -91,13 +99,14 @@ def tokenize(tokenizer, text: str, max_tokens: int, add_special_tokens: bool = T
         raise ValueError("Type or pick some text first.")
     if max_tokens < 2:
         raise ValueError("The token limit must be at least 2.")
-    if max_tokens > limits.MAX_TOKENS:
-        raise ValueError(f"The token limit on this server is {limits.MAX_TOKENS:,} (ATTN_EXPLORER_MAX_TOKENS); "
-                         "lower it in the sidebar.")
+    if max_tokens > limits.highest_tokens():
+        raise ValueError(f"The token limit on this server is {limits.highest_tokens():,} (ATTN_EXPLORER_MAX_TOKENS, "
+                         "ATTN_EXPLORER_MAX_TOKENS_GPU on a GPU); lower it in the sidebar.")
     notices = []
-    if len(text) > MAX_CHARACTERS:
-        text = text[:MAX_CHARACTERS]
-        notices.append(f"Only the first {MAX_CHARACTERS:,} characters were read.")
+    characters = limits.max_characters(max_tokens)
+    if len(text) > characters:
+        text = text[:characters]
+        notices.append(f"Only the first {characters:,} characters were read.")
     repaired = replace_lone_surrogates(text)
     if repaired != text:  # the Rust tokenizers refuse them with a TypeError
         text = repaired

@@ -47,38 +47,78 @@ class HeadOptions:
     layer: int = 0
     head: int | None = 0  # None: the average of the layer's heads
     scheme: str = "viridis"
+    statistic: str = "maximum"  # a long input's pixels: each block's largest weight, or its mean
+
+
+FULL_EXPORT_TOKENS = 2048  # up to this a side the head's files hold every weight; beyond, the overview's tiles
 
 
 @view("head", "One head", HeadOptions)
 def head(result: RunResult, options: HeadOptions) -> Figure:
     """One head (or the head average) as a heatmap; a long input as an image of the whole map, where each pixel is
-    the largest weight of its block of cells and colours saturate at the median of each query's largest weight."""
+    the largest (or mean) weight of its block of cells, computed where the model's q and k are (never the whole
+    map), and colours saturate at the median of each query's largest weight."""
+    from models.core.tiles import pyramid_tile
+
     maps = result.maps(options.kind)
     layer, name = options.layer, head_label(options.head)
-    weights = maps.head(layer, options.head)  # validates layer and head with a message a user can act on
-    allowed = maps.allowed(layer)
+    if options.head is not None:
+        maps._check_head(layer, options.head)  # a message a user can act on, before anything is computed
     query_tokens, key_tokens = maps.tokens_in(layer)
+    n_q, n_k = len(query_tokens), len(key_tokens)
     title = f"layer {layer}, {'average of heads' if options.head is None else f'head {options.head}'}"
     chart = image = None
-    caption = rows_columns(allowed)
-    if max(weights.shape) <= heatmap.MAX_CHART_TOKENS:
+    whole = max(n_q, n_k) <= FULL_EXPORT_TOKENS  # the files hold every weight (computed on click only)
+    if max(n_q, n_k) <= heatmap.MAX_CHART_TOKENS:
+        weights, allowed = maps.head(layer, options.head), maps.allowed(layer)
+        caption = rows_columns(allowed)
         chart = heatmap.attention_chart(weights, query_tokens, key_tokens, allowed, title, options.scheme)
+        overview = None
     else:
-        image, vmax = heatmap.overview_image(weights, allowed, options.scheme)
-        shrink = -(-max(weights.shape) // heatmap.OVERVIEW_PX)
-        caption = (f"{title}: all {weights.shape[0]} × {weights.shape[1]}"
-                   + (f" (each pixel the largest of {shrink} × {shrink} cells)" if shrink > 1 else "")
-                   + f". Colours saturate at {vmax:.3f} (the median of each query's largest weight). "
-                   + rows_columns(allowed))
+        tile = pyramid_tile(max(n_q, n_k), heatmap.OVERVIEW_PX)
+        overview = maps.tiles(layer, options.head, tile=tile)
+        image, vmax = heatmap.tiles_image(overview, options.statistic, options.scheme, heatmap.OVERVIEW_PX)
+        which = "largest" if options.statistic == "maximum" else "mean"
+        caption = (f"{title}: all {n_q} × {n_k}"
+                   + (f" (each pixel the {which} weight of {tile} × {tile} cells)" if tile > 1 else "")
+                   + f". Colours saturate at {vmax:.3f} (the median of each query's largest weight"
+                   + (", or the 99th percentile of the block means" if options.statistic == "mean" else "")
+                   + "). " + ROWS_COLUMNS
+                   + (" " + MASKED if float(overview.visible.sum()) < n_q * n_k else ""))
+
+    def weights_now():  # recomputed when a file is asked for: a cached figure keeps no (q, k) map
+        return maps.head(layer, options.head)
+
+    if whole:
+        table = lambda: export.matrix_frame(weights_now(), query_tokens, key_tokens)  # noqa: E731
+        payload = lambda: {"model": result.model.key, "kind": maps.kind, "layer": layer, "head": name,  # noqa: E731
+                           "query_tokens": query_tokens, "key_tokens": key_tokens, "weights": weights_now(),
+                           "allowed": maps.allowed(layer)}
+        arrays = lambda: {"weights": weights_now(), "allowed": maps.allowed(layer)}  # noqa: E731
+    else:  # 131,072² weights would be 68 GB: the files hold the overview's tiles
+        table = lambda: _tiles_frame(overview)  # noqa: E731
+        payload = lambda: {"model": result.model.key, "kind": maps.kind, "layer": layer, "head": name,  # noqa: E731
+                           "tokens": n_q, "query_edges": overview.query_edges, "key_edges": overview.key_edges,
+                           "maximum": overview.maximum, "mean": overview.mean, "visible": overview.visible}
+        arrays = lambda: {"query_edges": overview.query_edges, "key_edges": overview.key_edges,  # noqa: E731
+                          "maximum": overview.maximum, "mean": overview.mean, "visible": overview.visible,
+                          "row_max": overview.row_max}
     return Figure(
         _stem(result, maps.kind, f"layer {layer}", f"head {name}"), chart=chart, image=image,
         caption=with_marks(caption, query_tokens, key_tokens),
-        table=lambda: export.matrix_frame(weights, query_tokens, key_tokens),
-        payload=lambda: {"model": result.model.key, "kind": maps.kind, "layer": layer, "head": name,
-                         "query_tokens": query_tokens, "key_tokens": key_tokens, "weights": weights,
-                         "allowed": allowed},
-        arrays=lambda: {"weights": weights, "allowed": allowed},  # the head named in the file, nothing more
+        table=table, payload=payload, arrays=arrays,  # the head named in the file, nothing more
         metadata=_metadata(result, kind=maps.kind, layer=layer, head=name))
+
+
+def _tiles_frame(tiles) -> pd.DataFrame:
+    """One row per tile: its first and last query and key and its maximum, mean and visibility."""
+    rows, cols = np.meshgrid(np.arange(tiles.shape[0]), np.arange(tiles.shape[1]), indexing="ij")
+    return pd.DataFrame({"first query": tiles.query_edges[:-1][rows.ravel()],
+                         "last query": tiles.query_edges[1:][rows.ravel()] - 1,
+                         "first key": tiles.key_edges[:-1][cols.ravel()],
+                         "last key": tiles.key_edges[1:][cols.ravel()] - 1,
+                         "maximum": tiles.maximum.ravel(), "mean": tiles.mean.ravel(),
+                         "visible": tiles.visible.ravel()})
 
 
 @dataclass(frozen=True)
@@ -97,17 +137,20 @@ def head_zoom(result: RunResult, options: ZoomOptions) -> Figure:
     laptop screen (the chart must fit its column: Vega maps the pointer in its own pixels)."""
     maps = result.maps(options.kind)
     layer, name = options.layer, head_label(options.head)
-    weights = maps.head(layer, options.head)
+    if options.head is not None:
+        maps._check_head(layer, options.head)
+    query_tokens, key_tokens = maps.tokens_in(layer)
     limit = heatmap.MAX_CHART_TOKENS
     (q0, q1), (k0, k1) = options.queries, options.keys
-    n_q, n_k = weights.shape
+    n_q, n_k = len(query_tokens), len(key_tokens)
     if not (0 <= q0 < n_q and 0 <= k0 < n_k and q0 <= q1 and k0 <= k1):
         raise ValueError(f"the region queries {q0}–{q1}, keys {k0}–{k1} is outside the {n_q} × {n_k} map")
     # at most 64 a side, and no further than the map goes
     rows = slice(q0, min(q1, q0 + limit - 1, n_q - 1) + 1)
     cols = slice(k0, min(k1, k0 + limit - 1, n_k - 1) + 1)
-    query_tokens, key_tokens = maps.tokens_in(layer)
-    region, allowed = weights[rows, cols], maps.allowed(layer)[rows, cols]
+    # the exact cells of the region alone, computed where q and k are (each row normalised over every key it sees)
+    region = maps.window(layer, options.head, (rows.start, rows.stop), (cols.start, cols.stop))
+    allowed = maps.window_allowed(layer, (rows.start, rows.stop), (cols.start, cols.stop))
     chart = heatmap.attention_chart(region, query_tokens[rows], key_tokens[cols], allowed,
                                     f"queries {rows.start}–{rows.stop - 1}, keys {cols.start}–{cols.stop - 1}",
                                     options.scheme, query_offset=rows.start, key_offset=cols.start, size=300,
@@ -191,18 +234,24 @@ class FocusOptions:
     query: int = -1  # the attending token's position; -1 = the last
 
 
+FOCUS_BARS = 1024  # keys drawn as bars; a longer row is shown as its top keys in context (viz/figures/long_inputs.py)
+
+
 @view("focus", "Token focus", FocusOptions)
 def focus(result: RunResult, options: FocusOptions) -> Figure:
     """One query token's attention over the keys, as bars in token order (masked keys left out)."""
     maps = result.maps(options.kind)
     layer, name = options.layer, head_label(options.head)
-    weights = maps.head(layer, options.head)
     query_tokens, key_tokens = maps.tokens_in(layer)
     query = options.query if options.query >= 0 else len(query_tokens) + options.query
     if not 0 <= query < len(query_tokens):
         raise ValueError(f"query {options.query} does not exist: the input has {len(query_tokens)} tokens")
+    if len(key_tokens) > FOCUS_BARS:  # a bar per key stops being readable (and sendable): the row's top keys
+        from viz.figures.long_inputs import RowOptions, query_row
+
+        return query_row(result, RowOptions(options.kind, layer, options.head, query))
     label = heatmap.token_labels(query_tokens)[query]
-    row, allowed = weights[query], maps.allowed(layer)[query]
+    row, allowed = maps.row(layer, options.head, query), maps.row_allowed(layer, query)
     chart = heatmap.token_bars(row, key_tokens, f"Where '{label}' looks", allowed)
     return Figure(
         _stem(result, maps.kind, f"layer {layer}", f"head {name}", f"query {query}"), chart=chart, width="stretch",
@@ -250,7 +299,7 @@ def generation_step(result: TextResult, options: StepOptions) -> Figure:
     chosen = result.generation[options.step - 1]
     maps = result.maps("self")
     _, key_tokens = maps.tokens_in(options.layer)
-    weights = maps.head(options.layer, options.head)[chosen.query]
+    weights = maps.row(options.layer, options.head, chosen.query)  # one row, computed where q and k are
     visible = slice(0, chosen.query + 1)  # the choosing position sees the prompt and the tokens before the chosen one
     candidates = [c.token for c in chosen.candidates]
     probabilities = [c.probability for c in chosen.candidates]

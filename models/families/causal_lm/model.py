@@ -126,6 +126,8 @@ def _forward(loaded: LoadedModel, ids: list[int], keep_last: int = 1, residual: 
     softmax would be 2 × 0.4 GB for a 50k vocabulary, more than all the kept queries and keys. The logit lens reads
     the residual stream later (``models.analysis.lens``) for the positions a user looks at.
     """
+    # the q/k this run keeps and its activations against the memory free now, before anything runs
+    capture.check_fits(loaded.model, len(ids), loaded.device, loading.torch_dtype(loaded.dtype))
     input_ids = torch.tensor([ids], device=loaded.device)
     keep = {"logits_to_keep": keep_last} if _accepts_logits_to_keep(loaded.model) else {}
     found = hooks.sites(loaded.model)
@@ -160,7 +162,7 @@ def run(loaded: LoadedModel, inputs: TextInput, options: GenerationSettings | No
     return TextResult(model=loaded.info(), tokens=tokens, attention={"self": maps}, input_name=inputs.name,
                       next_token=_top(probabilities[-1], loaded.tokenizer, top_k), notices=tokenized.notices,
                       prompt_length=len(tokens), residual=residual, residual_start=start,
-                      token_ids=tuple(tokenized.ids))
+                      token_ids=tuple(tokenized.ids), pieces=text.token_pieces(loaded.tokenizer, tokenized.ids))
 
 
 def generate(loaded: LoadedModel, inputs: TextInput, settings: GenerationSettings, candidates: int = 5) -> TextResult:
@@ -256,5 +258,11 @@ def _sampling_processors(settings: GenerationSettings):
 
 
 def _limit(loaded: LoadedModel, max_tokens: int) -> int:
-    """The user's token limit, capped by the model's own context length."""
+    """The user's token limit, within the device's (``limits.max_tokens``: on a GPU what fits is then checked against
+    its free memory), capped by the model's own context length."""
+    ceiling = limits.max_tokens(loaded.device)
+    if max_tokens > ceiling:
+        variable = "ATTN_EXPLORER_MAX_TOKENS_GPU" if loaded.device.startswith("cuda") else "ATTN_EXPLORER_MAX_TOKENS"
+        raise ValueError(f"The token limit on {loaded.device} is {ceiling:,} on this server ({variable}); lower it "
+                         "in the sidebar.")
     return min(max_tokens, loaded.max_positions) if loaded.max_positions else max_tokens

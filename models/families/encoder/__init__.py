@@ -17,7 +17,8 @@ SPECS = (
 
 FAMILY = Family("encoder", "bidirectional encoder (BERT family)", TextInput, model.load, model.run,
                 model.TextResult,
-                views=("head", "head_zoom", "grid", "head_statistics", "focus", "special_tokens", "faithfulness",
+                views=("head", "head_zoom", "head_level", "query_row", "grid", "head_statistics", "focus", "special_tokens",
+                       "faithfulness",
                        "explanations", "token_attribution"),
                 specs=SPECS,
                 explainer=explain)

@@ -23,7 +23,8 @@ SPECS = (
 
 FAMILY = Family("speech", "speech recognition encoder–decoder (Whisper)", AudioInput, model.load,
                 model.run, model.SpeechResult,
-                views=("cross", "word_timestamps", "spectrogram", "speech_step", "head", "head_zoom", "grid",
+                views=("cross", "word_timestamps", "spectrogram", "speech_step", "head", "head_zoom", "head_level",
+                       "query_row", "grid",
                        "head_statistics"),
                 options=model.SpeechSettings,
                 default_model=model.default_model,

@@ -26,7 +26,8 @@ SPECS = (
 
 FAMILY = Family("translation", "encoder–decoder translation model", TextInput, model.load, model.run,
                 model.TranslationResult,
-                views=("alignment", "decoding_step", "accuracy_by_length", "aer_grid", "head", "head_zoom", "grid",
+                views=("alignment", "decoding_step", "accuracy_by_length", "aer_grid", "head", "head_zoom", "head_level",
+                       "query_row", "grid",
                        "head_statistics", "focus", "decoder_lens", "faithfulness", "explanations", "token_attribution"),
                 options=model.TranslationSettings,
                 specs=SPECS,

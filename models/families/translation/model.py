@@ -126,6 +126,9 @@ def load_gru(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
     # the fast tokenizer class directly: AutoTokenizer would look up "gru_translator" among transformers' models
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(folder), local_files_only=True)
     model = loading.finish(model, device, dtype, progress)
+    for module in model.modules():  # moving a GRU leaves its weights in separate blocks: cuDNN warns and copies
+        if isinstance(module, torch.nn.RNNBase):  # them on every call; one contiguous block again
+            module.flatten_parameters()
     progress("Ready", 1.0)
     return LoadedModel(spec, model, tokenizer, device, dtype, None,
                        capture=GRU_CAPTURE if config.attention else NO_ATTENTION)

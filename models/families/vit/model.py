@@ -190,7 +190,9 @@ def run(loaded: LoadedVision, inputs: ImageInput, options: None = None) -> ViTRe
         else:
             output = model(pixels)
     recorded = rec.per_point()
-    layers = [a.float().cpu().numpy() for a in recorded[:len(points)]]  # (heads, N, N) each
+    # (heads, N, N) each: on a GPU they stay there (the rollout is computed there, other views copy one layer at a
+    # time); on the CPU as float32 numpy
+    layers = [a.float().numpy() if a.device.type == "cpu" else a.detach() for a in recorded[:len(points)]]
     token_norms = np.stack([out.float().norm(dim=-1).cpu().numpy() for out in recorded[len(points):]])  # (layers, N)
     forward_seconds = time.perf_counter() - started
 
@@ -343,9 +345,12 @@ def rollout_grid(result: ViTResult, head_fusion: str = "mean", discard_ratio: fl
     """Attention rollout through every layer (Abnar & Zuidema 2020; models/analysis/rollout.py): how much each patch
     flows into [CLS] (or, without [CLS], into the average patch), float32 ``(rows, cols)``."""
     maps, image = result.maps("self"), result.image
-    rolled = rollout.cls_rollout([maps.layer(i) for i in range(maps.num_layers)], image.num_prefix_tokens,
-                                 image.patch_grid, head_fusion, discard_ratio, cls_position(image))
-    return np.asarray(rolled, dtype=np.float32)
+    kept = getattr(maps, "layers", None)
+    # where the model ran: tensors left on the GPU are rolled out there (torch in, torch out), numpy on the host
+    layers = kept if kept and isinstance(kept[0], torch.Tensor) else [maps.layer(i) for i in range(maps.num_layers)]
+    rolled = rollout.cls_rollout(layers, image.num_prefix_tokens, image.patch_grid, head_fusion, discard_ratio,
+                                 cls_position(image))
+    return np.asarray(rolled.float().cpu() if isinstance(rolled, torch.Tensor) else rolled, dtype=np.float32)
 
 
 def attention_distances(result: ViTResult) -> np.ndarray:

@@ -1,0 +1,304 @@
+"""The tile reduction of ``models/core/tiles.py`` as two fused Triton kernels, for CUDA.
+
+- ``row_kernel``: one program per block of ``BLOCK_M`` query rows of one head; it walks the keys those rows may see
+  ``BLOCK_N`` at a time with an online softmax (running maximum ``m`` and sum ``l``, base 2 as in Triton's fused
+  attention tutorial) and writes each row's log-sum-exp, and optionally ``Σ p·s`` and ``Σ p·|i − j|`` for its
+  entropy and mean distance. Masked keys are never loaded past the causal edge or outside the item's key range.
+- ``tile_kernel``: one program per query tile and output; for each block of its rows and each key tile it
+  recomputes ``p = exp(s − L)`` block by block with the normalisers of the first kernel, and keeps the tile's
+  maximum, sum and visible count, and each row's maximum. A tile that no row of the block can see is skipped, so a
+  causal head costs half its tiles.
+
+Both kernels take the mask as rules (causal + offset, a sliding window, each item's key range) and a bias only as a
+function of ``j − i`` (``relative_bias``); anything given whole goes to the PyTorch path. Block sizes are
+``constexpr``; ``tests/test_tiles.py`` runs both kernels through Triton's interpreter (CPU tensors) against the
+float64 reference over a grid of shapes, and on the GPU when there is one.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from models.core.tiles import RowPass, Scores, TilePass
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # a CPU-only PyTorch without Triton: the PyTorch path serves every device
+    triton = None
+
+    class tl:  # noqa: N801 (only so that the kernels' annotations below can be read)
+        constexpr = None
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+def available(device: torch.device) -> bool:
+    """Whether the kernels can run on ``device``: Triton present, and a CUDA device (or the interpreter on CPU)."""
+    if triton is None:
+        return False
+    return device.type == "cuda" or (device.type == "cpu" and _interpreting())
+
+
+def _interpreting() -> bool:
+    import os
+
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _row_kernel(Q, K, BIAS, KEY_START, KEY_STOP, HEADS, LSE, ROW_MAX, PS, PD,
+                stride_qb, stride_qh, stride_qm, stride_qd,
+                stride_kb, stride_kh, stride_kn, stride_kd,
+                stride_bb, stride_bh, stride_bn,
+                stride_ob, stride_oh,
+                n_queries, head_dim, n_outputs, group, row_start, row_stop, scale_log2, offset, window,
+                CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_BIAS: tl.constexpr, STATISTICS: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
+                UPCAST: tl.constexpr):
+    block = tl.program_id(0)
+    b = tl.program_id(1) // n_outputs
+    slot = tl.program_id(1) % n_outputs
+    head = tl.load(HEADS + slot)
+    kv_head = head // group
+    first_row = row_start + block * BLOCK_M
+    rows = first_row + tl.arange(0, BLOCK_M)
+    row_ok = rows < row_stop
+    dims = tl.arange(0, BLOCK_D)
+    dim_ok = dims < head_dim
+    # 64-bit offsets: rows × stride passes 2³¹ for a large model at 131,072 tokens
+    q = tl.load(Q + b.to(tl.int64) * stride_qb + head.to(tl.int64) * stride_qh + rows.to(tl.int64)[:, None] * stride_qm
+                + dims[None, :] * stride_qd, mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+    key_start = tl.load(KEY_START + b)
+    key_stop = tl.load(KEY_STOP + b)
+    last_row = tl.minimum(first_row + BLOCK_M, row_stop) - 1
+    lo = key_start
+    hi = key_stop
+    if CAUSAL:
+        hi = tl.minimum(hi, last_row + offset + 1)
+    if HAS_WINDOW:
+        lo = tl.maximum(lo, first_row + offset - window + 1)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    ps_i = tl.zeros([BLOCK_M], tl.float32)
+    pd_i = tl.zeros([BLOCK_M], tl.float32)
+    for start in range(lo, hi, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        col_ok = cols < hi
+        k = tl.load(K + b.to(tl.int64) * stride_kb + kv_head.to(tl.int64) * stride_kh
+                    + cols.to(tl.int64)[:, None] * stride_kn + dims[None, :] * stride_kd,
+                    mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
+        if UPCAST:
+            k = k.to(tl.float32)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2  # (BLOCK_M, BLOCK_N), base 2
+        relative = cols[None, :] - rows[:, None]
+        if HAS_BIAS:
+            s += tl.load(BIAS + b * stride_bb + head * stride_bh + (relative + n_queries - 1) * stride_bn,
+                         mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32) * 1.4426950408889634
+        seen = row_ok[:, None] & col_ok[None, :] & (cols[None, :] >= key_start) & (cols[None, :] < key_stop)
+        if CAUSAL:
+            seen = seen & (relative <= offset)
+        if HAS_WINDOW:
+            seen = seen & (relative > offset - window)
+        s = tl.where(seen, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)  # 0 while the row has seen nothing (m_i = −inf)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if STATISTICS:
+            ps_i = ps_i * alpha + tl.sum(p * tl.where(seen, s, 0.0), 1)
+            distance = tl.where(relative < 0, -relative, relative).to(tl.float32)
+            pd_i = pd_i * alpha + tl.sum(p * distance, 1)
+        m_i = m_new
+    has = l_i > 0
+    safe_l = tl.where(has, l_i, 1.0)
+    lse2 = m_i + tl.log2(safe_l)
+    out = b * stride_ob + slot * stride_oh + (rows - row_start)
+    tl.store(LSE + out, tl.where(has, lse2 * 0.6931471805599453, float("-inf")), mask=row_ok)
+    tl.store(ROW_MAX + out, tl.where(has, 1.0 / safe_l, 0.0), mask=row_ok)  # p of the row's top key = 2^(m − lse2)
+    if STATISTICS:
+        tl.store(PS + out, tl.where(has, lse2 - ps_i / safe_l, 0.0), mask=row_ok)  # entropy, bits
+        tl.store(PD + out, tl.where(has, pd_i / safe_l, 0.0), mask=row_ok)
+
+
+def _tile_kernel(Q, K, BIAS, KEY_START, KEY_STOP, HEADS, LSE, QUERY_EDGES, KEY_EDGES,
+                 OUT_MAX, OUT_SUM, OUT_SEEN, ROW_MAX,
+                 stride_qb, stride_qh, stride_qm, stride_qd,
+                 stride_kb, stride_kh, stride_kn, stride_kd,
+                 stride_bb, stride_bh, stride_bn,
+                 stride_lb, stride_lh,
+                 stride_ob, stride_og, stride_oq,
+                 stride_rb, stride_rg,
+                 n_queries, head_dim, n_outputs, per_output, n_key_tiles, group, lse_start, window_start,
+                 scale_log2, offset, window,
+                 CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_BIAS: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
+                 UPCAST: tl.constexpr):
+    tile_q = tl.program_id(0)
+    b = tl.program_id(1) // n_outputs
+    slot = tl.program_id(1) % n_outputs
+    r0 = tl.load(QUERY_EDGES + tile_q)
+    r1 = tl.load(QUERY_EDGES + tile_q + 1)
+    key_start = tl.load(KEY_START + b)
+    key_stop = tl.load(KEY_STOP + b)
+    dims = tl.arange(0, BLOCK_D)
+    dim_ok = dims < head_dim
+    for first_row in range(r0, r1, BLOCK_M):
+        rows = first_row + tl.arange(0, BLOCK_M)
+        row_ok = rows < r1
+        last_row = tl.minimum(first_row + BLOCK_M, r1) - 1
+        lo = key_start
+        hi = key_stop
+        if CAUSAL:
+            hi = tl.minimum(hi, last_row + offset + 1)
+        if HAS_WINDOW:
+            lo = tl.maximum(lo, first_row + offset - window + 1)
+        row_top = tl.zeros([BLOCK_M], tl.float32)
+        for tile_k in range(0, n_key_tiles):
+            c0 = tl.maximum(tl.load(KEY_EDGES + tile_k), lo)
+            c1 = tl.minimum(tl.load(KEY_EDGES + tile_k + 1), hi)
+            if c0 < c1:  # some row of this block may see some key of this tile
+                top = tl.zeros([BLOCK_M], tl.float32)
+                total = tl.zeros([BLOCK_M], tl.float32)
+                seen_count = tl.zeros([BLOCK_M], tl.float32)
+                for start in range(c0, c1, BLOCK_N):
+                    cols = start + tl.arange(0, BLOCK_N)
+                    col_ok = cols < c1
+                    relative = cols[None, :] - rows[:, None]
+                    seen = row_ok[:, None] & col_ok[None, :] & (cols[None, :] >= key_start) & \
+                        (cols[None, :] < key_stop)
+                    if CAUSAL:
+                        seen = seen & (relative <= offset)
+                    if HAS_WINDOW:
+                        seen = seen & (relative > offset - window)
+                    summed = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+                    for member in range(0, per_output):
+                        index = slot * per_output + member
+                        head = tl.load(HEADS + index)
+                        q = tl.load(Q + b.to(tl.int64) * stride_qb + head.to(tl.int64) * stride_qh
+                                    + rows.to(tl.int64)[:, None] * stride_qm + dims[None, :] * stride_qd,
+                                    mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
+                        k = tl.load(K + b.to(tl.int64) * stride_kb + (head // group).to(tl.int64) * stride_kh
+                                    + cols.to(tl.int64)[:, None] * stride_kn + dims[None, :] * stride_kd,
+                                    mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
+                        if UPCAST:
+                            q = q.to(tl.float32)
+                            k = k.to(tl.float32)
+                        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2
+                        if HAS_BIAS:
+                            s += tl.load(BIAS + b * stride_bb + head * stride_bh + (relative + n_queries - 1)
+                                         * stride_bn, mask=row_ok[:, None] & col_ok[None, :],
+                                         other=0.0).to(tl.float32) * 1.4426950408889634
+                        lse2 = tl.load(LSE + b * stride_lb + index * stride_lh + (rows - lse_start), mask=row_ok,
+                                       other=0.0) * 1.4426950408889634
+                        lse2 = tl.where(lse2 == float("-inf"), 0.0, lse2)  # a row that sees nothing: masked below
+                        summed += tl.where(seen, tl.exp2(s - lse2[:, None]), 0.0)
+                    summed = summed / per_output
+                    top = tl.maximum(top, tl.max(summed, 1))
+                    total += tl.sum(summed, 1)
+                    seen_count += tl.sum(seen.to(tl.float32), 1)
+                row_top = tl.maximum(row_top, top)
+                out = b * stride_ob + slot * stride_og + tile_q * stride_oq + tile_k
+                tl.store(OUT_MAX + out, tl.maximum(tl.load(OUT_MAX + out), tl.max(top, 0)))
+                tl.store(OUT_SUM + out, tl.load(OUT_SUM + out) + tl.sum(total, 0))
+                tl.store(OUT_SEEN + out, tl.load(OUT_SEEN + out) + tl.sum(seen_count, 0))
+        tl.store(ROW_MAX + b * stride_rb + slot * stride_rg + (rows - window_start), row_top, mask=row_ok)
+
+
+@functools.lru_cache(maxsize=2)
+def kernels(interpret: bool) -> tuple:
+    """(row kernel, tile kernel) compiled by Triton's JIT, or run by its interpreter on CPU tensors (tests)."""
+    if interpret:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        return InterpretedFunction(_row_kernel), InterpretedFunction(_tile_kernel)
+    return triton.jit(_row_kernel), triton.jit(_tile_kernel)
+
+
+def _blocks(scores: Scores) -> dict:
+    head_dim = scores.query.shape[-1]
+    # Triton's interpreter multiplies bfloat16 blocks wrongly (numpy has no bfloat16): there the blocks are cast to
+    # float32 first (exact: every bfloat16 is a float32), and the products are the same as the GPU's, which
+    # accumulates bfloat16 products in float32
+    upcast = scores.device.type == "cpu" and scores.query.dtype == torch.bfloat16
+    precision = "ieee" if scores.query.dtype == torch.float32 or upcast else "tf32"  # fp32 q/k: exact, no TF32
+    return {"BLOCK_D": max(16, triton.next_power_of_2(head_dim)), "PRECISION": precision, "UPCAST": upcast}
+
+
+def _common(scores: Scores) -> tuple:
+    """Arguments both kernels share: key ranges, the bias and its strides, the head ids."""
+    device = scores.device
+    key_start = torch.tensor(scores.starts(), dtype=torch.int32, device=device)
+    key_stop = torch.tensor(scores.stops(), dtype=torch.int32, device=device)
+    bias = scores.relative_bias
+    if bias is None:
+        bias_args = (torch.zeros(1, device=device), 0, 0, 0)
+    else:
+        bias_args = (bias, bias.stride(0) if bias.shape[0] > 1 else 0, bias.stride(1) if bias.shape[1] > 1 else 0,
+                     bias.stride(2))
+    return key_start, key_stop, bias_args
+
+
+def _check_dtypes(scores: Scores) -> None:
+    if scores.query.dtype != scores.key.dtype:
+        raise ValueError(f"query ({scores.query.dtype}) and key ({scores.key.dtype}) must share a dtype")
+
+
+def row_pass(scores: Scores, heads: list[int], rows: tuple[int, int], statistics: bool) -> RowPass:
+    _check_dtypes(scores)
+    device = scores.device
+    row_kernel, _ = kernels(device.type == "cpu")
+    key_start, key_stop, (bias, sbb, sbh, sbn) = _common(scores)
+    head_ids = torch.tensor(heads, dtype=torch.int32, device=device)
+    shape = (scores.batch, len(heads), rows[1] - rows[0])
+    normaliser = torch.empty(shape, device=device)
+    row_max = torch.empty(shape, device=device)
+    entropy = torch.empty(shape, device=device) if statistics else normaliser
+    distance = torch.empty(shape, device=device) if statistics else normaliser
+    q, k = scores.query, scores.key
+    block_m, block_n = 64, 64
+    grid = (triton.cdiv(shape[2], block_m), scores.batch * len(heads))
+    row_kernel[grid](
+        q, k, bias, key_start, key_stop, head_ids, normaliser, row_max, entropy, distance,
+        *q.stride(), *k.stride(), sbb, sbh, sbn, normaliser.stride(0), normaliser.stride(1),
+        scores.queries, q.shape[-1], len(heads), scores.group, rows[0], rows[1], scores.scaling * LOG2E,
+        scores.offset, scores.window,
+        CAUSAL=scores.causal, HAS_WINDOW=scores.window > 0, HAS_BIAS=scores.relative_bias is not None,
+        STATISTICS=statistics, BLOCK_M=block_m, BLOCK_N=block_n, **_blocks(scores))
+    return RowPass(rows, normaliser, row_max, entropy if statistics else None, distance if statistics else None)
+
+
+def tile_pass(scores: Scores, heads: list[int], query_edges: torch.Tensor, key_edges: torch.Tensor, average: bool,
+              normalisers: RowPass) -> TilePass:
+    _check_dtypes(scores)
+    device = scores.device
+    _, tile_kernel = kernels(device.type == "cpu")
+    key_start, key_stop, (bias, sbb, sbh, sbn) = _common(scores)
+    outputs, per_output = (1, len(heads)) if average else (len(heads), 1)
+    head_ids = torch.tensor(heads, dtype=torch.int32, device=device)
+    tq, tk = len(query_edges) - 1, len(key_edges) - 1
+    maximum = torch.zeros(scores.batch, outputs, tq, tk, device=device)
+    total = torch.zeros_like(maximum)
+    seen = torch.zeros_like(maximum)
+    window_start = int(query_edges[0])
+    row_max = torch.zeros(scores.batch, outputs, int(query_edges[-1]) - window_start, device=device)
+    lse = normalisers.normaliser  # (B, len(heads), R) in the order of ``heads``
+    widest_q = int(torch.diff(query_edges).max())
+    widest_k = int(torch.diff(key_edges).max())
+    block_m = min(64, max(16, triton.next_power_of_2(widest_q)))  # small tiles (deep zoom levels): small blocks
+    block_n = min(64, max(16, triton.next_power_of_2(widest_k)))
+    q, k = scores.query, scores.key
+    tile_kernel[(tq, scores.batch * outputs)](
+        q, k, bias, key_start, key_stop, head_ids, lse, query_edges.to(device, torch.int32),
+        key_edges.to(device, torch.int32), maximum, total, seen, row_max,
+        *q.stride(), *k.stride(), sbb, sbh, sbn, lse.stride(0), lse.stride(1),
+        maximum.stride(0), maximum.stride(1), maximum.stride(2), row_max.stride(0), row_max.stride(1),
+        scores.queries, q.shape[-1], outputs, per_output, tk, scores.group, normalisers.rows[0], window_start,
+        scores.scaling * LOG2E, scores.offset, scores.window,
+        CAUSAL=scores.causal, HAS_WINDOW=scores.window > 0, HAS_BIAS=scores.relative_bias is not None,
+        BLOCK_M=block_m, BLOCK_N=block_n, **_blocks(scores))
+    return TilePass(query_edges, key_edges, maximum, total, seen, row_max)
