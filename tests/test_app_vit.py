@@ -49,7 +49,9 @@ def _pick_model(at: AppTest, key_part: str) -> AppTest:
 
 
 def _image_captions(at: AppTest) -> list[str]:
-    return [image.caption for element in at.get("image") for image in element.proto.imgs]
+    """Pictures' captions: display.show writes a figure's caption under it (st.caption), others on the image."""
+    return [image.caption for element in at.get("image") for image in element.proto.imgs] + \
+        [caption.value for caption in at.caption]
 
 
 def _shown(at: AppTest, start: str) -> str:
