@@ -34,7 +34,8 @@ SLACK_PX = 2  # sub-pixel rounding
 # Views that show their figures only after a button (a generation, an example to try): (page, tab) -> the buttons
 # to press, by the start of their label; each press is audited as a view of its own
 FOLLOW_UPS = {("gpt", "Generate and step through"): ("Generate",),
-              ("gpt", "Knockout"): ("Try: cut",),
+              ("gpt", "Which heads matter"): ("Switch off each",),
+              ("gpt", "Knockout"): ("Try: cut", "Sweep"),
               ("gpt", "Patching"): ("Try: Eiffel",)}
 
 # Everything measured in one pass of the page. Figures: Vega charts (their svg/canvas drawing, which is what sticks
