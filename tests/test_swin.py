@@ -444,7 +444,9 @@ def _swin_page():
 
 
 def _image_captions(at) -> list[str]:
-    return [image.caption for element in at.get("image") for image in element.proto.imgs]
+    """Pictures' captions: display.show writes a figure's caption under it (st.caption), others on the image."""
+    return [image.caption for element in at.get("image") for image in element.proto.imgs] + \
+        [caption.value for caption in at.caption]
 
 
 def _captions(at) -> str:

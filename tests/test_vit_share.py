@@ -17,6 +17,7 @@ from models.core.inputs import ImageInput
 from tests.conftest import check_files
 from tests.conftest import url_param as _param
 from tests.test_app_vit import _page as _vit_page  # noqa: F401  (tiny timm ViTs in the registry's place)
+from tests.test_app_vit import tiny_vits  # noqa: F401  (a fixture)
 
 
 @pytest.fixture(scope="module")
