@@ -241,6 +241,21 @@ class Windowed:
 
 
 @dataclass(frozen=True)
+class RawAttentionSource:
+    """Where raw attention's scores were read: a layer and head (None: the head mean), counted from 0, and on an
+    encoder–decoder which attention the layer counts in."""
+
+    layer: int
+    head: int | None
+    attention: str | None = None  # "decoder cross-attention" on an encoder–decoder; None: the model's only one
+
+    def as_dict(self) -> dict:
+        """As the JSON download writes it."""
+        found = {"layer": self.layer, "head": self.head}
+        return found if self.attention is None else {**found, "attention": self.attention}
+
+
+@dataclass(frozen=True)
 class Explanations:
     """Per-unit scores ``(len(units),)`` float32 for each method computed, higher = more relevant."""
 
@@ -250,7 +265,10 @@ class Explanations:
     probability: float  # the target's probability on the input
     ig_delta: float | None = None  # |Σ IG − (y(x) − y(baseline))|: the integral's error
     ig_difference: float | None = None  # y(x) − y(baseline), what IG's scores should sum to
-    extra: dict = field(default_factory=dict)
+    raw_attention: RawAttentionSource | None = None  # where raw attention was read
+    # a method in words where a family computes it differently (Swin: on the grid, through the merges); the shared
+    # words (attribution.METHODS) otherwise
+    descriptions: dict[str, str] = field(default_factory=dict)
 
 
 def check_methods(methods) -> tuple[str, ...]:
@@ -455,13 +473,14 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
             difference = float(score.detach()) - float(ex.score(ex.logits(ex.baseline))[0])
     progress("explanations done", 1.0)
     ordered = {m: scores[m] for m in methods}
-    extra = {"raw_attention": {"layer": layer_index, "head": head}}  # raw attention's, counted from 0
-    if encoder_decoder:  # which attention its layer counts in (the table's "what" and the JSON say it)
-        extra["raw_attention"]["attention"] = "decoder cross-attention"
+    # which attention the layer counts in on an encoder–decoder (the table's "what" and the JSON say it)
+    source = RawAttentionSource(layer_index, head, "decoder cross-attention" if encoder_decoder else None)
+    descriptions = {}
     if ex.layout is not None:  # what differs in words (the table's "what")
-        extra["what"] = {"grad_cam": "Grad-CAM (the last stage's tokens on their grid, channels as maps)",
-                         "rollout": "attention rollout (windows carried to the grid, through the merges)"}
-    return Explanations(ordered, seconds, float(score.detach()), probability, delta, difference, extra)
+        descriptions = {"grad_cam": "Grad-CAM (the last stage's tokens on their grid, channels as maps)",
+                        "rollout": "attention rollout (windows carried to the grid, through the merges)"}
+    return Explanations(ordered, seconds, float(score.detach()), probability, delta, difference, source,
+                        descriptions)
 
 
 def _input_x_gradient(timed, embeddings, embedding_grad, units) -> None:

@@ -67,12 +67,12 @@ def curve_frame(found: Faithfulness) -> pd.DataFrame:
 
 def describe(found: Faithfulness, method: str) -> str:
     """A method in words; raw attention with the layer and head it was read from."""
-    chosen = found.explanations.extra.get("raw_attention") if method == "raw_attention" else None
-    if not chosen:
-        return found.explanations.extra.get("what", {}).get(method, METHODS[method])
-    head = "head mean" if chosen["head"] is None else f"head {chosen['head']}"
-    where = f"{chosen['attention']} " if chosen.get("attention") else ""
-    return f"raw attention ({where}layer {chosen['layer']}, {head})"
+    chosen = found.explanations.raw_attention if method == "raw_attention" else None
+    if chosen is None:
+        return found.explanations.descriptions.get(method, METHODS[method])
+    head = "head mean" if chosen.head is None else f"head {chosen.head}"
+    where = f"{chosen.attention} " if chosen.attention else ""
+    return f"raw attention ({where}layer {chosen.layer}, {head})"
 
 
 def table_frame(found: Faithfulness) -> pd.DataFrame:
