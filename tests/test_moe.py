@@ -390,10 +390,10 @@ def test_the_mini_loads_routes_and_has_its_card():
     assert "Perplexity" in card and "python -m models.minis.moe.train" in card
 
 
-# --- drawing primitives (viz/moe.py) --------------------------------------------------------------------------------
+# --- drawing primitives (viz/moe_charts.py) --------------------------------------------------------------------------------
 
 def test_primitives_build_and_keep_token_text_as_data():
-    from viz import moe as viz
+    from viz import moe_charts as viz
 
     tokens = ["<b>hi</b>", "␣", "x"]
     chart = viz.routed_text(tokens, ["<b>hi</b>", " ", "x\n"], np.array([0, 1, 9]), np.array([0.6, 0.5, 0.7]),

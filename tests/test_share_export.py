@@ -170,11 +170,10 @@ def test_combined_figure_keeps_each_charts_colours():
     merges same-named colour fields by default: softmax weights were drawn in the scores' red-blue)."""
     import vl_convert
 
-    from viz import mechanics as charts
-
+    from viz import mechanics_charts
     labels = ["a", "b", "c"]
-    scores = charts.matrix_chart(np.array([[-3.0, 0, 3], [1, 2, -1], [0, 0, 0]]), labels, labels, "scores")
-    weights = charts.matrix_chart(np.full((3, 3), 1 / 3), labels, labels, "softmax", probabilities=True,
+    scores = mechanics_charts.matrix_chart(np.array([[-3.0, 0, 3], [1, 2, -1], [0, 0, 0]]), labels, labels, "scores")
+    weights = mechanics_charts.matrix_chart(np.full((3, 3), 1 / 3), labels, labels, "softmax", probabilities=True,
                                   scheme="cividis")
     vega = vl_convert.vegalite_to_vega(export.combined(scores, weights).to_json())
     color_scales = [s for s in vega["scales"] if s.get("type") != "band" and "scheme" in json.dumps(s)]

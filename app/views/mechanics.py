@@ -19,7 +19,7 @@ from viz.figures.mechanics import (
     SwinOptions,
     ZooOptions,
 )
-from viz.mechanics import unique_labels
+from viz.mechanics_charts import unique_labels
 
 PRESETS = {
     "Tired animal": "The animal didn't cross the street because it was too tired to walk.",

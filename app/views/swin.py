@@ -4,9 +4,18 @@ import streamlit as st
 
 from app import display, image_input, presentation, url_state, widgets
 from app.sections import faithfulness as faithfulness_section
-from viz import swin as swin_viz
-from viz.figures.swin import (AVERAGE, BiasOptions, HierarchyOptions, MaskOptions, MergingOptions, PatchOptions,
-                              ShiftOptions, StageOptions, WindowOptions)
+from viz import swin_charts
+from viz.figures.swin import (
+    AVERAGE,
+    BiasOptions,
+    HierarchyOptions,
+    MaskOptions,
+    MergingOptions,
+    PatchOptions,
+    ShiftOptions,
+    StageOptions,
+    WindowOptions,
+)
 
 # what a link carries: model, sample (never an upload), stage, tab, shift step; per-stage pickers under short names
 SHARED = ["model_swin", *image_input.shared_keys("swin"), "swin_stage", "swin_view", "swin_shift_step"]
@@ -23,7 +32,7 @@ if inputs is None:
     st.stop()
 result = widgets.run_or_stop(loaded, inputs)
 structure, crop = result.structure, result.image.image
-scale = swin_viz.display_scale(crop)
+scale = swin_charts.display_scale(crop)
 first = structure.blocks[0]
 
 left, right = st.columns(2)
@@ -98,7 +107,7 @@ with tabs[1]:
     if no_shift:
         st.info(no_shift)
     else:
-        step = st.select_slider("Step", swin_viz.SHIFT_STEPS, key="swin_shift_step")
+        step = st.select_slider("Step", swin_charts.SHIFT_STEPS, key="swin_shift_step")
         if (shift := widgets.figure_or_none("cyclic_shift", result, ShiftOptions(stage_index, step, scale))):
             st.caption(shift.caption)  # the step's explanation reads before its picture
             display.show(shift, "swin_shift", caption=False)
