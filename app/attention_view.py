@@ -5,6 +5,8 @@ viz/figures/attention.py (the same ones ``python -m app.cli`` writes), this modu
 """
 from __future__ import annotations
 
+import dataclasses
+
 import altair as alt
 import streamlit as st
 
@@ -12,6 +14,7 @@ from app import display, presentation, resources, url_state, widgets
 from models.analysis import heads, roles, showcase
 from models.core.results import AttentionMaps, RunResult
 from viz import heatmap
+from viz.figure import Figure
 from viz.figures.attention import (
     FocusOptions,
     GridOptions,
@@ -75,10 +78,11 @@ def head_heatmap(result: RunResult, kind: str, layer: int, head: int | None, key
         # both charts fit half a 1280-px laptop screen (402 px a column): Vega maps the pointer in its own pixels, so
         # a chart scaled down or cut off by its column would brush and tooltip the wrong cells
         png = resources.figure_png(figure, (result.run_id, kind, layer, head, scheme, statistic))
-        st.altair_chart(heatmap.zoom_overview_chart(png, n_q, n_k, queries, keys, width=320, pick="pick"),
-                        on_select="rerun", key=f"{key}_brush", width="content")
-        st.caption(figure.caption + " Drag a rectangle to zoom (the red frame is the region on the right); "
-                   "double-click to open a query's row below.")
+        whole = Figure(figure.stem, chart=heatmap.zoom_overview_chart(png, n_q, n_k, queries, keys, width=320,
+                                                                      pick="pick"),
+                       caption=figure.caption + " Drag a rectangle to zoom (the red frame is the region on the right); "
+                               "double-click to open a query's row below.")
+        display.show(whole, f"{key}_overview", select=f"{key}_brush", downloads=False)
         st.radio("Each pixel shows", list(STATISTICS), format_func=STATISTICS.get, key=f"{key}_pixels",
                  horizontal=True)
     with detail:
@@ -86,9 +90,9 @@ def head_heatmap(result: RunResult, kind: str, layer: int, head: int | None, key
         if cells:  # the last level: every cell, with a tooltip; a click opens its row
             zoom = widgets.figure_or_none("head_zoom", result, ZoomOptions(kind, layer, head, scheme, queries, keys))
             if zoom is not None:
-                st.altair_chart(zoom.chart.add_params(alt.selection_point(name="cell", fields=["query position"],
-                                                                          on="click", clear=False)),
-                                on_select="rerun", key=f"{key}_cells", width="content")
+                clickable = dataclasses.replace(zoom, chart=zoom.chart.add_params(alt.selection_point(
+                    name="cell", fields=["query position"], on="click", clear=False)))
+                display.show(clickable, f"{key}_zoom", select=f"{key}_cells", downloads=False, caption=False)
                 st.caption("Click a cell to open its query's row below.")
         else:  # a level of the pyramid: the window at the tiles that fit, computed now; brush again to go deeper
             level = widgets.figure_or_none("head_level", result, LevelOptions(kind, layer, head, scheme, statistic,
@@ -97,10 +101,10 @@ def head_heatmap(result: RunResult, kind: str, layer: int, head: int | None, key
                 png = resources.figure_png(level, (result.run_id, kind, layer, head, scheme, statistic, queries,
                                                    keys))
                 span = (queries[1] - queries[0] + 1, keys[1] - keys[0] + 1)
-                st.altair_chart(heatmap.zoom_overview_chart(png, *span, queries, keys, width=320,
-                                                            origin=(queries[0], keys[0]), pick="pick"),
-                                on_select="rerun", key=f"{key}_level_brush", width="content")
-                st.caption(level.caption + " Drag to zoom further; double-click to open a row.")
+                window = Figure(level.stem, chart=heatmap.zoom_overview_chart(
+                    png, *span, queries, keys, width=320, origin=(queries[0], keys[0]), pick="pick"),
+                    caption=level.caption + " Drag to zoom further; double-click to open a row.")
+                display.show(window, f"{key}_level", select=f"{key}_level_brush", downloads=False)
         st.button("Whole map", key=f"{key}_unzoom", help="Show the whole input again on the right",
                   on_click=_zoom_to, args=(key, (0, n_q - 1), (0, n_k - 1)))
     display.offer(figure, key)
@@ -119,7 +123,7 @@ def query_row(result: RunResult, kind: str, layer: int, head: int | None, key: s
     figure = widgets.figure_or_none("query_row", result, RowOptions(kind, layer, head, int(query)))
     if figure is not None:
         display.show(figure, f"{key}_row", downloads=False)
-        st.dataframe(figure.table, hide_index=True, key=f"{key}_row_table",
+        st.dataframe(figure.table(), hide_index=True, key=f"{key}_row_table",
                      column_config={"weight": st.column_config.NumberColumn(format="%.4f")})
         display.offer(figure, f"{key}_row")
 
@@ -203,10 +207,9 @@ def model_view(result: RunResult, kind: str, layer: int, head: int | None, key: 
         return
     left, right = st.columns([1, 1])
     with left:
-        st.altair_chart(chart.chart, on_select="rerun", key=f"{key}_grid_pick", width="content")
-        st.caption(chart.caption)
+        display.show(chart, f"{key}_statistics", select=f"{key}_grid_pick")
     with right:
-        st.dataframe(chart.table, hide_index=True, height=420, on_select="rerun", selection_mode="single-row",
+        st.dataframe(chart.table(), hide_index=True, height=420, on_select="rerun", selection_mode="single-row",
                      key=f"{key}_table", column_config={label: st.column_config.NumberColumn(format="%.3f")
                                                         for label in labels.values()})
         st.caption("Every head, one row each: click a column header to sort (e.g. the most focused heads by "

@@ -20,7 +20,11 @@ started = run_log.begin()  # None unless ATTN_EXPLORER_RUN_LOG names a file (the
 
 memory.use_fixed_mmap_threshold()  # also under a plain `streamlit run app/main.py`, where no warm-up ran
 
-st.set_page_config(page_title="Attention explorer", page_icon=":material/visibility:", layout="wide")
+from app import presentation  # noqa: E402
+
+# a presentation link opens with the sidebar tucked away: the projector's width goes to the figures
+st.set_page_config(page_title="Attention explorer", page_icon=":material/visibility:", layout="wide",
+                   initial_sidebar_state="collapsed" if presentation.requested() else "auto")
 if not warmup.wait_for_imports(0):  # the server is still importing PyTorch; importing it here too is unsafe
     with st.spinner("Starting up: loading PyTorch and the default model…"):
         warmup.wait_for_imports()

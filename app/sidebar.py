@@ -7,6 +7,7 @@ from viz.heatmap import COLOR_SCHEMES
 
 
 def render() -> None:
+    presentation.restore()  # before the colour scale is drawn: presentation mode shows cividis there
     devices = loading.available_devices()
     with st.sidebar:
         st.caption("Compute")
@@ -15,8 +16,11 @@ def render() -> None:
         st.selectbox("Precision", dtypes, key="dtype", help="Half precision is offered on GPUs only.")
         st.caption(loading.describe_device(device))
         st.caption("Display")
+        if st.session_state.get("scheme") not in COLOR_SCHEMES:
+            st.session_state["scheme"] = presentation.color_scheme()
         st.selectbox("Colour scale", COLOR_SCHEMES, key="scheme",
-                     help="cividis is readable for colour-blind viewers and survives projectors.")
+                     help="The colour scale of every heatmap. cividis is readable for colour-blind viewers and "
+                          "survives projectors (presentation mode switches to it).")
     presentation.toggle()
 
 

@@ -146,8 +146,9 @@ def text_source(presets: dict[str, str], key: str, label: str = "Text", height: 
     state_key, pill_key, last_key = f"{key}_text", f"{key}_preset", f"{key}_last_preset"
     if state_key not in st.session_state:
         st.session_state[state_key] = next(iter(presets.values()))
-    slot = st.container()
-    upload = st.file_uploader("…or upload a .txt file (UTF-8)", type=["txt"], key=f"{key}_upload")
+    # on a projector the upload button stands beside the samples (a compact header: the figure starts above the fold)
+    slot, uploads = st.columns([5, 1]) if st.session_state.get("presentation") else (st.container(), st)
+    upload = uploads.file_uploader("…or upload a .txt file (UTF-8)", type=["txt"], key=f"{key}_upload")
     if upload is not None and st.session_state.get(f"{key}_last_upload") != upload.file_id:
         st.session_state[f"{key}_last_upload"] = upload.file_id
         try:

@@ -3,10 +3,12 @@
 Starts ``DIR/.venv/bin/streamlit run app/streamlit_app.py`` (offline, no warm-up) on ``--port``, opens each page in
 headless Chromium (Playwright), waits until the app is idle (script not running, connected, no spinner, no progress
 bar, no running-man status widget, for ``--settle`` seconds in a row), and saves a full-page PNG; then clicks each
-other tab of the page's first ``st.tabs`` group and saves one PNG per tab. Files are named
-``<page>__<tab index>-<tab label slug>.png``. ``index.json`` in the output folder lists, per screenshot, the page,
-the tab, the file, whether the page went idle, and the text of any Streamlit exception (``stException``) or alert box
-(``stAlert``) shown.
+other tab and saves one PNG per tab, nested tabs included (the GPT page's "Attention on the prompt" has its own "One
+head / All heads / Token focus"). Files are named ``<page>__<tab index>-<tab label slug>.png``, a nested tab's
+``<page>__<outer>-<slug>__<inner>-<slug>.png``. ``--presentation`` opens every page in presentation mode
+(``?presentation=True``; use it with ``--width 1920 --height 1080``, a projector). ``index.json`` in the output
+folder lists, per screenshot, the page, the tab, the file, whether the page went idle, and the text of any Streamlit
+exception (``stException``) or alert box (``stAlert``) shown.
 
 Meant for before/after comparisons of a refactor: run it once on a checkout of the old code and once on the new one,
 with the same ``--width``. A page that fails or never goes idle is still screenshotted and the run goes on.
@@ -64,24 +66,33 @@ BUSY_JS = """() => {
   return reasons;
 }"""
 
-# The tabs of the first st.tabs group in the main area (not those of tabs nested inside it): [label, selected].
-TABS_JS = """() => {
+# The tabs of visible st.tabs group number ``depth`` in the main area, outer groups before the groups nested in
+# them (document order): [label, selected].
+TABS_JS = """(depth = 0) => {
   const main = document.querySelector('[data-testid="stMain"]') || document;
-  const group = main.querySelector('[data-testid="stTabs"]');
+  const group = Array.from(main.querySelectorAll('[data-testid="stTabs"]')).filter(g => g.offsetParent !== null)[depth];
   if (!group) return [];
   return Array.from(group.querySelectorAll('[role="tab"]'))
     .filter(t => t.closest('[data-testid="stTabs"]') === group)
     .map(t => [(t.innerText || '').trim(), t.getAttribute('aria-selected') === 'true']);
 }"""
 
-CLICK_TAB_JS = """(index) => {
+CLICK_TAB_JS = """([depth, index]) => {
   const main = document.querySelector('[data-testid="stMain"]') || document;
-  const group = main.querySelector('[data-testid="stTabs"]');
+  const group = Array.from(main.querySelectorAll('[data-testid="stTabs"]')).filter(g => g.offsetParent !== null)[depth];
   const tabs = Array.from(group.querySelectorAll('[role="tab"]'))
     .filter(t => t.closest('[data-testid="stTabs"]') === group);
   tabs[index].scrollIntoView({block: 'center'});
   const r = tabs[index].getBoundingClientRect();
   return [r.x + r.width / 2, r.y + r.height / 2];
+}"""
+
+SELECTED_JS = """([depth, index]) => {
+  const main = document.querySelector('[data-testid="stMain"]') || document;
+  const group = Array.from(main.querySelectorAll('[data-testid="stTabs"]')).filter(g => g.offsetParent !== null)[depth];
+  const tabs = Array.from(group.querySelectorAll('[role="tab"]'))
+    .filter(t => t.closest('[data-testid="stTabs"]') === group);
+  return tabs[index] && tabs[index].getAttribute('aria-selected') === 'true';
 }"""
 
 PROBLEMS_JS = """() => {
@@ -128,12 +139,12 @@ def wait_idle(page: Page, timeout_s: float, settle_s: float) -> tuple[bool, list
     return False, reasons
 
 
-def screenshot(page: Page, path: Path, width: int) -> None:
+def screenshot(page: Page, path: Path, width: int, viewport_height: int = VIEWPORT_HEIGHT) -> None:
     """Full-page PNG: the viewport is made as tall as the content for the capture, then put back."""
     try:
-        height = min(max(int(page.evaluate(HEIGHT_JS)), VIEWPORT_HEIGHT), MAX_PAGE_HEIGHT)
+        height = min(max(int(page.evaluate(HEIGHT_JS)), viewport_height), MAX_PAGE_HEIGHT)
     except PlaywrightError:
-        height = VIEWPORT_HEIGHT
+        height = viewport_height
     page.set_viewport_size({"width": width, "height": height})
     # Park the mouse over the empty header: where the last click was may now be over an element whose hover toolbar
     # (fullscreen button, sidebar collapse arrow) would show in the capture.
@@ -142,7 +153,7 @@ def screenshot(page: Page, path: Path, width: int) -> None:
         page.wait_for_timeout(800)  # let charts reflow to the new size
         page.screenshot(path=str(path), full_page=True, animations="disabled")
     finally:
-        page.set_viewport_size({"width": width, "height": VIEWPORT_HEIGHT})
+        page.set_viewport_size({"width": width, "height": viewport_height})
 
 
 def problems(page: Page) -> dict:
@@ -191,18 +202,19 @@ def wait_for_server(server: subprocess.Popen, base: str, timeout_s: float) -> No
 
 
 def capture_page(page: Page, name: str, url: str, out: Path, args: argparse.Namespace) -> list[dict]:
-    """Screenshots of one page: as loaded, then each other tab of its first tab group."""
+    """Screenshots of one page: as loaded, then every other tab, nested tab groups walked inside each tab."""
     entries = []
 
-    def shoot(index: int, label: str, idle: bool, busy: list[str], started: float) -> None:
-        file = f"{name}__{index}-{slug(label)}.png"
+    def shoot(path: tuple[tuple[int, str], ...], idle: bool, busy: list[str], started: float) -> None:
+        file = name + "".join(f"__{index}-{slug(label)}" for index, label in path or ((0, "page"),)) + ".png"
         error = None
         try:
-            screenshot(page, out / file, args.width)
+            screenshot(page, out / file, args.width, args.height)
         except PlaywrightError as e:
             error = e.message.splitlines()[0]
         seen = problems(page)
-        entry = {"page": name, "url": url, "tab_index": index, "tab_label": label, "file": file, "idle": idle,
+        entry = {"page": name, "url": url, "tab_index": path[-1][0] if path else 0,
+                 "tab_label": " › ".join(label for _, label in path) or "page", "file": file, "idle": idle,
                  "busy": busy, "seconds": round(time.monotonic() - started, 1),
                  "exceptions": seen["exceptions"], "alerts": seen["alerts"]}
         if error or seen.get("error"):
@@ -214,42 +226,35 @@ def capture_page(page: Page, name: str, url: str, out: Path, args: argparse.Name
         flags += f"  ERROR: {entry['error']}" if "error" in entry else ""
         print(f"{file}  ({entry['seconds']} s){flags}", flush=True)
 
+    def walk(depth: int, path: tuple, idle: bool, busy: list[str], started: float) -> None:
+        try:
+            tabs = page.evaluate(TABS_JS, depth)
+        except PlaywrightError:
+            tabs = []
+        if not tabs:
+            shoot(path, idle, busy, started)
+            return
+        selected = next((i for i, (_, is_selected) in enumerate(tabs) if is_selected), 0)
+        for index in [selected] + [i for i in range(len(tabs)) if i != selected]:
+            if index != selected:
+                started = time.monotonic()
+                try:
+                    x, y = page.evaluate(CLICK_TAB_JS, [depth, index])
+                    page.mouse.click(x, y)
+                    page.wait_for_function(SELECTED_JS, arg=[depth, index], timeout=15000)
+                except PlaywrightError as error:
+                    print(f"{name}: tab {index} ({tabs[index][0]!r}) click failed: {error.message.splitlines()[0]}",
+                          flush=True)
+                idle, busy = wait_idle(page, args.tab_timeout, args.settle)
+            walk(depth + 1, path + ((index, tabs[index][0]),), idle, busy, started)
+
     started = time.monotonic()
     try:
         page.goto(url, wait_until="domcontentloaded", timeout=args.load_timeout * 1000)
     except PlaywrightError as error:
         print(f"{name}: navigation failed: {error.message.splitlines()[0]}", flush=True)
     idle, busy = wait_idle(page, args.load_timeout, args.settle)
-
-    try:
-        tabs = page.evaluate(TABS_JS)
-    except PlaywrightError:
-        tabs = []
-    if not tabs:
-        shoot(0, "page", idle, busy, started)
-        return entries
-    selected = next((i for i, (_, is_selected) in enumerate(tabs) if is_selected), 0)
-    shoot(selected, tabs[selected][0], idle, busy, started)
-
-    for index, (label, _) in enumerate(tabs):
-        if index == selected:
-            continue
-        started = time.monotonic()
-        try:
-            x, y = page.evaluate(CLICK_TAB_JS, index)
-            page.mouse.click(x, y)
-            page.wait_for_function(
-                """(index) => {
-                  const main = document.querySelector('[data-testid="stMain"]') || document;
-                  const group = main.querySelector('[data-testid="stTabs"]');
-                  const tabs = Array.from(group.querySelectorAll('[role="tab"]'))
-                    .filter(t => t.closest('[data-testid="stTabs"]') === group);
-                  return tabs[index] && tabs[index].getAttribute('aria-selected') === 'true';
-                }""", arg=index, timeout=15000)
-        except PlaywrightError as error:
-            print(f"{name}: tab {index} ({label!r}) click failed: {error.message.splitlines()[0]}", flush=True)
-        idle, busy = wait_idle(page, args.tab_timeout, args.settle)
-        shoot(index, label, idle, busy, started)
+    walk(0, (), idle, busy, started)
     return entries
 
 
@@ -260,7 +265,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="checkout whose app to serve (default: the repository this script is in)")
     parser.add_argument("--out", type=Path, required=True, help="folder for the PNGs and index.json")
     parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--url", help="an app already running there (no server is started)")
     parser.add_argument("--width", type=int, default=1400, help="browser viewport width in px")
+    parser.add_argument("--height", type=int, default=VIEWPORT_HEIGHT,
+                        help="browser viewport height in px (what is above the fold)")
+    parser.add_argument("--presentation", action="store_true",
+                        help="open every page in presentation mode (?presentation=True)")
     parser.add_argument("--pages", nargs="*", default=[name for name, _ in PAGES], help="subset of pages to visit")
     parser.add_argument("--load-timeout", type=float, default=180, help="seconds for a page to go idle")
     parser.add_argument("--tab-timeout", type=float, default=180, help="seconds for a tab to go idle")
@@ -270,22 +280,24 @@ def main(argv: list[str] | None = None) -> int:
     root = args.root.resolve()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    base = f"http://localhost:{args.port}"
+    base = (args.url or f"http://localhost:{args.port}").rstrip("/")
     chosen = [(name, path) for name, path in PAGES if name in args.pages]
     entries: list[dict] = []
     run_started = time.monotonic()
 
-    server = start_server(root, args.port, out / "streamlit.log")
+    server = None if args.url else start_server(root, args.port, out / "streamlit.log")
     try:
-        wait_for_server(server, base, args.load_timeout)
+        if server is not None:
+            wait_for_server(server, base, args.load_timeout)
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
-                context = browser.new_context(viewport={"width": args.width, "height": VIEWPORT_HEIGHT})
+                context = browser.new_context(viewport={"width": args.width, "height": args.height})
                 page = context.new_page()
                 for name, path in chosen:
                     try:
-                        entries.extend(capture_page(page, name, base + path, out, args))
+                        url = base + path + ("?presentation=True" if args.presentation else "")
+                        entries.extend(capture_page(page, name, url, out, args))
                     except Exception as error:  # noqa: BLE001 - one broken page must not stop the others
                         print(f"{name}: failed: {type(error).__name__}: {error}", flush=True)
                         entries.append({"page": name, "url": base + path, "error": f"{type(error).__name__}: {error}"})
@@ -293,8 +305,10 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 browser.close()
     finally:
-        stop_server(server)
-        index = {"root": str(root), "width": args.width, "seconds": round(time.monotonic() - run_started, 1),
+        if server is not None:
+            stop_server(server)
+        index = {"root": str(root), "width": args.width, "height": args.height, "presentation": args.presentation,
+                 "seconds": round(time.monotonic() - run_started, 1),
                  "screenshots": entries}
         (out / "index.json").write_text(json.dumps(index, indent=2, ensure_ascii=False) + "\n")
     print(f"{len(entries)} screenshots in {out} ({index['seconds']} s)", flush=True)

@@ -150,8 +150,8 @@ def test_default_view_finds_each_object_once(offered):
     assert at.slider(key="detr_layer").value == 2 and at.selectbox(key="detr_head").value == "average of heads"
     assert at.slider(key="detr_threshold").value == 0.5
     scene = data.page_scene(at.number_input(key="detr_seed").value)
-    detections = offered["detr_queries"].payload["detections"]
-    assert offered["detr_queries"].payload["above_threshold"] and len(detections) == len(scene.labels)
+    detections = offered["detr_queries"].payload()["detections"]
+    assert offered["detr_queries"].payload()["above_threshold"] and len(detections) == len(scene.labels)
     boxes = np.array([[d["x0"], d["y0"], d["x1"], d["y1"]] for d in detections])
     overlap = metrics.box_iou(boxes, scene.boxes)  # (detections, objects)
     assert sorted(overlap.argmax(1).tolist()) == list(range(len(scene.labels)))  # each object found once …

@@ -42,12 +42,12 @@ def test_default_view_sets_the_fixed_map_beside_attention_and_marks_the_query(of
     # the lesson: another image leaves the Mixer's fixed map exactly as it was; the ViT's attention moves
     at.button(key="mixer_sample_rocket").click().run()
     assert not at.exception, at.exception
-    np.testing.assert_array_equal(offered["mixer_mixing"].payload["signed_row"], mixed.payload["signed_row"])
-    assert not np.allclose(offered["mixer_vit_query"].payload["values"], attended.payload["values"])
+    np.testing.assert_array_equal(offered["mixer_mixing"].payload()["signed_row"], mixed.payload()["signed_row"])
+    assert not np.allclose(offered["mixer_vit_query"].payload()["values"], attended.payload()["values"])
 
     at.radio(key="mixer_map").set_value("input").run()
     assert "at this image (Jacobian, mean over channels) map" in _captions(at)
-    assert not np.allclose(offered["mixer_mixing"].payload["signed_row"], mixed.payload["signed_row"])
+    assert not np.allclose(offered["mixer_mixing"].payload()["signed_row"], mixed.payload()["signed_row"])
     at.slider(key="mixer_row").set_value(1).run()
     at.slider(key="mixer_col").set_value(6).run()
     assert "patch (1, 6) (outlined in red) mixes from" in _captions(at)

@@ -49,7 +49,9 @@ def _pick_model(at: AppTest, key_part: str) -> AppTest:
 
 
 def _image_captions(at: AppTest) -> list[str]:
-    return [image.caption for element in at.get("image") for image in element.proto.imgs]
+    """Pictures' captions: display.show writes a figure's caption under it (st.caption), others on the image."""
+    return [image.caption for element in at.get("image") for image in element.proto.imgs] + \
+        [caption.value for caption in at.caption]
 
 
 def _shown(at: AppTest, start: str) -> str:
@@ -89,13 +91,13 @@ def test_classifier_shows_predictions_attributions_and_registers(tiny_vits, offe
     assert any("This model has registers ([REG0], [REG1], [REG2], [REG3])" in c.value for c in at.caption)
     assert len(at.metric) == 2  # Spearman ρ of rollout with IG and with the second method
     assert {"vit_integrated_gradients", "vit_occlusion"} <= set(offered)
-    first_class = offered["vit_integrated_gradients"].payload["class"]
+    first_class = offered["vit_integrated_gradients"].payload()["class"]
     at.selectbox(key="vit_method").set_value("gradient_shap").run()
     assert "vit_gradient_shap" in offered and any(c.startswith("GradientSHAP") for c in _image_captions(at))
     last = at.selectbox(key="vit_class").options[-1]
     at.selectbox(key="vit_class").set_value(last).run()
     assert not at.exception, at.exception
-    assert offered["vit_integrated_gradients"].payload["class"] == last.rsplit(" (", 1)[0] != first_class
+    assert offered["vit_integrated_gradients"].payload()["class"] == last.rsplit(" (", 1)[0] != first_class
     assert len(at.metric) == 2
 
 
@@ -124,7 +126,7 @@ def test_default_view_teaches_what_dinov2_looks_at_and_names_its_artefacts(offer
     assert any(c.value.startswith("It opens on layer 10 of 0–11, not the last") for c in at.caption)
     cls_caption = _shown(at, "[CLS] → patches")
     assert cls_caption.startswith("[CLS] → patches, layer 10, average of heads; ")
-    flagged = len(offered["vit_norms"].payload["high_norm_patches"])
+    flagged = len(offered["vit_norms"].payload()["high_norm_patches"])
     assert flagged >= 8 and f"{flagged} high-norm patches outlined, left out of the colour scale" in cls_caption
     assert any(m.value.startswith(f"**High-norm patches.** {flagged} patches") for m in at.markdown)
     assert any("vit_small_patch14_reg4_dinov2" in c.value for c in at.caption)  # the model with registers, named

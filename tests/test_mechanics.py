@@ -394,21 +394,20 @@ def test_sentence_layer_is_the_layer_on_the_sentences_embeddings():
 # --- charts ------------------------------------------------------------------------------------------------------
 
 def test_matrix_chart_marks_masked_cells_and_checks_labels():
-    from viz import mechanics as charts
-
+    from viz import mechanics_charts
     values = np.array([[1.0, -np.inf], [0.5, 0.25]])
-    chart = charts.matrix_chart(values, ["a", "b"], ["a", "b"], masked=np.isinf(values))
+    chart = mechanics_charts.matrix_chart(values, ["a", "b"], ["a", "b"], masked=np.isinf(values))
     data = chart.to_dict()["datasets"]
     rows = next(iter(data.values()))
     assert [r["text"] for r in rows] == ["1.00", "−∞", "0.50", "0.25"]
     assert all(math.isfinite(r["value"]) for r in rows)  # Vega drops NaN cells
     with pytest.raises(ValueError, match="labels"):
-        charts.matrix_chart(values, ["a"], ["a", "b"])
-    assert charts.unique_labels(["the", "cat", "the"]) == ["0 the", "1 cat", "2 the"]
+        mechanics_charts.matrix_chart(values, ["a"], ["a", "b"])
+    assert mechanics_charts.unique_labels(["the", "cat", "the"]) == ["0 the", "1 cat", "2 the"]
 
 
 def chart_matrix(chart) -> np.ndarray:
-    """The values a ``viz.mechanics.matrix_chart`` draws, read back from the chart's own data ``(rows, cols)``."""
+    """The values a ``viz.mechanics_charts.matrix_chart`` draws, read back from the chart's own data ``(rows, cols)``."""
     frame = pd.DataFrame(next(iter(chart.to_dict()["datasets"].values())))
     matrix = frame.pivot(index="row position", columns="col position", values="value").to_numpy()
     masked = frame.pivot(index="row position", columns="col position", values="masked").to_numpy().astype(bool)
@@ -526,7 +525,7 @@ def test_cost_figures_hold_the_calculators_numbers():
 
     published = tuple(cost.published_kv_specs())
     kv = figures.build("kv_cache", cost.KVPresets(published, ("x: skipped",)), views.KVOptions(1024, "float32"))
-    assert kv.table.to_dict("records") == cost.kv_table(list(published), 1024, "float32")
+    assert kv.table().to_dict("records") == cost.kv_table(list(published), 1024, "float32")
     bars = pd.DataFrame(next(iter(kv.chart.to_dict()["datasets"].values())))
     np.testing.assert_allclose(bars["MiB"], [s.bytes_per_sequence(1024, "float32") / 2**20 for s in published])
     assert "DeepSeek-V2 (MLA)" in kv.caption and "Not read: x: skipped" in kv.caption

@@ -64,7 +64,7 @@ def test_mechanics_url_round_trip_and_downloads(monkeypatch, offered, fresh_cach
     assert memory.stem == "attention-memory_h-12_l-12_float32_b-1"
     kv = offered["cost_kv"]
     assert kv.stem == "kv-cache_1024-tokens_float16"
-    assert kv.table.to_dict("records") == cost.kv_table(
+    assert kv.table().to_dict("records") == cost.kv_table(
         [*cost.published_kv_specs()[:1], *cost.published_kv_specs()], 1024, "float16")
     for figure in offered.values():
         check_files(figure)

@@ -72,14 +72,14 @@ def test_figures_draw_the_map(tiny):
     _, result, _ = tiny
     row = figures.get("mixing").build(result, MixingOptions(layer=0, row=1, col=2))
     signed = result.fixed_mixing[0][1 * 4 + 2].reshape(4, 4)
-    np.testing.assert_allclose(row.payload["signed_row"], signed, atol=1e-7)
-    np.testing.assert_allclose(row.payload["abs_share"], np.abs(signed) / np.abs(signed).sum(), atol=1e-6)
+    np.testing.assert_allclose(row.payload()["signed_row"], signed, atol=1e-7)
+    np.testing.assert_allclose(row.payload()["abs_share"], np.abs(signed) / np.abs(signed).sum(), atol=1e-6)
     assert "sample-coffee" not in row.stem  # the fixed map belongs to the model, not the image
     at_image = figures.get("mixing").build(result, MixingOptions(layer=-1, map="input"))
-    np.testing.assert_allclose(at_image.payload["signed_row"], result.input_mixing[1][2 * 4 + 2].reshape(4, 4))
+    np.testing.assert_allclose(at_image.payload()["signed_row"], result.input_mixing[1][2 * 4 + 2].reshape(4, 4))
     difference = np.linalg.norm(result.input_mixing[1] - result.fixed_mixing[1]) / np.linalg.norm(
         result.fixed_mixing[1])
-    assert at_image.payload["input_dependence"] == pytest.approx(difference, rel=1e-5)
+    assert at_image.payload()["input_dependence"] == pytest.approx(difference, rel=1e-5)
     matrix = figures.get("mixing_matrix").build(result, MatrixOptions(layer=1))
     np.testing.assert_array_equal(matrix.arrays()["mixing"], result.fixed_mixing[1])
     for figure in (row, at_image, matrix):

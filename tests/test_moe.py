@@ -390,10 +390,10 @@ def test_the_mini_loads_routes_and_has_its_card():
     assert "Perplexity" in card and "python -m models.minis.moe.train" in card
 
 
-# --- drawing primitives (viz/moe.py) --------------------------------------------------------------------------------
+# --- drawing primitives (viz/moe_charts.py) --------------------------------------------------------------------------------
 
 def test_primitives_build_and_keep_token_text_as_data():
-    from viz import moe as viz
+    from viz import moe_charts as viz
 
     tokens = ["<b>hi</b>", "␣", "x"]
     chart = viz.routed_text(tokens, ["<b>hi</b>", " ", "x\n"], np.array([0, 1, 9]), np.array([0.6, 0.5, 0.7]),
@@ -408,7 +408,8 @@ def test_primitives_build_and_keep_token_text_as_data():
     marks = [row["mark"] for row in next(iter(bars.to_dict()["datasets"].values()))]
     assert marks[1].startswith("top-1") and marks[2].startswith("top-2") and marks[0] == ""
     load = np.array([[0.5, 0.25, 0.25, 0.0], [0.25] * 4])
-    viz.load_heatmap(load, ["b0", "b1"], stats.coefficient_of_variation(load), np.ones(2)).to_dict()
+    [chart.to_dict() for chart in viz.load_heatmap(load, ["b0", "b1"], stats.coefficient_of_variation(load),
+                                                   np.ones(2))]
     viz.load_difference(load, load[::-1], ["b0", "b1"], "A", "B").to_dict()
     viz.layer_strip(tokens, np.array([[0, 1, 2], [3, 0, 1]]), ["b0", "b1"], 4, selected=2).to_dict()
     assert viz.expert_colours(12)[9] == viz.expert_colours(12)[0]  # colours repeat; the E-number tells them apart
@@ -431,9 +432,8 @@ def routed(saved_mixtral):
 
 
 def _table(figure):
-    from viz.figure import resolved
 
-    return resolved(figure.table)
+    return figure.table()
 
 
 def test_every_view_of_the_family_builds_and_its_files_hold_what_they_say(routed):
@@ -462,16 +462,16 @@ def test_routing_gate_and_strip_figures_hold_the_models_numbers(routed):
     assert figure.stem.endswith("_routing_block-1")
     np.testing.assert_array_equal(_table(figure)["top-1 expert"], routing.top1[1])
     np.testing.assert_allclose(_table(figure)["top-1 weight"], routing.top_weights[1, :, 0])
-    np.testing.assert_array_equal(figure.arrays["top_experts"], routing.top_experts[1])
+    np.testing.assert_array_equal(figure.arrays()["top_experts"], routing.top_experts[1])
     drawn = next(iter(figure.chart.to_dict()["datasets"].values()))
     assert [row["expert"] for row in drawn] == [f"E{e}" for e in routing.top1[1]]
     assert [row["position"] for row in drawn if row["selected"]] == [3]
 
     gate = figures.build("gate", result, GateOptions(layer=1, token=4))
     assert gate.stem.endswith("_gate_block-1_token-4")
-    np.testing.assert_allclose(gate.arrays["probs"], routing.probs[1, 4])
+    np.testing.assert_allclose(gate.arrays()["probs"], routing.probs[1, 4])
     np.testing.assert_allclose(_table(gate)["probability"], routing.probs[1, 4])
-    np.testing.assert_array_equal(gate.arrays["top_experts"], routing.top_experts[1, 4])
+    np.testing.assert_array_equal(gate.arrays()["top_experts"], routing.top_experts[1, 4])
     bars = next(iter(gate.chart.to_dict()["datasets"].values()))
     chosen = [int(row["expert"][1:]) for row in sorted(bars, key=lambda r: r["rank"]) if row["rank"]]
     assert chosen == list(routing.top_experts[1, 4])
@@ -495,22 +495,22 @@ def test_balance_and_layer_figures_hold_the_models_numbers(routed):
     routing = result.routing
     load = figures.build("load", result)
     expected = stats.expert_load(routing.top_experts, routing.num_experts)
-    np.testing.assert_allclose(load.arrays["load"], expected)
+    np.testing.assert_allclose(load.arrays()["load"], expected)
     np.testing.assert_allclose(_table(load).to_numpy(), expected)
-    np.testing.assert_allclose(load.arrays["load"].sum(axis=1), 1.0)
+    np.testing.assert_allclose(load.arrays()["load"].sum(axis=1), 1.0)
     co = figures.build("coactivation", result, CoactivationOptions(layer=1))
-    np.testing.assert_allclose(co.arrays["coactivation"], stats.coactivation(routing.top_experts[1], 4))
-    assert np.trace(co.arrays["coactivation"]) == pytest.approx(routing.top_k)  # each token picks k experts
+    np.testing.assert_allclose(co.arrays()["coactivation"], stats.coactivation(routing.top_experts[1], 4))
+    assert np.trace(co.arrays()["coactivation"]) == pytest.approx(routing.top_k)  # each token picks k experts
     consistency = figures.build("consistency", result, ConsistencyOptions("cividis"))
-    np.testing.assert_allclose(consistency.arrays["nmi"], stats.cross_layer_consistency(routing.top1))
+    np.testing.assert_allclose(consistency.arrays()["nmi"], stats.cross_layer_consistency(routing.top1))
     repeat, _ = stats.consecutive_repeat_rate(routing.top1)
     assert f"{repeat[0]:.0%} (chance" in consistency.caption
     assert "cividis" in json.dumps(consistency.chart.to_dict())
     options = SpecialisationOptions(shuffles=20)
     special = figures.build("specialisation", stats.specialisation_of_run(loaded, result, options), options)
     reference = stats.specialisation(routing.top_experts, routing.categories, shuffles=20)
-    np.testing.assert_allclose(special.arrays["observed_bits"], reference.observed)
-    np.testing.assert_allclose(special.arrays["shuffled_mean_bits"], reference.shuffled_mean)
+    np.testing.assert_allclose(special.arrays()["observed_bits"], reference.observed)
+    np.testing.assert_allclose(special.arrays()["shuffled_mean_bits"], reference.shuffled_mean)
     assert "(20 times)" in special.caption
 
 
@@ -540,10 +540,10 @@ def test_two_prompts_from_cached_runs_and_from_the_analysis_agree(routed):
     assert analysed.stem == from_runs.stem
     assert analysed.stem.endswith("_load-difference_the-cat-sat-on-12-ma_def-add-a-b-r")  # 20 characters each
     for name in ("load_a", "load_b", "difference"):
-        np.testing.assert_allclose(analysed.arrays[name], from_runs.arrays[name])
-    np.testing.assert_allclose(from_runs.arrays["load_a"],
+        np.testing.assert_allclose(analysed.arrays()[name], from_runs.arrays()[name])
+    np.testing.assert_allclose(from_runs.arrays()["load_a"],
                                stats.expert_load(pair.a.routing.top_experts, pair.a.routing.num_experts))
-    assert not np.allclose(from_runs.arrays["difference"], 0)  # code and prose are routed differently
+    assert not np.allclose(from_runs.arrays()["difference"], 0)  # code and prose are routed differently
     with pytest.raises(ValueError, match="empty"):
         moe.prompt_pair(loaded, result, LoadDifferenceOptions("", "x", 64))
     with pytest.raises(ValueError, match="same model"):

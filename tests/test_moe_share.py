@@ -36,18 +36,18 @@ def test_moe_url_round_trip_and_the_offered_numbers_are_the_pages(moe_page, offe
     assert set(offered) == DOWNLOADS  # every tab offers its figure; the legend, strip and prompt texts do not
     routing = moe.run(families.load(families.default_spec("moe")), TextInput(text, 512)).routing  # the page's tiny model
     index = routing.layer_labels.index("block 1")
-    np.testing.assert_allclose(offered["moe_gate"].arrays["probs"], routing.probs[index, 2], atol=1e-6)
+    np.testing.assert_allclose(offered["moe_gate"].arrays()["probs"], routing.probs[index, 2], atol=1e-6)
     np.testing.assert_array_equal(offered["moe_routed"].table()["top-1 expert"], routing.top1[index])
     assert offered["moe_gate"].stem.endswith("_the-cat-sat-on-the-mat-and-the-dog-ran_gate_block-1_token-2")
     assert offered["moe_routed"].stem.endswith("_routing_block-1")
-    np.testing.assert_allclose(offered["moe_load"].arrays["load"],
+    np.testing.assert_allclose(offered["moe_load"].arrays()["load"],
                                stats.expert_load(routing.top_experts, routing.num_experts))
-    np.testing.assert_allclose(offered["moe_coactivation"].arrays["coactivation"],
+    np.testing.assert_allclose(offered["moe_coactivation"].arrays()["coactivation"],
                                stats.coactivation(routing.top_experts[index], routing.num_experts))
-    np.testing.assert_allclose(offered["moe_consistency"].arrays["nmi"], stats.cross_layer_consistency(routing.top1))
+    np.testing.assert_allclose(offered["moe_consistency"].arrays()["nmi"], stats.cross_layer_consistency(routing.top1))
     special = stats.specialisation(routing.top_experts, routing.categories, shuffles=stats.SHUFFLES)
-    np.testing.assert_allclose(offered["moe_special"].arrays["observed_bits"], special.observed)
-    np.testing.assert_allclose(offered["moe_special"].arrays["shuffled_p95_bits"], special.shuffled_p95)
+    np.testing.assert_allclose(offered["moe_special"].arrays()["observed_bits"], special.observed)
+    np.testing.assert_allclose(offered["moe_special"].arrays()["shuffled_p95_bits"], special.shuffled_p95)
     for figure in offered.values():
         check_files(figure)
 

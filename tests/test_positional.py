@@ -458,16 +458,6 @@ def positional_page(patched_loader, tiny_folders, tiny_vit, monkeypatch):
                              default_timeout=120)
 
 
-def _image_captions(node) -> list[str]:
-    """Captions of every st.image in the app tree (AppTest has no accessor for images)."""
-    captions = []
-    for child in getattr(node, "children", {}).values():
-        if getattr(child, "type", None) == "image":
-            captions += [img.caption for img in child.proto.imgs]
-        captions += _image_captions(child)
-    return captions
-
-
 def _page_text(app) -> str:
     parts = [e.value for e in app.markdown] + [e.value for e in app.caption] + [e.value for e in app.text]
     return "\n".join(str(p) for p in parts)
@@ -521,7 +511,7 @@ def test_page_user_mistakes_are_messages_and_the_page_keeps_working(positional_p
     app.radio(key="learned_grid").set_value("2-D sinusoidal (formula)")
     app.slider(key="learned_resize").set_value(5).run()
     assert not app.exception and not app.error
-    captions = _image_captions(app._tree)
+    captions = [caption.value for caption in app.caption]  # a figure's caption is under it (app.display)
     assert any("14 × 14 patches" in c for c in captions) and any("5 × 5 patches" in c for c in captions)
     app.radio(key="learned_grid").set_value(f"timm {pe.UNTRAINED_VIT}, untrained (random init)").run()
     assert not app.exception and not app.error

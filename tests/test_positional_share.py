@@ -28,7 +28,8 @@ def test_positional_url_round_trip_and_downloads(positional_page, offered):  # n
     assert url_param(at, "pos_view") == "RoPE"
     at.slider(key="t5_length").set_value(200).run()
     assert url_param(at, "t5_length") == "200" and url_param(at, "sin_d") == "64"
-    assert {"perm", "sin", "sin2d", "learned_text_table", "learned_grid", "rope", "alibi", "t5"} == set(offered)
+    assert {"perm", "perm_gap", "sin", "sin2d", "learned_text_table", "learned_grid", "rope", "rope_decay", "alibi",
+            "t5"} == set(offered)  # every figure shown offers its files (display.show)
     assert offered["sin"].stem == "sinusoidal_d-64_length-96_base-10000"
     assert "base-500000" in offered["rope"].stem and offered["t5"].stem.endswith("length-200")
     assert offered["alibi"].stem == "alibi_8-heads_length-16"  # not causal: the name says so by leaving it out

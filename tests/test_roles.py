@@ -84,7 +84,7 @@ def test_the_heads_table_has_roles_and_kv_groups(tiny):
     _, loaded, result = tiny
     summary = heads.summarize_run(loaded, result, StatisticsOptions())
     found = roles.head_roles(loaded)
-    table = figures.build("head_statistics", summary, StatisticsOptions(statistic="induction")).table
+    table = figures.build("head_statistics", summary, StatisticsOptions(statistic="induction")).table()
     np.testing.assert_allclose(table[roles.ROLES["induction"]], found.scores["induction"].ravel(), atol=1e-6)
     config = loaded.model.config
     kv = getattr(config, "num_key_value_heads", None) or config.num_attention_heads

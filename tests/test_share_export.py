@@ -125,11 +125,43 @@ def test_presentation_mode_is_part_of_the_link():
     at.run()
     assert not at.exception, at.exception
     assert at.toggle(key="presentation").value is True and at.text[0].value == "cividis"
-    assert any("zoom" in m.value for m in at.markdown)  # the presentation stylesheet is on the page
+    assert at.session_state["scheme"] == "cividis"  # what the sidebar's colour scale shows is what figures use
+    assert any("stMainBlockContainer" in m.value for m in at.markdown)  # the presentation stylesheet is on the page
     at.toggle(key="presentation").set_value(False).run()
     assert "presentation" not in at.query_params and at.text[0].value == "viridis"
+    assert not any("stMainBlockContainer" in m.value for m in at.markdown)
     at.toggle(key="presentation").set_value(True).run()
-    assert url_param(at, "presentation") == "True"
+    assert url_param(at, "presentation") == "True" and at.text[0].value == "cividis"
+
+
+def _sidebar_script():
+    import streamlit as st
+
+    from app import presentation, sidebar
+
+    sidebar.render()
+    st.text(presentation.color_scheme())
+
+
+def test_the_sidebar_colour_scale_is_the_one_figures_use():
+    """The sidebar said "viridis" while presentation mode drew cividis (issue 28): they agree in both modes, and a
+    scale picked during the lecture is used and given back when presentation mode ends."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_sidebar_script)
+    at.query_params["presentation"] = "True"
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="scheme").value == "cividis" == at.text[0].value
+    at.selectbox(key="scheme").set_value("magma").run()
+    assert at.selectbox(key="scheme").value == "magma" == at.text[0].value
+    at.toggle(key="presentation").set_value(False).run()
+    assert at.selectbox(key="scheme").value == "viridis" == at.text[0].value
+    at.selectbox(key="scheme").set_value("blues").run()
+    at.toggle(key="presentation").set_value(True).run()
+    assert at.selectbox(key="scheme").value == "cividis" == at.text[0].value
+    at.toggle(key="presentation").set_value(False).run()
+    assert at.selectbox(key="scheme").value == "blues" == at.text[0].value
 
 
 
@@ -138,11 +170,10 @@ def test_combined_figure_keeps_each_charts_colours():
     merges same-named colour fields by default: softmax weights were drawn in the scores' red-blue)."""
     import vl_convert
 
-    from viz import mechanics as charts
-
+    from viz import mechanics_charts
     labels = ["a", "b", "c"]
-    scores = charts.matrix_chart(np.array([[-3.0, 0, 3], [1, 2, -1], [0, 0, 0]]), labels, labels, "scores")
-    weights = charts.matrix_chart(np.full((3, 3), 1 / 3), labels, labels, "softmax", probabilities=True,
+    scores = mechanics_charts.matrix_chart(np.array([[-3.0, 0, 3], [1, 2, -1], [0, 0, 0]]), labels, labels, "scores")
+    weights = mechanics_charts.matrix_chart(np.full((3, 3), 1 / 3), labels, labels, "softmax", probabilities=True,
                                   scheme="cividis")
     vega = vl_convert.vegalite_to_vega(export.combined(scores, weights).to_json())
     color_scales = [s for s in vega["scales"] if s.get("type") != "band" and "scheme" in json.dumps(s)]

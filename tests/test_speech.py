@@ -329,9 +329,9 @@ def test_the_step_shown_for_a_token_is_the_position_whose_distribution_chose_it(
         with torch.no_grad():
             forward = eager(encoder_outputs=(encoded,), decoder_input_ids=prefix, output_attentions=True)
         logits = forward.logits[0, -1].clone()
-        assert figure.payload["probability"] == pytest.approx(
+        assert figure.payload()["probability"] == pytest.approx(
             float(torch.softmax(logits.float(), -1)[out.output_ids[t - 1]]), abs=1e-4)
-        np.testing.assert_allclose(figure.arrays["attention"],
+        np.testing.assert_allclose(figure.arrays()["attention"],
                                    forward.cross_attentions[2][0, 3, -1, :result.audio_frames].numpy(), atol=1e-5)
     assert STEP_CONVENTION in figure.caption
 
@@ -348,7 +348,7 @@ def test_figures_hold_the_models_numbers(fox):
     saved = np.load(io.BytesIO(files["npz"]))
     np.testing.assert_allclose(saved["cross_attention"], speech.cross_attention(fox)[0])
     step = figures.build("speech_step", fox, figures.get("speech_step").options(step=2, heads="one", layer=3, head=1))
-    np.testing.assert_allclose(step.arrays["attention"], fox.maps("cross").head(3, 1)[1, :fox.audio_frames])
+    np.testing.assert_allclose(step.arrays()["attention"], fox.maps("cross").head(3, 1)[1, :fox.audio_frames])
     check_files(figures.build("spectrogram", fox))
     with pytest.raises(ValueError, match="does not exist"):
         figures.build("cross", fox, figures.get("cross").options(heads="one", layer=9))
@@ -412,7 +412,7 @@ def test_page_shows_transcript_and_every_tab(fresh_caches, offered):
     at.session_state["sp_view"] = "Word timestamps"
     at.run()
     assert not at.exception, at.exception
-    assert offered["sp_timing"].payload["max_difference"] <= 0.2
+    assert offered["sp_timing"].payload()["max_difference"] <= 0.2
     timings = at.dataframe[0].value
     assert list(timings.columns) == ["word", "start (s)", "end (s)", "CTranslate2 start (s)", "CTranslate2 end (s)",
                                      "largest difference (s)"]  # human names, no snake_case
@@ -423,7 +423,7 @@ def test_page_shows_transcript_and_every_tab(fresh_caches, offered):
     assert any(t.value.startswith("Step 1 of 11: the model chose “The”") for t in at.text)
     at.slider(key="sp_step").set_value(4).run()
     assert any(t.value.startswith("Step 4 of 11: the model chose") and "fox" in t.value for t in at.text)
-    assert offered["sp_step"].payload["step"] == 4
+    assert offered["sp_step"].payload()["step"] == 4
     at.session_state["sp_view"] = "Every layer and head"
     at.run()
     assert not at.exception, at.exception

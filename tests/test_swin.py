@@ -296,30 +296,28 @@ def test_unknown_or_non_swin_names_give_actionable_errors():
 # --- pictures ----------------------------------------------------------------------------------------------------
 
 def test_shift_steps_draw_the_model_geometry(model):
-    from viz import swin as swin_viz
-
+    from viz import swin_charts
     block = swin.read_structure(model).blocks[1]  # 16 × 16 tokens of 2 px, M = 4, s = 2
     crop = np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8)
-    pictures = {step: swin_viz.shift_step(crop, block, step, scale=3) for step in swin_viz.SHIFT_STEPS}
-    assert all(pictures[s].size == (96, 96) for s in swin_viz.SHIFT_STEPS[:4])
+    pictures = {step: swin_charts.shift_step(crop, block, step, scale=3) for step in swin_charts.SHIFT_STEPS}
+    assert all(pictures[s].size == (96, 96) for s in swin_charts.SHIFT_STEPS[:4])
     assert pictures["regrouped windows"].size[0] > 96  # exploded: gaps between the 4 × 4 windows
     # the rolled picture is the crop rolled by −s tokens = −4 px (checked away from drawn lines and tint)
-    rolled = np.asarray(swin_viz._scaled(geometry.cyclic_shift(crop, (4, 4)), 3))
+    rolled = np.asarray(swin_charts._scaled(geometry.cyclic_shift(crop, (4, 4)), 3))
     plain = np.asarray(pictures["original layout"])
-    assert (plain[1, 1] == np.asarray(swin_viz._scaled(crop, 3))[1, 1]).all()
-    assert rolled[1, 1].tolist() == np.asarray(swin_viz._scaled(crop, 3))[13, 13].tolist()
+    assert (plain[1, 1] == np.asarray(swin_charts._scaled(crop, 3))[1, 1]).all()
+    assert rolled[1, 1].tolist() == np.asarray(swin_charts._scaled(crop, 3))[13, 13].tolist()
     with pytest.raises(ValueError, match="does not shift"):
-        swin_viz.shift_step(crop, swin.read_structure(model).blocks[0], "region ids", 3)
+        swin_charts.shift_step(crop, swin.read_structure(model).blocks[0], "region ids", 3)
 
 
 def test_patch_picture_lights_the_query_token_pixels(model):
-    from viz import swin as swin_viz
-
+    from viz import swin_charts
     block = swin.read_structure(model).blocks[1]
     crop = np.zeros((32, 32, 3), dtype=np.uint8)
     values = np.zeros((16, 16), dtype=np.float32)
     values[5, 9] = 1.0  # token (5, 9) = pixels rows 10–11, cols 18–19 at 2 px per token
-    picture = np.asarray(swin_viz.patch_attention_picture(crop, values, block, (0, 0), scale=1, opacity=1.0))
+    picture = np.asarray(swin_charts.patch_attention_picture(crop, values, block, (0, 0), scale=1, opacity=1.0))
     lit = picture.sum(-1) > 600  # inferno's top is near white; 0 is black; window lines and the query box are
     assert lit[10:12, 18:20].all() and lit.sum() == 4  # coloured (yellow, red, cyan: channel sums below 600)
 
@@ -359,15 +357,15 @@ def test_every_view_draws_the_models_numbers(model, tiny_result):
     np.testing.assert_allclose(built["window_attention"].arrays()["weights"], reference[window], atol=1e-5)
     assert built["window_attention"].stem == f"tiny_photo_stage-1-block-2-sw-msa_average-of-heads_window-{window}"
     np.testing.assert_allclose(built["block_windows"].arrays()["windows"], reference, atol=1e-5)
-    patch = built["patch_attention"].arrays["attention"]
+    patch = built["patch_attention"].arrays()["attention"]
     np.testing.assert_allclose(patch, geometry.patch_attention_map(reference, (7, 7), (16, 16), (4, 4), (2, 2)),
                                atol=1e-5)
     assert abs(patch.sum() - 1) < 1e-5
     probabilities = torch.softmax(model(pixels)[0], -1).detach().numpy()
     table = built["swin_predictions"].table()
     np.testing.assert_allclose(table["probability"], np.sort(probabilities)[::-1][:5], atol=1e-6)
-    assert list(built["hierarchy"].table["tokens"]) == ["16 × 16", "8 × 8"]
-    np.testing.assert_array_equal(built["shifted_window_masks"].arrays["attn_mask"],
+    assert list(built["hierarchy"].table()["tokens"]) == ["16 × 16", "8 × 8"]
+    np.testing.assert_array_equal(built["shifted_window_masks"].arrays()["attn_mask"],
                                   model.layers[0].blocks[1].attn_mask.numpy())
 
 
@@ -444,7 +442,9 @@ def _swin_page():
 
 
 def _image_captions(at) -> list[str]:
-    return [image.caption for element in at.get("image") for image in element.proto.imgs]
+    """Pictures' captions: display.show writes a figure's caption under it (st.caption), others on the image."""
+    return [image.caption for element in at.get("image") for image in element.proto.imgs] + \
+        [caption.value for caption in at.caption]
 
 
 def _captions(at) -> str:

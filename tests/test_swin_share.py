@@ -67,7 +67,7 @@ def test_swin_url_round_trip_and_downloads(patched_swin, offered):
     assert offered["swin_bias"].stem.endswith("relative-position-bias_head-3")
     table = attn.relative_position_bias_table.detach().numpy()
     np.testing.assert_array_equal(bias["relative_position_bias_table"], table)
-    cost = offered["swin_cost"].table
+    cost = offered["swin_cost"].table()
     assert cost["full (hw)²"].tolist() == [(16 * 16) ** 2, (8 * 8) ** 2, (4 * 4) ** 2]
     assert cost["windowed M²hw"].tolist() == [16 * 256, 16 * 64, 16 * 16]
     shift = np.load(io.BytesIO(check_files(offered["swin_shift"])["npz"]))

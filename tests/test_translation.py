@@ -381,7 +381,7 @@ def test_a_sentence_outside_the_samples_has_no_gold(mini_transformer):
     from viz.figures.translation import AlignmentOptions
 
     figure = figures.build("alignment", result, AlignmentOptions(units="words"))
-    assert figure.payload["gold_links"] is None and figure.payload["alignment_error_rate"] is None
+    assert figure.payload()["gold_links"] is None and figure.payload()["alignment_error_rate"] is None
 
 
 @pytest.mark.parametrize("layer, head", [(1, None), (None, 0), (2, 2)])
@@ -394,16 +394,16 @@ def test_alignment_figure_is_the_models_cross_attention(bahdanau_result, layer, 
     pieces_map = (cross.head(layer, head) if layer is not None
                   else np.mean([cross.head(i, head) for i in range(cross.num_layers)], axis=0))
     tokens = figures.build("alignment", bahdanau_result, AlignmentOptions(layer, head, "tokens"))
-    np.testing.assert_allclose(tokens.payload["weights"], pieces_map, atol=1e-6)
-    assert tokens.payload["output_labels"] == out.output_tokens and tokens.payload["gold_links"] is None
+    np.testing.assert_allclose(tokens.payload()["weights"], pieces_map, atol=1e-6)
+    assert tokens.payload()["output_labels"] == out.output_tokens and tokens.payload()["gold_links"] is None
 
     words = figures.build("alignment", bahdanau_result, AlignmentOptions(layer, head, "words"))
     by_hand = alignment.merge_to_words(pieces_map, out.output_groups, out.source_groups)
-    np.testing.assert_allclose(words.payload["weights"], by_hand, atol=1e-6)
+    np.testing.assert_allclose(words.payload()["weights"], by_hand, atol=1e-6)
     real = [j for j, special in enumerate(out.special_output) if not special]
     argmax = {(int(np.argmax(by_hand[j, :-1])), j) for j in real}  # </s> is the last source word: left out
-    assert set(map(tuple, words.payload["argmax_links"])) == argmax
-    assert words.payload["alignment_error_rate"] == pytest.approx(
+    assert set(map(tuple, words.payload()["argmax_links"])) == argmax
+    assert words.payload()["alignment_error_rate"] == pytest.approx(
         alignment.alignment_error_rate(argmax, out.gold_links))
     files = check_files(words)
     np.testing.assert_allclose(json.loads(files["json"])["weights"], by_hand, atol=1e-6)
@@ -417,8 +417,8 @@ def test_alignment_opens_on_the_models_best_head_and_refuses_what_does_not_exist
 
     opening = figures.build("alignment", bahdanau_result)  # the defaults: what the page opens on
     layer, head = bahdanau_result.opening_head
-    assert (opening.payload["layer"], opening.payload["head"]) == (layer, head)
-    np.testing.assert_allclose(opening.payload["weights"], translation.word_attention(
+    assert (opening.payload()["layer"], opening.payload()["head"]) == (layer, head)
+    np.testing.assert_allclose(opening.payload()["weights"], translation.word_attention(
         bahdanau_result.maps("cross").head(layer, head), bahdanau_result.output), atol=1e-6)
     with pytest.raises(ValueError, match="layer 7 does not exist"):
         figures.build("alignment", bahdanau_result, AlignmentOptions(layer=7))
@@ -433,10 +433,10 @@ def test_decoding_step_figure_is_the_models_step(bahdanau_result):
 
     step = bahdanau_result.generation[3]
     figure = figures.build("decoding_step", bahdanau_result, DecodingStepOptions(4, 1, None))
-    np.testing.assert_allclose(figure.arrays["source_attention"], bahdanau_result.maps("cross").head(1, None)[3],
+    np.testing.assert_allclose(figure.arrays()["source_attention"], bahdanau_result.maps("cross").head(1, None)[3],
                                atol=1e-6)
-    np.testing.assert_allclose(figure.arrays["candidate_probabilities"], [c.probability for c in step.candidates])
-    assert figure.payload["token"] == step.token == bahdanau_result.output.output_tokens[3]
+    np.testing.assert_allclose(figure.arrays()["candidate_probabilities"], [c.probability for c in step.candidates])
+    assert figure.payload()["token"] == step.token == bahdanau_result.output.output_tokens[3]
     assert len(figure.charts) == 2 and figure.stem.endswith("_step-4_cross_layer-1_mean")
     check_files(figure)
     with pytest.raises(ValueError, match="step 99 does not exist"):
@@ -473,8 +473,8 @@ def test_the_step_shown_for_a_word_is_the_position_whose_distribution_chose_it(k
                 logits, row = logits[0, -1], weights[0, -1]
         chosen = result.output.output_ids[t - 1]
         assert int(logits.argmax()) == chosen  # greedy: this distribution chose w_t
-        assert figure.payload["probability"] == pytest.approx(float(torch.softmax(logits, -1)[chosen]), abs=1e-5)
-        np.testing.assert_allclose(figure.arrays["source_attention"], row.numpy(), atol=1e-5)
+        assert figure.payload()["probability"] == pytest.approx(float(torch.softmax(logits, -1)[chosen]), abs=1e-5)
+        np.testing.assert_allclose(figure.arrays()["source_attention"], row.numpy(), atol=1e-5)
     assert STEP_CONVENTION in figure.caption
 
 
@@ -503,7 +503,7 @@ def test_fixed_context_model_has_no_alignment_but_its_steps_have_candidates():
     with pytest.raises(ValueError, match="no attention"):
         figures.build("alignment", result)
     step = figures.build("decoding_step", result)
-    assert len(step.charts) == 1 and "source_attention" not in step.arrays
+    assert len(step.charts) == 1 and "source_attention" not in step.arrays()
 
 
 def test_cli_default_view_is_the_alignment_the_page_opens_on(bahdanau_result, tmp_path):
@@ -619,7 +619,7 @@ def test_page_charts_are_the_models_numbers(fresh_caches, offered, bahdanau_resu
     at.session_state["tr_view"] = "Step through decoding"
     at.run()
     at.slider(key="tr_step").set_value(3).run()
-    np.testing.assert_allclose(offered["tr_step"].arrays["source_attention"], cross.head(1, None)[2], atol=1e-6)
+    np.testing.assert_allclose(offered["tr_step"].arrays()["source_attention"], cross.head(1, None)[2], atol=1e-6)
     bars = next(f for f in chart_frames(at) if "position" in f.columns and "weight" in f.columns)
     np.testing.assert_allclose(bars.sort_values("position")["weight"], cross.head(1, None)[2], atol=1e-6)
 

@@ -89,21 +89,21 @@ def test_translation_url_round_trip_and_the_offered_alignment_is_the_models(fres
     view = translation.alignment_view(mini_result, 1, None, False)
     figure = offered["tr_align"]
     assert figure.stem.endswith("_cross_layer-1_mean_tokens")
-    np.testing.assert_allclose(figure.payload["weights"], view.weights, atol=1e-6)
+    np.testing.assert_allclose(figure.payload()["weights"], view.weights, atol=1e-6)
     np.testing.assert_allclose(figure.table().to_numpy(), view.weights, atol=1e-6)
-    assert figure.payload["output_labels"] == view.row_labels
+    assert figure.payload()["output_labels"] == view.row_labels
     files = check_files(figure)
     np.testing.assert_allclose(json.loads(files["json"])["weights"], view.weights, atol=1e-6)
 
     at.radio(key="tr_units").set_value("words").run()
     assert url_param(at, "tr_units") == "words" and url_param(at, "tr_layer") == "layer 1"
     words = translation.alignment_view(mini_result, 1, None, True)
-    assert offered["tr_align"].payload["alignment_error_rate"] == words.aer is not None
+    assert offered["tr_align"].payload()["alignment_error_rate"] == words.aer is not None
     at.session_state["tr_view"] = "Step through decoding"
     at.run()
     assert not at.exception, at.exception  # tr_step=99 from the link: refused, the first step is shown
     assert at.slider(key="tr_step").value == 1 and url_param(at, "tr_view") == "Step through decoding"
-    np.testing.assert_allclose(offered["tr_step"].arrays["source_attention"],
+    np.testing.assert_allclose(offered["tr_step"].arrays()["source_attention"],
                                translation.cross_weights(mini_result.maps("cross"), 1, None)[0], atol=1e-6)
     check_files(offered["tr_step"])
 
@@ -111,4 +111,4 @@ def test_translation_url_round_trip_and_the_offered_alignment_is_the_models(fres
     at.run()
     assert not at.exception, at.exception
     check_files(offered["tr_quality"])
-    assert offered["tr_quality"].payload == json.loads(translation.METRICS.read_text())
+    assert offered["tr_quality"].payload() == json.loads(translation.METRICS.read_text())

@@ -193,7 +193,7 @@ def test_every_view_the_family_offers_is_the_models_numbers(tiny_run):
     # [CLS] over the patches, by default the last layer and the head average: row 0, prefix columns dropped
     cls = drawn["cls"]
     assert cls.stem == "tiny_sample-coffee_cls_layer-1_head-mean"
-    np.testing.assert_allclose(cls.payload["values"], layers[1].mean(0)[0, prefix:].reshape(4, 4), atol=1e-6)
+    np.testing.assert_allclose(cls.payload()["values"], layers[1].mean(0)[0, prefix:].reshape(4, 4), atol=1e-6)
     one_head = build("cls", vit_figures.ClsOptions(layer=0, head=1))
     assert one_head.stem.endswith("_cls_layer-0_head-1") and one_head.caption.endswith("layer 0, head 1")
     arrays = one_head.arrays()
@@ -208,16 +208,16 @@ def test_every_view_the_family_offers_is_the_models_numbers(tiny_run):
 
     query = build("patch_query", vit_figures.QueryOptions(layer=0, head=1, row=2, col=3))
     token = prefix + 2 * 4 + 3
-    assert query.payload["query_token"] == token and query.stem.endswith("_patch-query_patch-2-3_layer-0_head-1")
+    assert query.payload()["query_token"] == token and query.stem.endswith("_patch-query_patch-2-3_layer-0_head-1")
     np.testing.assert_allclose(query.arrays()["patch_query"], layers[0][1, token, prefix:].reshape(4, 4), atol=1e-6)
-    assert query.payload["prefix_share"] == pytest.approx(layers[0][:, token, :prefix].sum(-1).mean(), abs=1e-6)
-    assert drawn["patch_query"].payload["patch"] == [2, 2]  # by default the middle patch
+    assert query.payload()["prefix_share"] == pytest.approx(layers[0][:, token, :prefix].sum(-1).mean(), abs=1e-6)
+    assert drawn["patch_query"].payload()["patch"] == [2, 2]  # by default the middle patch
 
     for fusion in ("mean", "max"):
         rolled = build("rollout", vit_figures.RolloutOptions(fusion=fusion))
         expected = _by_hand_rollout(layers, fusion)[0, prefix:].reshape(4, 4)
         np.testing.assert_allclose(rolled.arrays()["rollout"], expected, atol=1e-5)
-        assert rolled.payload["top_patch_share"] == pytest.approx(expected.max() / expected.sum(), abs=1e-5)
+        assert rolled.payload()["top_patch_share"] == pytest.approx(expected.max() / expected.sum(), abs=1e-5)
     assert build("rollout", vit_figures.RolloutOptions(fusion="max", discard=0.5)).stem.endswith(
         "_rollout_max_discard-0-5")
 
@@ -236,7 +236,7 @@ def test_every_view_the_family_offers_is_the_models_numbers(tiny_run):
     np.testing.assert_allclose(occlusion.arrays()["patch_scores"], expected.patch_scores, atol=1e-5)
     assert occlusion.stem == f"tiny_sample-coffee_occlusion_class-{top.token}"  # occlusion takes no steps
     rolled = drawn["rollout"].arrays()["rollout"]
-    assert occlusion.payload["rank_correlation_with_rollout"] == pytest.approx(
+    assert occlusion.payload()["rank_correlation_with_rollout"] == pytest.approx(
         vit_attribution.rank_correlation(rolled, expected.patch_scores), nan_ok=True)
     assert drawn["attribution"].stem.endswith(f"_integrated-gradients_class-{top.token}_steps-16")
 

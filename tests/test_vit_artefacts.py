@@ -54,9 +54,9 @@ def test_the_opening_layer_is_where_cls_attention_agrees_with_the_saliency_decod
 def test_default_cls_view_opens_on_layer_10_with_the_outliers_outlined_and_out_of_scale(runs):
     cat = runs["cat"]
     figure = figures.build("cls", cat, ClsOptions())
-    assert figure.payload["layer"] == 10 and "layer 10" in figure.caption
+    assert figure.payload()["layer"] == 10 and "layer 10" in figure.caption
     flagged = vit.high_norm_patches(cat)
-    assert sorted(map(tuple, figure.payload["high_norm_patches"])) == sorted(zip(*map(list, np.nonzero(flagged))))
+    assert sorted(map(tuple, figure.payload()["high_norm_patches"])) == sorted(zip(*map(list, np.nonzero(flagged))))
     assert f"{int(flagged.sum())} high-norm patches outlined, left out of the colour scale" in figure.caption
     picture = np.asarray(figure.image)
     r, c = np.argwhere(flagged)[0]
@@ -95,10 +95,10 @@ def test_norms_figure_lists_every_patch_highest_first(runs):
     assert table["high-norm"].sum() == vit.high_norm_patches(runs["cat"]).sum() == table["high-norm"].head(
         int(table["high-norm"].sum())).sum()
     assert "of 256 patches have an outlier norm" in figure.caption
-    assert set(figure.payload["prefix_norms"]) == {"[CLS]"}
+    assert set(figure.payload()["prefix_norms"]) == {"[CLS]"}
     check_files(figure)
     quiet = figures.build("patch_norms", runs["coffee"])
-    assert "No patch's norm is an outlier" in quiet.caption and quiet.payload["high_norm_patches"] == []
+    assert "No patch's norm is an outlier" in quiet.caption and quiet.payload()["high_norm_patches"] == []
 
 
 def test_the_pages_charts_keep_their_own_size(runs):

@@ -73,18 +73,18 @@ def test_prefix_tokens_are_named_and_kept_out_of_the_grid(tiny):
     # the second prefix token ([DIST] or [REG0]) as the query, by default and by name
     second = names[1]
     figure = figures.get("prefix_query").build(result, PrefixQueryOptions(layer=0, head=1))
-    np.testing.assert_allclose(figure.payload["values"], expected[1, 1, prefix:].reshape(4, 4), atol=1e-5)
-    assert figure.payload["token"] == second and figure.payload["query_token"] == 1
-    assert figure.payload["prefix_share"] == pytest.approx(expected[:, 1, :prefix].sum(-1).mean(), abs=1e-5)
+    np.testing.assert_allclose(figure.payload()["values"], expected[1, 1, prefix:].reshape(4, 4), atol=1e-5)
+    assert figure.payload()["token"] == second and figure.payload()["query_token"] == 1
+    assert figure.payload()["prefix_share"] == pytest.approx(expected[:, 1, :prefix].sum(-1).mean(), abs=1e-5)
     assert second.strip("[]").lower() in figure.stem
     last = figures.get("prefix_query").build(result, PrefixQueryOptions(layer=0, head=None, token=names[-1]))
-    np.testing.assert_allclose(last.payload["values"], expected.mean(0)[prefix - 1, prefix:].reshape(4, 4),
+    np.testing.assert_allclose(last.payload()["values"], expected.mean(0)[prefix - 1, prefix:].reshape(4, 4),
                                atol=1e-5)
     with pytest.raises(ValueError, match="no \\[REG9\\] token"):
         figures.get("prefix_query").build(result, PrefixQueryOptions(token="[REG9]"))
 
     drawn = figures.get("cls").build(result, ClsOptions(layer=0, head=None))
-    assert drawn.payload["prefix_tokens"] == list(names)
+    assert drawn.payload()["prefix_tokens"] == list(names)
     assert all(name in figures.get("input").build(result, InputOptions()).caption for name in names)
     if second == "[DIST]":
         assert loaded.is_classifier and len(result.predictions) == 3
@@ -104,7 +104,7 @@ def test_a_model_with_only_cls_draws_cls_as_the_prefix_query(tmp_path, monkeypat
     assert result.image.prefix_names == ("[CLS]",)
     figure = figures.get("prefix_query").build(result, PrefixQueryOptions())
     same = figures.get("cls").build(result, ClsOptions())
-    assert figure.payload["token"] == "[CLS]"
-    np.testing.assert_array_equal(figure.payload["values"], same.payload["values"])
+    assert figure.payload()["token"] == "[CLS]"
+    np.testing.assert_array_equal(figure.payload()["values"], same.payload()["values"])
     with pytest.raises(ValueError, match="no \\[DIST\\] token; its prefix tokens are: \\[CLS\\]"):
         figures.get("prefix_query").build(result, PrefixQueryOptions(token="[DIST]"))

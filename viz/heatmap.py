@@ -164,8 +164,10 @@ def zoom_overview_chart(png: bytes, n_q: int, n_k: int, queries: tuple[int, int]
     x = alt.X("key:Q", scale=alt.Scale(domain=[k0, k0 + n_k], nice=False, zero=False), title="key position")
     y = alt.Y("query:Q", scale=alt.Scale(domain=[q0, q0 + n_q], nice=False, reverse=True, zero=False),
               title="query position")
-    picture = alt.Chart(pd.DataFrame({"key": [k0], "query": [q0], "url": [url]})).mark_image(
-        width=width, height=height, align="left", baseline="top", aspect=False).encode(x=x, y=y, url="url:N")
+    # the image spans the axes' whole domain (x to x2, y to y2), so it stays on its positions at any drawn size
+    picture = alt.Chart(pd.DataFrame({"key": [k0], "key2": [k0 + n_k], "query": [q0], "query2": [q0 + n_q],
+                                      "url": [url]})).mark_image(aspect=False).encode(x=x, x2="key2:Q", y=y,
+                                                                                      y2="query2:Q", url="url:N")
     selection = alt.selection_interval(name=brush, encodings=["x", "y"], fields=["key", "query"], clear=False)
     # a transparent grid of points gives the brush something to select over the whole area (and a double-click
     # the nearest row: 64 rows of points)
@@ -209,18 +211,24 @@ def head_grid_image(thumbnails: np.ndarray, scheme: str = "viridis", cell: int =
 
     Row = layer (labelled L0, L1, ...), column = head (H0, H1, ...). The selected head gets a red frame. With
     ``group_size > 1`` (grouped-query attention) the heads sharing a key/value head stand together, a wider gap
-    between groups, and are labelled ``H<head>/kv<group>``.
+    between groups, and are labelled ``H<head>/kv<group>``. A colour bar under the grid is its key: from 0 to each
+    head's own largest weight.
     """
     layers, heads = thumbnails.shape[:2]
-    margin, group_gap = 30, (3 * gap if group_size > 1 else 0)
+    margin, group_gap, key_height = 30, (3 * gap if group_size > 1 else 0), 44
 
     def left(h: int) -> int:
         return margin + h * (cell + gap) + (h // group_size) * group_gap
 
-    width = left(heads - 1) + cell + gap
-    height = margin + layers * (cell + gap)
-    canvas = Image.new("RGB", (width, height), "white")
+    width = max(left(heads - 1) + cell + gap, 300)
+    grid_bottom = margin + layers * (cell + gap)
+    canvas = Image.new("RGB", (width, grid_bottom + key_height), "white")
     draw = ImageDraw.Draw(canvas)
+    bar = np.repeat(_colormap(scheme)[np.newaxis, np.linspace(0, 255, width - 2 * margin).astype(int)], 12, axis=0)
+    canvas.paste(Image.fromarray(bar), (margin, grid_bottom + 6))
+    draw.text((margin, grid_bottom + 21), "0", fill="black")
+    label = "each head's largest weight"
+    draw.text((width - margin - draw.textlength(label), grid_bottom + 21), label, fill="black")
     for h in range(heads):
         label = f"H{h}/kv{h // group_size}" if group_size > 1 else f"H{h}"
         draw.text((left(h) + cell // 2 - 3 * len(label), 8), label, fill="black")
@@ -254,10 +262,10 @@ def head_statistic_chart(values: np.ndarray, label: str, selected: tuple[int, in
         opacity=alt.condition(pick, alt.value(1.0), alt.value(0.85)),
     ).add_params(pick)
     width = min(700, 34 * heads + 40)
-    if group_size > 1 and heads > group_size:  # a rule sits mid-band: moved half a band left, onto the boundary
+    if group_size > 1 and heads > group_size:  # a rule at the start of a group's first band, whatever the width
         edges = pd.DataFrame({"head": list(range(group_size, heads, group_size))})
-        chart = chart + alt.Chart(edges).mark_rule(color="black", strokeWidth=1.5, xOffset=-width / heads / 2
-                                                   ).encode(x="head:O")
+        chart = chart + alt.Chart(edges).mark_rule(color="black", strokeWidth=1.5).encode(
+            x=alt.X("head:O", bandPosition=0))
     if selected is not None:
         marker = alt.Chart(pd.DataFrame({"layer": [selected[0]], "head": [selected[1]]})).mark_rect(
             fill=None, stroke="crimson", strokeWidth=3).encode(x="head:O", y="layer:O")

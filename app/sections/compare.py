@@ -48,8 +48,4 @@ def show(result, loaded) -> None:
             text2, model2, distance, int(layer), int(head), presentation.color_scheme()), loaded)
     if figure is None:
         return
-    st.altair_chart(figure.charts[0], on_select="rerun", key="gpt_cmp_pick", width="content")
-    for chart in figure.charts[1:]:
-        display.part(chart)
-    st.caption(figure.caption)
-    display.offer(figure, "gpt_compare")
+    display.show(figure, "gpt_compare", select="gpt_cmp_pick")

@@ -14,7 +14,6 @@ from app import display, resources, widgets
 from models.core import loading
 from models.corpus import engine, readers, store
 from models.corpus.statistics import STATISTICS
-from viz.figure import resolved
 from viz.figures.corpus import (
     COLOURS,
     CorpusOptions,
@@ -144,11 +143,11 @@ def heads_tab(heads, folder: Path, spec, layer: int, head: int, revision: str) -
     loaded = widgets.load_or_stop(spec)  # the contexts are decoded with the model's tokenizer
     top = widgets.figure_or_none("corpus_top", None, TopOptions(str(folder), layer, head, 8, revision), loaded)
     if top is not None:
-        st.dataframe(resolved(top.table)[["doc_id", "peak_weight", "query_context", "key_context"]],
+        st.dataframe(top.table()[["doc_id", "peak_weight", "query_context", "key_context"]],
                      hide_index=True)
         display.offer(top, "corpus_top")
     st.markdown("**Every head** (sortable: click a column; `_std` = spread over documents)")
-    st.dataframe(resolved(heads.table), hide_index=True, height=300)
+    st.dataframe(heads.table(), hide_index=True, height=300)
 
 
 def embedding_tab(folder: Path, spec, info) -> None:
@@ -165,11 +164,9 @@ def embedding_tab(folder: Path, spec, info) -> None:
                                     EmbeddingOptions(str(folder), layer, head, count, method, colour), loaded)
     if figure is None:
         return
-    display.part(figure.chart, figure.width, on_select="rerun", key="corpus_qk_pick")
-    st.caption(figure.caption + " Click a point to open its document's map below.")
-    display.offer(figure, "corpus_qk")
-    document_map(loaded, folder, list(dict.fromkeys(resolved(figure.table)["document"])), layer, head,
-                 info.max_tokens)
+    display.show(figure, "corpus_qk", select="corpus_qk_pick")
+    st.caption("Click a point to open its document's map below.")
+    document_map(loaded, folder, list(dict.fromkeys(figure.table()["document"])), layer, head, info.max_tokens)
 
 
 def document_map(loaded, folder: Path, documents: list[str], layer: int, head: int, max_tokens: int) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import streamlit as st
 
 from app import display, url_state, widgets
-from viz.figure import resolved
 from viz.figures.decoding import LengthOptions, PenaltyOptions
 
 # SmolLM2-Instruct's chat format: its beams end (<|im_end|>) after 7 to 11 tokens, so α reorders them
@@ -58,6 +57,6 @@ def show(generated, loaded) -> None:
     if figure is not None:
         display.show(figure, "gpt_length_penalty")
         columns = ["hypothesis", "text", "sum_logprob", "score", "rank_before", "rank_after"]
-        st.dataframe(resolved(figure.table)[columns],
+        st.dataframe(figure.table()[columns],
                      hide_index=True)
     url_state.publish(KEYS)

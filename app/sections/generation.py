@@ -85,8 +85,5 @@ def show(loaded, inputs, prompt: str) -> None:
     layer, head = attention_view.layer_head_picker(generated.maps("self"), key="gpt_gen")
     url_state.publish(KEYS)
     if (figure := widgets.figure_or_none("generation_step", generated, StepOptions(layer, head, step))) is not None:
-        for column, chart in zip(st.columns([3, 2]), figure.charts):  # where it looked, wider than its candidates
-            with column:
-                display.part(chart, figure.width)
-        st.caption(figure.caption)
+        display.show(figure, "gpt_gen")  # where it looked beside its candidates, in the figure's own row
     decoding_penalties.show(generated, loaded)

@@ -23,13 +23,7 @@ def show(layer: dict, head: int, tokens: int, scheme: str) -> None:
     common = {name: layer[name] for name in LAYER_FIELDS}
     figure = widgets.figure_or_none("linear_attention", None, LinearOptions(**common, head=head, scheme=scheme))
     if figure is not None:
-        for i, chart in enumerate(figure.charts):  # two by two: softmax | linear, flow | the output difference
-            if i % 2 == 0:
-                columns = st.columns(2)
-            with columns[i % 2]:
-                display.part(chart)
-        st.caption(figure.caption)
-        display.offer(figure, "mech_linear")
+        display.show(figure, "mech_linear")
 
     st.subheader("Causal linear attention is an RNN")
     st.latex(r"S_i = S_{i-1} + \phi(k_i)\,v_i^{\top},\qquad z_i = z_{i-1} + \phi(k_i),\qquad "
@@ -38,14 +32,7 @@ def show(layer: dict, head: int, tokens: int, scheme: str) -> None:
     figure = widgets.figure_or_none("linear_recurrent", None,
                                     RecurrentOptions(**common, head=head, scheme=scheme, step=step))
     if figure is not None:
-        left, right = st.columns([3, 2])
-        with left:
-            display.part(figure.charts[0])
-        with right:
-            for chart in figure.charts[1:]:
-                display.part(chart)
-        st.caption(figure.caption)
-        display.offer(figure, "mech_linear_rnn")
+        display.show(figure, "mech_linear_rnn")
 
     st.subheader("Measured: time and memory against N")
     if (figure := widgets.figure_or_none("linear_attention_cost", None)) is not None:

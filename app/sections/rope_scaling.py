@@ -26,12 +26,7 @@ def show() -> None:
     st.caption("Defaults: SmolLM2-135M's (d = 64, b = 100,000, L₀ = 8,192 = its max_position_embeddings).")
     figure = widgets.figure_or_none("rope_scaling", None, ScalingOptions(head_dim, base, trained, factor))
     if figure is not None:
-        for column, chart in zip(st.columns([1, 1]), figure.charts[:2]):
-            with column:
-                display.part(chart)
-        display.part(figure.charts[2])
-        st.caption(figure.caption)
-        display.offer(figure, "rope_scaling")
+        display.show(figure, "rope_scaling")
     st.subheader("Measured: SmolLM2's perplexity against length")
     if (figure := widgets.figure_or_none("rope_perplexity", None)) is not None:
         display.show(figure, "rope_perplexity")

@@ -27,27 +27,28 @@ def audio_picker(default_sample: str = "en quick_brown_fox") -> AudioInput | Non
     """The chosen clip, 16 kHz mono and at most 30 s, or None (nothing given yet, or a file that cannot be read:
     its message is already on the page)."""
     samples = speech.samples()
-    source = st.radio("Audio", SOURCES, horizontal=True, key="sp_source",
-                      help="A sample clip, a recording from your microphone, or a file (WAV, FLAC, MP3, OGG; any "
-                           "rate and channels: resampled to 16 kHz mono; only the first 30 s are used).")
+    left, right = st.columns([1, 2])  # the source and its player beside the clip: a compact header
+    source = left.radio("Audio", SOURCES, horizontal=True, key="sp_source",
+                        help="A sample clip, a recording from your microphone, or a file (WAV, FLAC, MP3, OGG; any "
+                             "rate and channels: resampled to 16 kHz mono; only the first 30 s are used).")
     if source == "Sample":
         if st.session_state.get("sp_sample") not in samples:
             st.session_state["sp_sample"] = default_sample
-        st.selectbox("Sample clip", list(samples), key="sp_sample",
-                     format_func=lambda name: f"{name}: “{samples[name][1]}”")
+        right.selectbox("Sample clip", list(samples), key="sp_sample",
+                        format_func=lambda name: f"{name}: “{samples[name][1]}”")
         path, reference = samples[st.session_state["sp_sample"]]
-        st.caption(plain(f"Reference transcript: {reference} — {speech.SAMPLE_CREDIT}"))
+        right.caption(plain(f"Reference transcript: {reference} — {speech.SAMPLE_CREDIT}"))
         data, name = path.read_bytes(), f"sample {st.session_state['sp_sample']}"
     elif source == "Record":
-        recording = st.audio_input("Record from your microphone", key="sp_recording")
+        recording = right.audio_input("Record from your microphone", key="sp_recording")
         if recording is None:
-            st.info("Press the microphone, speak (up to 30 s), then stop; or pick a sample clip.")
+            right.info("Press the microphone, speak (up to 30 s), then stop; or pick a sample clip.")
             return None
         data, name = recording.getvalue(), "recording"
     else:
-        upload = st.file_uploader("Your audio file", type=list(audio.FORMATS), key="sp_upload")
+        upload = right.file_uploader("Your audio file", type=list(audio.FORMATS), key="sp_upload")
         if upload is None:
-            st.info("Upload a WAV, FLAC, MP3 or OGG file, or pick a sample clip.")
+            right.info("Upload a WAV, FLAC, MP3 or OGG file, or pick a sample clip.")
             return None
         data, name = upload.getvalue(), "upload"
     try:
@@ -55,7 +56,7 @@ def audio_picker(default_sample: str = "en quick_brown_fox") -> AudioInput | Non
     except ValueError as error:
         show_error(error)
         return None
-    st.audio(clip.wav_bytes(), format="audio/wav")
+    left.audio(clip.wav_bytes(), format="audio/wav")
     for note in clip.notes:
         st.info(plain(note))
     return AudioInput(clip)

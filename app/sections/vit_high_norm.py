@@ -24,7 +24,7 @@ def show(result) -> None:
     figure = widgets.figure_or_none("patch_norms", result)
     if figure is None:
         return
-    flagged = figure.payload["high_norm_patches"]
+    flagged = figure.payload()["high_norm_patches"]
     st.markdown("**High-norm patches.** " + (
         f"{len(flagged)} patches (outlined in white on the maps) leave the last layer with a norm far above the other "
         "patches'. Darcet et al. (2024, “Vision Transformers Need Registers”) found such tokens in ViTs trained long "
@@ -41,11 +41,8 @@ def show(result) -> None:
                   "trained with 4 registers, to compare when you have internet."))
     left, right = st.columns([3, 2])
     with left:
-        display.part(figure.chart)
-        st.caption(figure.caption)
+        display.show(figure, "vit_norms")
     table = figure.table()
     right.dataframe(table[table["high-norm"]] if flagged else table.head(5), hide_index=True,
                     column_config={"norm": st.column_config.NumberColumn(format="%.1f"),
                                    "modified z": st.column_config.NumberColumn(format="%.1f")})
-    with right:
-        display.offer(figure, "vit_norms")

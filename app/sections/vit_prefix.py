@@ -27,9 +27,8 @@ def show(result, layer: int, head: int | None, drawn: dict) -> None:
                                                                               **drawn))
     if figure is None:
         return
-    c1.image(figure.image, caption=figure.caption)
-    c2.markdown(widgets.plain(f"{token}: {figure.payload['role']}."))
-    c2.caption(f"Share of {token}'s attention on the prefix tokens (not drawn): "
-               f"{figure.payload['prefix_share']:.1%} on average over heads.")
     with c1:
-        display.offer(figure, "vit_prefix_query")
+        display.show(figure, "vit_prefix_query")
+    c2.markdown(widgets.plain(f"{token}: {figure.payload()['role']}."))
+    c2.caption(f"Share of {token}'s attention on the prefix tokens (not drawn): "
+               f"{figure.payload()['prefix_share']:.1%} on average over heads.")

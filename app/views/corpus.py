@@ -3,7 +3,7 @@ induction and previous-token heads, Olsson et al. 2022). Results persist per doc
 bundled corpus's results ship with the app, so the heads map is there when the page opens."""
 import streamlit as st
 
-from app import sidebar, url_state, widgets
+from app import presentation, sidebar, url_state, widgets
 from app.sections import corpus as section
 
 FAMILIES = {"causal_lm": "Language model (GPT)", "encoder": "Encoder (BERT)", "moe": "Mixture of experts"}
@@ -20,11 +20,13 @@ with st.sidebar:
     family = st.selectbox("Model family", list(FAMILIES), format_func=FAMILIES.get, key="corpus_family")
 spec = widgets.model_picker(family)
 widgets.model_card(spec)
-corpus = section.corpus_picker()
-max_tokens = int(st.select_slider("Tokens per document (longer ones are cut)", [64, 128, 256, 512, 1024], 256,
-                                  key="corpus_tokens"))
-folder, shipped = section.results_folder(spec, sidebar.device_choice()[1], corpus, max_tokens)
-section.run_controls(spec, corpus, folder, shipped, max_tokens)
+# on a projector the corpus and run controls fold away, so the heads map starts above the fold
+with st.expander("Corpus, document length and run", expanded=False) if presentation.is_on() else st.container():
+    corpus = section.corpus_picker()
+    max_tokens = int(st.select_slider("Tokens per document (longer ones are cut)", [64, 128, 256, 512, 1024], 256,
+                                      key="corpus_tokens"))
+    folder, shipped = section.results_folder(spec, sidebar.device_choice()[1], corpus, max_tokens)
+    section.run_controls(spec, corpus, folder, shipped, max_tokens)
 if (folder / "run.json").is_file():
     section.show_results(folder, spec)
 url_state.publish(SHARED)

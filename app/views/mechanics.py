@@ -19,7 +19,7 @@ from viz.figures.mechanics import (
     SwinOptions,
     ZooOptions,
 )
-from viz.mechanics import unique_labels
+from viz.mechanics_charts import unique_labels
 
 PRESETS = {
     "Tired animal": "The animal didn't cross the street because it was too tired to walk.",
@@ -101,7 +101,11 @@ scheme = presentation.color_scheme()
 
 with tab_steps:
     other, keys = None, n  # keys: how many keys the scores have (the other sequence's tokens in cross-attention)
-    mode = st.radio("Attention", ["Self-attention", "Cross-attention"], horizontal=True, key="mech_mode")
+    attention_column, head_column = st.columns(2)
+    mode = attention_column.radio("Attention", ["Self-attention", "Cross-attention"], horizontal=True,
+                                  key="mech_mode")
+    head = head_column.radio("Head shown", range(heads), horizontal=True, key="mech_head",
+                             format_func=lambda h: f"head {h}")
     if mode == "Cross-attention":
         other = st.text_input("Keys and values come from", "A tired dog stays at home.", key="mech_other")
         try:
@@ -113,7 +117,6 @@ with tab_steps:
                    "its encoder): the scores are N × M and no mask applies.")
     else:
         st.caption(f"Mask (chosen in the Masks tab): **{mechanics.MASK_KINDS[kind].title}**.")
-    head = st.radio("Head shown", range(heads), horizontal=True, key="mech_head", format_func=lambda h: f"head {h}")
     steps = mechanics.step_outline(mechanics.LayerConfig(d_model, heads, d_head, scaled, seed), n, keys,
                                    other is not None, mechanics.mask_value(kind if other is None else "none"))
     st.markdown("**The layer as four matrix multiplications** (①–④), with this sentence's shapes:")
@@ -125,11 +128,11 @@ with tab_steps:
     options = StepsOptions(**layer, other=other, head=head, step="" if everything else chosen[0].key,
                            all_steps=everything)
     if (figure := widgets.figure_or_none("layer_steps", None, options)) is not None:
-        for step, chart in zip(chosen, figure.charts):
+        for part, step in enumerate(chosen):
             st.markdown(f"#### {step.title}")
             st.latex(step.latex)
             st.caption(f"Shape: {step.shape}" + (f" — head {head} of {heads} shown" if step.per_head else ""))
-            display.part(chart)
+            display.show(figure, "mech_steps", part=part, downloads=False)
         display.offer(figure, "mech_steps")
 
     st.subheader("Why divide by √d_k")
@@ -140,13 +143,7 @@ with tab_steps:
     st.subheader("Multi-head vs single head")
     figure = widgets.figure_or_none("multi_vs_single_head", None, HeadsOptions(**layer, scheme=scheme))
     if figure is not None:
-        st.caption(figure.caption)
-        for i, chart in enumerate(figure.charts):  # two by two, as the PNG has them
-            if i % 2 == 0:
-                columns = st.columns(2)
-            with columns[i % 2]:
-                display.part(chart)
-        display.offer(figure, "mech_multihead")
+        display.show(figure, "mech_multihead")
 
 with tab_masks:
     st.markdown(f"The same scores (head {head}) with {'−100' if kind == 'swin' else '−∞'} where the mask hides a key, "
@@ -162,11 +159,7 @@ with tab_masks:
             display.show(figure, "mech_swin", downloads=False)
     st.markdown("#### The whole zoo on this sentence")
     if (figure := widgets.figure_or_none("mask_zoo", None, ZooOptions(n))) is not None:
-        gallery = st.columns(4)
-        for i, chart in enumerate(figure.charts):
-            with gallery[i % 4]:
-                display.part(chart)
-        display.offer(figure, "mech_zoo")
+        display.show(figure, "mech_zoo")
 
 
 @st.fragment
@@ -209,9 +202,8 @@ def cost_tab() -> None:
     with st.spinner("Reading the models' configs…"):
         figure = widgets.figure_or_none("kv_cache", None, KVOptions(kv_tokens, kv_dtype))
     if figure is not None:
-        display.part(figure.chart)
-        st.table(figure.table, hide_index=True)
-        display.offer(figure, "cost_kv")
+        display.show(figure, "cost_kv", caption=False)
+        st.table(figure.table(), hide_index=True)
         if figure.caption:  # the MLA notes, the configs not read
             st.caption(figure.caption)
     url_state.publish(COST)

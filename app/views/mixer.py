@@ -60,7 +60,7 @@ with left:
                                                                         map=which))) is not None:
         display.show(mixed, "mixer_mixing")
         st.caption(f"At this image the map differs from the fixed one by "
-                   f"{mixed.payload['input_dependence']:.0%} (‖M(x) − M(0)‖ / ‖M(0)‖, block {layer}).")
+                   f"{mixed.payload()['input_dependence']:.0%} (‖M(x) − M(0)‖ / ‖M(0)‖, block {layer}).")
 with right:
     st.markdown(f"**ViT {vit_loaded.spec.short_name}, layer {vit_layer}: attention of patch ({vit_row}, {vit_col})**")
     if (attended := widgets.figure_or_none("patch_query", vit_result, QueryOptions(

@@ -12,7 +12,7 @@ from app import display, presentation, resources, sidebar, url_state, widgets
 from app.sections import rope_scaling
 from models import families
 from models.lessons import positional as pe
-from viz.figure import Figure, resolved
+from viz.figure import Figure
 from viz.figures.positional import (
     SENTENCE,
     AlibiOptions,
@@ -49,24 +49,10 @@ def load(spec):
         widgets.show_error(error)
 
 
-def show(figure: Figure | None, key: str, columns: int = 1, width: str | None = None) -> None:
-    """A figure's charts filled row by row into ``columns`` columns (at Streamlit's default width unless ``width``
-    says otherwise, as this page always drew them), its downloads, then its caption."""
-    if figure is None:
-        return
-    cells = st.columns(columns) if columns > 1 else [st.container()]
-    for index, part in enumerate(figure.shown()):
-        with cells[index % columns]:
-            display.part(part, width=width)
-    display.offer(figure, key)
-    if figure.caption:
-        st.caption(figure.caption)
-
-
-def show_mosaic(figure: Figure | None, key: str, **image_options) -> None:
+def show(figure: Figure | None, key: str) -> None:
+    """A figure laid out as it says (``display.show``), when it could be drawn."""
     if figure is not None:
-        st.image(figure.image, caption=figure.caption, **image_options)
-        display.offer(figure, key)
+        display.show(figure, key)
 
 
 @st.fragment
@@ -77,14 +63,14 @@ def equivariance_tab(encoder) -> None:
     gaps = widgets.figure_or_none("equivariance", None, EquivarianceOptions(sentence, seed), encoder)
     if gaps is None:
         return
-    demo = resolved(gaps.payload)
+    demo = gaps.payload()
     for notice in demo["notices"]:
         st.warning(notice)
     st.text("Shuffled: " + " ".join(demo["shuffled_tokens"]))  # plain text, never markup
-    display.part(gaps.chart, width=None)
+    display.show(gaps, "perm_gap")
     setting = st.radio("Attention maps for", list(demo["output_gap"]), horizontal=True, key="perm_setting")
     show(widgets.figure_or_none("equivariance_maps", None, EquivarianceMapsOptions(
-        sentence, seed, setting, presentation.color_scheme()), encoder), "perm", columns=2, width="content")
+        sentence, seed, setting, presentation.color_scheme()), encoder), "perm")
     url_state.publish(WHY)
 
 
@@ -95,11 +81,10 @@ def sinusoidal_tab() -> None:
     dim = c1.select_slider("d (channels)", [16, 32, 64, 128, 192, 256, 384, 512, 768, 1024], 128, key="sin_d")
     length = c2.slider("Length (positions)", 8, 1024, 128, key="sin_length")
     base = c3.number_input("Base b", 2.0, 1e8, 10000.0, key="sin_base", format="%g")
-    show(widgets.figure_or_none("sinusoidal", options=SinusoidalOptions(dim, length, base)), "sin", columns=2)
+    show(widgets.figure_or_none("sinusoidal", options=SinusoidalOptions(dim, length, base)), "sin")
     st.subheader("2-D variant for image patches")
     side = st.slider("Patch grid (rows = columns)", 2, 32, 14, key="sin_grid")
-    show_mosaic(widgets.figure_or_none("sinusoidal_2d", options=Sinusoidal2DOptions(dim, side, base)), "sin2d",
-                width=640)
+    show(widgets.figure_or_none("sinusoidal_2d", options=Sinusoidal2DOptions(dim, side, base)), "sin2d")
     url_state.publish(SINUSOIDAL)
 
 
@@ -120,12 +105,12 @@ def grid_tab() -> None:
         grid = widgets.figure_or_none("position_grid", None, GridOptions(source), vision)
     if grid is None:
         return
-    found = resolved(grid.payload)
+    found = grid.payload()
     for note in found["notes"]:
         st.caption(note)
     new_side = st.slider("Interpolate to a grid of (side)", 2, 64, 2 * found["grid"][0], key="learned_resize")
-    show_mosaic(widgets.figure_or_none("position_grid_resized", None, ResizedGridOptions(source, new_side), vision),
-                "learned_grid")
+    show(widgets.figure_or_none("position_grid_resized", None, ResizedGridOptions(source, new_side), vision),
+         "learned_grid")
     url_state.publish(GRID)
     st.caption("Each tile: one patch's cosine similarity with all patches (every few patches shown; blue low, red "
                "high, dot = the patch). "
@@ -141,9 +126,8 @@ def rope_tab() -> None:
     base = c2.number_input("Base b (rope_theta)", 2.0, 1e8, 10000.0, key="rope_base", format="%g")
     span = c3.slider("Offsets shown (±)", 16, 4096, 512, key="rope_span")
     options = RopeOptions(head_dim, base, span)
-    show(widgets.figure_or_none("rope", options=options), "rope", columns=2)
-    if (decay := widgets.figure_or_none("rope_decay", options=options)) is not None:
-        display.part(decay.chart, width=None)
+    show(widgets.figure_or_none("rope", options=options), "rope")
+    show(widgets.figure_or_none("rope_decay", options=options), "rope_decay")
     url_state.publish(ROPE)
 
 
@@ -151,7 +135,7 @@ def rope_model_view(model) -> None:
     st.subheader(f"RoPE in {model.spec.key}")
     if (figure := widgets.figure_or_none("rope_in_model", None, None, model)) is None:
         return
-    found = resolved(figure.payload)
+    found = figure.payload()
     for column, (label, value) in zip(st.columns(5), found["facts"].items()):
         column.metric(label, value)
     settings = {"rope_base": found["theta"]} | ({"rope_d": found["rotary_dim"]}
@@ -167,12 +151,7 @@ def bias_tab() -> None:
     heads = c1.slider("Heads H", 1, 32, 8, key="alibi_heads")
     length = c2.slider("Length", 4, 64, 16, key="alibi_length")
     causal = c3.toggle("Causal (decoder)", True, key="alibi_causal")
-    if (alibi := widgets.figure_or_none("alibi", options=AlibiOptions(heads, length, causal))) is not None:
-        slopes, small_multiples = alibi.charts
-        display.part(slopes, width=None)
-        display.part(small_multiples)
-        display.offer(alibi, "alibi")
-        st.caption(alibi.caption)
+    show(widgets.figure_or_none("alibi", options=AlibiOptions(heads, length, causal)), "alibi")
     st.subheader("T5 relative-position buckets")
     st.latex(pe.LATEX["t5"])
     c1, c2, c3 = st.columns(3)
@@ -181,7 +160,7 @@ def bias_tab() -> None:
     t5_length = c3.slider("Length", 8, 512, 160, key="t5_length")
     if (t5 := widgets.figure_or_none("t5_buckets", options=T5Options(buckets, max_distance, t5_length))) is None:
         return
-    show(t5, "t5", columns=2)
+    show(t5, "t5")
     url_state.publish(BIASES)
     try:  # only when the Swin page exists and is routed (not when this page runs on its own)
         if (Path(__file__).parent / "swin.py").exists():
@@ -222,7 +201,7 @@ with learned:
                 f"cannot be shown offline. With internet, open it once on the GPT page (or run `huggingface-cli "
                 f"download {spec.id}`) and it appears here.")
     elif (model := encoder if spec == families.default_spec("encoder") else load(spec)) is not None:
-        show(widgets.figure_or_none("learned_text_table", None, None, model), "learned_text_table", columns=2)
+        show(widgets.figure_or_none("learned_text_table", None, None, model), "learned_text_table")
     grid_tab()
 with rope:
     if (causal_lm := load(families.default_spec("causal_lm"))) is not None:

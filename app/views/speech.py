@@ -95,7 +95,7 @@ def words_tab():
                       for w in result.words], hide_index=True)
         return
     display.show(figure, "sp_timing")
-    st.dataframe(figure.table.rename(columns=TIMING_COLUMNS).round(2), hide_index=True)
+    st.dataframe(figure.table().rename(columns=TIMING_COLUMNS).round(2), hide_index=True)
 
 
 def steps_tab():

@@ -4,9 +4,18 @@ import streamlit as st
 
 from app import display, image_input, presentation, url_state, widgets
 from app.sections import faithfulness as faithfulness_section
-from viz import swin as swin_viz
-from viz.figures.swin import (AVERAGE, BiasOptions, HierarchyOptions, MaskOptions, MergingOptions, PatchOptions,
-                              ShiftOptions, StageOptions, WindowOptions)
+from viz import swin_charts
+from viz.figures.swin import (
+    AVERAGE,
+    BiasOptions,
+    HierarchyOptions,
+    MaskOptions,
+    MergingOptions,
+    PatchOptions,
+    ShiftOptions,
+    StageOptions,
+    WindowOptions,
+)
 
 # what a link carries: model, sample (never an upload), stage, tab, shift step; per-stage pickers under short names
 SHARED = ["model_swin", *image_input.shared_keys("swin"), "swin_stage", "swin_view", "swin_shift_step"]
@@ -23,14 +32,15 @@ if inputs is None:
     st.stop()
 result = widgets.run_or_stop(loaded, inputs)
 structure, crop = result.structure, result.image.image
-scale = swin_viz.display_scale(crop)
+scale = swin_charts.display_scale(crop)
 first = structure.blocks[0]
 
 left, right = st.columns(2)
 if (overview := widgets.figure_or_none("stage_windows", result, StageOptions(0, scale))) is not None:
-    left.image(overview.image, caption=f"What the model saw: {crop.shape[1]} × {crop.shape[0]} px, "
-                                       f"{structure.patch_size[0]} px patches (white), {first.window[0]} × "
-                                       f"{first.window[1]}-token windows (yellow)")
+    with left:
+        display.show(overview, "swin_overview", downloads=False, caption=False)
+        st.caption(f"What the model saw: {crop.shape[1]} × {crop.shape[0]} px, {structure.patch_size[0]} px patches "
+                   f"(white), {first.window[0]} × {first.window[1]}-token windows (yellow)")
 with right:
     for notice in result.notices:
         st.caption(widgets.plain(notice))
@@ -81,13 +91,15 @@ with tabs[0]:
     half = max(1, scale // 2)
     for column, s in zip(st.columns(len(structure.stages)), structure.stages):
         if (grid := widgets.figure_or_none("stage_windows", result, StageOptions(s.index, half))) is not None:
-            column.image(grid.image, caption=grid.caption)
+            with column:
+                display.show(grid, f"swin_stage_{s.index}", downloads=False)
     if (stages := widgets.figure_or_none("hierarchy", result, HierarchyOptions(half))) is not None:
-        st.dataframe(stages.table, hide_index=True)
+        st.dataframe(stages.table(), hide_index=True)
     merging = [s for s in structure.stages if s.merge is not None]
     for column, s in zip(st.columns(max(1, len(merging))), merging):
         if (merge := widgets.figure_or_none("patch_merging", result, MergingOptions(s.index))) is not None:
-            column.image(merge.image, caption=merge.caption)
+            with column:
+                display.show(merge, f"swin_merge_{s.index}", downloads=False)
     if stages is not None:
         st.caption(stages.caption)
 
@@ -95,7 +107,7 @@ with tabs[1]:
     if no_shift:
         st.info(no_shift)
     else:
-        step = st.select_slider("Step", swin_viz.SHIFT_STEPS, key="swin_shift_step")
+        step = st.select_slider("Step", swin_charts.SHIFT_STEPS, key="swin_shift_step")
         if (shift := widgets.figure_or_none("cyclic_shift", result, ShiftOptions(stage_index, step, scale))):
             st.caption(shift.caption)  # the step's explanation reads before its picture
             display.show(shift, "swin_shift", caption=False)
@@ -105,25 +117,14 @@ with tabs[2]:
         st.info(no_shift)
     elif (masks := widgets.figure_or_none("shifted_window_masks", result, MaskOptions(stage_index))) is not None:
         st.caption(masks.caption)
-        for regions, mask in zip(masks.charts[::2], masks.charts[1::2]):  # one row per kind of window
-            c1, c2 = st.columns([1, 2])
-            with c1:
-                display.part(regions)
-            with c2:
-                display.part(mask)
-        display.offer(masks, "swin_mask")
+        display.show(masks, "swin_mask", caption=False)
 
 with tabs[3]:
     block = block_picker("bias")
     bias_options = BiasOptions(stage_index, block, 0 if head is None else head)
     if (bias := widgets.figure_or_none("relative_position_bias", result, bias_options)) is not None:
         st.markdown(bias.caption)
-        tables, *pair = bias.charts
-        display.part(tables)
-        for column, chart in zip(st.columns(2), pair):
-            with column:
-                display.part(chart)
-        display.offer(bias, "swin_bias")
+        display.show(bias, "swin_bias", caption=False)
 
 with tabs[4]:
     block = block_picker("attn")
@@ -134,25 +135,25 @@ with tabs[4]:
     for column, other in zip(st.columns(len(stage_blocks)), stage_blocks):
         options = PatchOptions(stage_index, other.index, head, row, col, scale)
         if (patch := widgets.figure_or_none("patch_attention", result, options)) is not None:
-            column.image(patch.image, caption=patch.caption)
+            with column:
+                display.show(patch, f"swin_patch_{other.index}", downloads=False)
     # the downloads hold the patch's window ("window N"); every window and the patch maps: python -m app.cli
     options = WindowOptions(stage_index, block, head, row, col, presentation.color_scheme())
     every = widgets.figure_or_none("block_windows", result, options)
     window = widgets.figure_or_none("window_attention", result, options)
     if every is not None and window is not None:
         c1, c2 = st.columns(2)
-        c1.image(every.image, caption=every.caption)
+        with c1:
+            display.show(every, "swin_every", downloads=False)
         with c2:
-            display.part(window.chart)
-        display.offer(window, "swin_attn")
+            display.show(window, "swin_attn", caption=False)
         st.caption(window.caption)
 
 with tabs[5]:
     if (cost := widgets.figure_or_none("window_cost", result)) is not None:
         st.markdown(cost.caption)
-        display.part(cost.chart)
-        st.dataframe(cost.table, hide_index=True)
-        display.offer(cost, "swin_cost")
+        display.show(cost, "swin_cost", caption=False)
+        st.dataframe(cost.table(), hide_index=True)
 
 if tabs[6].open:  # explanations through windows and merges, and their deletion/insertion curves (issue 17)
     with tabs[6]:

@@ -101,7 +101,7 @@ def alignment_tab():
         return
     display.show(figure, "tr_align", caption=False)
     st.caption(figure.caption)  # below the downloads, as the other tabs' captions
-    if (aer := figure.payload["alignment_error_rate"]) is not None:
+    if (aer := figure.payload()["alignment_error_rate"]) is not None:
         st.metric("Alignment error rate of this map against the gold alignment", f"{aer:.3f}",
                   help="AER (Och & Ney 2003) of the orange dots against the red squares; 0 is perfect.")
     if result.maps("cross").num_heads > 1:
@@ -121,13 +121,9 @@ def steps_tab():
     figure = widgets.figure_or_none("decoding_step", result, DecodingStepOptions(t, layer, head))
     if figure is None:
         return
-    left, right = st.columns([3, 2])
     if len(figure.charts) == 1:
-        left.info("No attention: every step reads the same fixed context vector.")
-    for column, chart in zip((left, right)[-len(figure.charts):], figure.charts):
-        column.altair_chart(chart)
-    display.offer(figure, "tr_step")
-    st.caption(figure.caption)
+        st.info("No attention: every step reads the same fixed context vector.")
+    display.show(figure, "tr_step")
 
 
 def self_attention_tab():
@@ -161,7 +157,7 @@ def compare_tab():
             if figure is None:
                 continue
             display.show(figure, f"tr_compare_{res.model.key}", caption=False)
-            if (aer := figure.payload["alignment_error_rate"]) is not None:
+            if (aer := figure.payload()["alignment_error_rate"]) is not None:
                 st.metric("AER against gold", f"{aer:.3f}")
             elif res.output.reference is not None:
                 st.caption("This translation differs from the grammar's reference, so no gold alignment is drawn.")
@@ -178,9 +174,7 @@ def quality_tab():
         return
     st.dataframe(pd.DataFrame(card.summary_rows(metrics)), hide_index=True)
     if (accuracy := widgets.figure_or_none("accuracy_by_length", None, None, loaded)) is not None:
-        display.part(accuracy.chart, width="stretch")
-        display.offer(accuracy, "tr_quality")
-        st.caption(accuracy.caption)
+        display.show(accuracy, "tr_quality")
     if metrics["models"].get("transformer", {}).get("alignment"):
         if (grid := widgets.figure_or_none("aer_grid", None, None, loaded)) is not None:
             display.show(grid, "tr_aer", downloads=False)

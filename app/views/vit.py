@@ -31,10 +31,11 @@ url_state.restore(SHARED, {"vit_layer": url_state.within(0, 10_000), "vit_row": 
                            "vit_discard": url_state.within(0.0, 0.95, float), "vit_steps": url_state.within(8, 64)})
 
 
-def picture(figure, where=st, **image_options) -> None:
-    """A figure drawn as an image with its caption under it (its downloads, where the page offers them, follow)."""
+def picture(figure, where, key: str, downloads: bool = True) -> None:
+    """A figure (``display.show``) in ``where`` (a column, or the page), when it could be drawn."""
     if figure is not None:
-        where.image(figure.image, caption=figure.caption, **image_options)
+        with where:
+            display.show(figure, key, downloads=downloads)
 
 
 st.title("Vision Transformer: attention over an image")
@@ -53,14 +54,13 @@ info, maps = result.image, result.maps("self")
 rows, cols = info.patch_grid
 
 left, right = st.columns([1, 2])
-picture(widgets.figure_or_none("input", result), left)
+picture(widgets.figure_or_none("input", result), left, "vit_input", downloads=False)
 right.markdown(f"**Input.** {result.preprocessing}.  \n**Tokens.** {len(info.prefix_names)} prefix "
                f"({', '.join(info.prefix_names)}) + {rows} × {cols} = {rows * cols} patches of {info.patch_size[0]} × "
                f"{info.patch_size[1]} px → {len(result.tokens)} tokens; {maps.num_layers} layers × {maps.num_heads} "
                f"heads. Forward pass with capture: {result.forward_seconds * 1000:.0f} ms on {result.model.device}.")
 if result.predictions:
-    if (figure := widgets.figure_or_none("predictions", result)) is not None:
-        right.altair_chart(figure.chart)
+    picture(widgets.figure_or_none("predictions", result), right, "vit_predictions", downloads=False)
 else:
     right.info(result.explanation)
 
@@ -100,15 +100,11 @@ with cls_tab:
         st.caption(result.opening_reason)
     c1, c2 = st.columns([1, 2])
     cls = widgets.figure_or_none("cls", result, ClsOptions(layer=layer, head=head, **attention_drawn))
-    picture(cls, c1)
-    if (prefix := widgets.figure_or_none("cls_prefix", result, PrefixOptions(layer))) is not None:
-        with c2:
-            display.part(prefix.chart)  # at its own size: a stretched chart would lose its legend off the column
-            st.caption(prefix.caption)
+    picture(cls, c1, "vit_cls")
+    picture(widgets.figure_or_none("cls_prefix", result, PrefixOptions(layer)), c2, "vit_cls_prefix", downloads=False)
     st.markdown(f"**All {maps.num_heads} heads of layer {layer}**")
-    picture(widgets.figure_or_none("cls_heads", result, ClsHeadsOptions(layer=layer, **attention_drawn)))
-    if cls is not None:
-        display.offer(cls, "vit_cls")
+    picture(widgets.figure_or_none("cls_heads", result, ClsHeadsOptions(layer=layer, **attention_drawn)),
+            st.container(), "vit_cls_heads", downloads=False)
     vit_high_norm.show(result)
     vit_prefix.show(result, layer, head, attention_drawn)
 
@@ -117,14 +113,13 @@ with query_tab:
     row = c1.slider("Patch row", 0, rows - 1, rows // 2, key="vit_row")
     col = c2.slider("Patch column", 0, cols - 1, cols // 2, key="vit_col")
     c1, c2 = st.columns(2)
-    picture(widgets.figure_or_none("input", result, InputOptions((row, col))), c1)
+    picture(widgets.figure_or_none("input", result, InputOptions((row, col))), c1, "vit_query_input", downloads=False)
     query = widgets.figure_or_none("patch_query", result, QueryOptions(layer=layer, head=head, row=row, col=col,
                                                                         **attention_drawn))
     if query is not None:
-        picture(query, c2)
-        display.offer(query, "vit_query")
+        picture(query, c2, "vit_query")
         st.caption(f"Share of this patch's attention on the prefix tokens (not drawn): "
-                   f"{query.payload['prefix_share']:.1%} on average over heads.")
+                   f"{query.payload()['prefix_share']:.1%} on average over heads.")
 
 with rollout_tab:
     c1, c2 = st.columns(2)
@@ -135,22 +130,20 @@ with rollout_tab:
                                                                       **attention_drawn))
     st.caption("Â = ½·A + ½·I per layer, multiplied through all layers (Abnar & Zuidema 2020); the map is the "
                "[CLS] row of the product: how much each patch flows into [CLS].")
-    if rolled is not None and rolled.payload["top_patch_share"] > 0.2:
-        st.warning(f"One patch carries {rolled.payload['top_patch_share']:.0%} of the rollout. ViTs without registers "
+    if rolled is not None and rolled.payload()["top_patch_share"] > 0.2:
+        st.warning(f"One patch carries {rolled.payload()['top_patch_share']:.0%} of the rollout. ViTs without registers "
                    "often park global information in a few background patches (high-norm tokens; Darcet et al. 2024, "
                    "'Vision Transformers Need Registers'), and rollout inherits them. Lower 'Clip colours at "
                    "percentile' under Display to see the rest of the map.")
     if not result.is_classifier:
         c1, c2 = st.columns(2)
-        picture(rolled, c1)
-        if rolled is not None:
-            display.offer(rolled, "vit_rollout")
+        picture(rolled, c1, "vit_rollout")
         if result.saliency is not None:
             saliency = widgets.figure_or_none("saliency", result, SaliencyOptions(fusion=fusion, discard=discard,
                                                                                   **drawn))
             if saliency is not None:
-                picture(saliency, c2)
-                c2.metric("Spearman ρ, rollout vs saliency", f"{saliency.payload['rank_correlation_with_rollout']:.2f}")
+                picture(saliency, c2, "vit_saliency")
+                c2.metric("Spearman ρ, rollout vs saliency", f"{saliency.payload()['rank_correlation_with_rollout']:.2f}")
         st.caption("No classifier, so no class attributions: the packaged saliency decoder is the only "
                    "task output there is to compare the rollout with.")
     else:
@@ -162,30 +155,24 @@ with rollout_tab:
         steps = c3.slider("IG / SHAP steps", 8, 64, 16, 8, key="vit_steps", help="more = slower, more accurate")
         target = result.predictions[names.index(chosen)].token_id
         columns = st.columns(3)
+        picture(rolled, columns[0], "vit_rollout")
         if rolled is not None:
-            columns[0].image(rolled.image, caption=f"rollout ({fusion}, discard {discard:.2f}): not class-specific")
-            with columns[0]:
-                display.offer(rolled, "vit_rollout")
+            columns[0].caption(f"rollout ({fusion}, discard {discard:.2f}): not class-specific")
         for column, method in zip(columns[1:], ["integrated_gradients", second]):
             with column, st.spinner(f"{vit_attribution.METHODS[method]} for {chosen}…"):
                 found = widgets.figure_or_none("attribution", result, AttributionOptions(
                     target=target, method=method, steps=steps, fusion=fusion, discard=discard, **drawn), loaded)
             if found is None:
                 continue
-            picture(found, column)
-            with column:
-                display.offer(found, f"vit_{method}")
-            column.metric("Spearman ρ with rollout", f"{found.payload['rank_correlation_with_rollout']:.2f}")
+            picture(found, column, f"vit_{method}")
+            column.metric("Spearman ρ with rollout", f"{found.payload()['rank_correlation_with_rollout']:.2f}")
         st.caption("ρ near 1: attention flow and the gradient/occlusion evidence for this class rank the patches "
                    "alike; near 0: attention says little about what decided the class.")
 
 with distance_tab:
-    if (distances := widgets.figure_or_none("distance", result)) is not None:
-        display.part(distances.chart, width=None)
-        display.offer(distances, "vit_distance")
-        st.caption(distances.caption)
+    picture(widgets.figure_or_none("distance", result), st.container(), "vit_distance")
     if result.position_similarity is not None:
-        picture(widgets.figure_or_none("positions", result), width=560)
+        picture(widgets.figure_or_none("positions", result), st.container(), "vit_positions", downloads=False)
 if faithfulness_tab.open:  # explanations and their deletion/insertion curves (issue 17): only when looked at
     with faithfulness_tab:
         faithfulness_section.show(result, loaded, "vit_faith")

@@ -16,7 +16,7 @@ import numpy as np
 
 from models.core import text
 from models.core import hooks
-from models.core.results import RunResult
+from models.core.results import RunResult, TextResult
 
 MODES = ("zero", "mean")
 BATCH_TOKENS = 4096  # prompt copies per forward × prompt length, at most
@@ -84,7 +84,7 @@ def head_ablation(loaded, result: RunResult, options) -> Ablation:
 
     if options.mode not in MODES:
         raise ValueError(f"the ablation mode is one of {', '.join(MODES)}, not {options.mode!r}")
-    if not getattr(result, "next_token", None):
+    if not isinstance(result, TextResult) or not result.next_token:
         raise ValueError("head ablation reads a language model's prompt run (it has no next-token prediction)")
     model, tokenizer = loaded.model, loaded.tokenizer
     ids = prompt_ids(result)
@@ -121,7 +121,7 @@ def head_ablation(loaded, result: RunResult, options) -> Ablation:
 
 def prompt_ids(result: RunResult) -> list[int]:
     """The prompt's token ids exactly as the run saw them."""
-    ids = getattr(result, "token_ids", ())
+    ids = result.token_ids if isinstance(result, TextResult) else ()
     if not ids:
         raise ValueError("this run did not keep its token ids (head ablation reads a language model's prompt run)")
     return list(ids)

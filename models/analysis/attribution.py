@@ -90,6 +90,8 @@ def method_name(method: str) -> str:
     return RANDOM_NAME if method == RANDOM else NAMES.get(method, method)
 
 
+# Integrated Gradients' scores should sum to y(x) − y(baseline); off by more than this share, its map is not trusted
+COMPLETENESS_TOLERANCE = 0.05
 GRADIENT_METHODS = ("gradient_rollout", "grad_cam", "input_x_gradient")
 ATTENTION_METHODS = ("raw_attention", "rollout", "value_norms", "alti")
 
@@ -151,9 +153,20 @@ class Explainable:
     # vectors of the positions where ``keep`` is 0 zeroed (an encoder–decoder: in every cross-attention); None: the
     # family does not offer value zeroing
     zeroed: Callable[[torch.Tensor], torch.Tensor] | None = None
+    # positions Integrated Gradients' path keeps at the input (a causal LM's first token, its attention sink: moved
+    # towards the baseline, it makes the path so steep that 32-128 steps miss completeness by 400-2,000% on SmolLM2)
+    ig_fixed: tuple[int, ...] = ()
 
     def score(self, outputs: torch.Tensor) -> torch.Tensor:
         return outputs[:, self.target] if self.score_of is None else self.score_of(outputs)
+
+    def ig_baseline(self) -> torch.Tensor:
+        """Integrated Gradients' baseline: ``baseline`` with the ``ig_fixed`` positions as in the input."""
+        if not self.ig_fixed:
+            return self.baseline
+        kept = self.baseline.clone()
+        kept[:, list(self.ig_fixed)] = self.embeddings[:, list(self.ig_fixed)]
+        return kept
 
     def probability(self, outputs: torch.Tensor) -> torch.Tensor:
         if self.probability_of is None:
@@ -241,6 +254,21 @@ class Windowed:
 
 
 @dataclass(frozen=True)
+class RawAttentionSource:
+    """Where raw attention's scores were read: a layer and head (None: the head mean), counted from 0, and on an
+    encoder–decoder which attention the layer counts in."""
+
+    layer: int
+    head: int | None
+    attention: str | None = None  # "decoder cross-attention" on an encoder–decoder; None: the model's only one
+
+    def as_dict(self) -> dict:
+        """As the JSON download writes it."""
+        found = {"layer": self.layer, "head": self.head}
+        return found if self.attention is None else {**found, "attention": self.attention}
+
+
+@dataclass(frozen=True)
 class Explanations:
     """Per-unit scores ``(len(units),)`` float32 for each method computed, higher = more relevant."""
 
@@ -250,7 +278,10 @@ class Explanations:
     probability: float  # the target's probability on the input
     ig_delta: float | None = None  # |Σ IG − (y(x) − y(baseline))|: the integral's error
     ig_difference: float | None = None  # y(x) − y(baseline), what IG's scores should sum to
-    extra: dict = field(default_factory=dict)
+    raw_attention: RawAttentionSource | None = None  # where raw attention was read
+    # a method in words where a family computes it differently (Swin: on the grid, through the merges); the shared
+    # words (attribution.METHODS) otherwise
+    descriptions: dict[str, str] = field(default_factory=dict)
 
 
 def check_methods(methods) -> tuple[str, ...]:
@@ -377,7 +408,7 @@ def _integrated_gradients(ex: Explainable, steps: int) -> tuple[np.ndarray, floa
 
     with torch.enable_grad():
         found, delta = IntegratedGradients(forward).attribute(
-            ex.embeddings, baselines=ex.baseline, n_steps=steps,
+            ex.embeddings, baselines=ex.ig_baseline(), n_steps=steps,
             internal_batch_size=min(steps, ex.batch_size), return_convergence_delta=True)
     per_position = found[0].detach().float().sum(-1)  # (N,)
     return per_position[list(ex.units)].cpu().numpy(), float(delta.abs().max())
@@ -452,16 +483,17 @@ def explain(ex: Explainable, methods=tuple(METHODS), ig_steps: int = 32, layer: 
         scores["integrated_gradients"], delta = _integrated_gradients(ex, ig_steps)
         seconds["integrated_gradients"] = time.perf_counter() - began
         with torch.no_grad():
-            difference = float(score.detach()) - float(ex.score(ex.logits(ex.baseline))[0])
+            difference = float(score.detach()) - float(ex.score(ex.logits(ex.ig_baseline()))[0])
     progress("explanations done", 1.0)
     ordered = {m: scores[m] for m in methods}
-    extra = {"raw_attention": {"layer": layer_index, "head": head}}  # raw attention's, counted from 0
-    if encoder_decoder:  # which attention its layer counts in (the table's "what" and the JSON say it)
-        extra["raw_attention"]["attention"] = "decoder cross-attention"
+    # which attention the layer counts in on an encoder–decoder (the table's "what" and the JSON say it)
+    source = RawAttentionSource(layer_index, head, "decoder cross-attention" if encoder_decoder else None)
+    descriptions = {}
     if ex.layout is not None:  # what differs in words (the table's "what")
-        extra["what"] = {"grad_cam": "Grad-CAM (the last stage's tokens on their grid, channels as maps)",
-                         "rollout": "attention rollout (windows carried to the grid, through the merges)"}
-    return Explanations(ordered, seconds, float(score.detach()), probability, delta, difference, extra)
+        descriptions = {"grad_cam": "Grad-CAM (the last stage's tokens on their grid, channels as maps)",
+                        "rollout": "attention rollout (windows carried to the grid, through the merges)"}
+    return Explanations(ordered, seconds, float(score.detach()), probability, delta, difference, source,
+                        descriptions)
 
 
 def _input_x_gradient(timed, embeddings, embedding_grad, units) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.analysis import heads
-from models.core.results import RunResult
+from models.core.results import RunResult, TextResult
 
 DISTANCES = {"js": "Jensen–Shannon divergence (bits)", "tv": "total variation ½Σ|Δ|"}
 MAX_TOKENS = 512  # two runs' heads are recomputed layer by layer: bounded work per comparison
@@ -102,7 +102,7 @@ def compare_runs(loaded, result: RunResult, options) -> Comparison:
     if not text2 and not model2:
         raise ValueError("type a second prompt to compare with, or name a second model that shares this one's "
                          "tokenizer")
-    ids = list(getattr(result, "token_ids", ()) or ())
+    ids = list(result.token_ids) if isinstance(result, TextResult) else []
     if not ids:
         raise ValueError("comparing runs reads a language model's prompt run")
     if len(ids) > MAX_TOKENS:

@@ -117,7 +117,8 @@ class Faithfulness:
                 "no_better_than_random": [m for m in self.curves if self.no_better_than_random(m)],
                 "integrated_gradients_delta": self.explanations.ig_delta,
                 "integrated_gradients_difference": self.explanations.ig_difference,
-                "raw_attention": self.explanations.extra.get("raw_attention")}
+                "raw_attention": (None if self.explanations.raw_attention is None
+                                  else self.explanations.raw_attention.as_dict())}
 
 
 def auc(curve: np.ndarray) -> float:

@@ -12,10 +12,14 @@ Thumbnails are block means of each map to at most ``size × size`` cells, so the
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from models.core.results import AttentionMaps, RunResult
+from models.core.results import AttentionMaps, RunResult, TextResult
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 STATISTICS = {
     "entropy_bits": "Entropy (bits)",
@@ -162,7 +166,7 @@ def summarize_run(loaded, result: RunResult, options) -> HeadSummary:
     summary = summarize(maps)
     kv_heads = int(getattr(maps, "num_kv_heads", 0) or 0)
     roles = {}
-    if loaded is not None and getattr(result, "next_token", None) and maps.kind == "self":
+    if loaded is not None and isinstance(result, TextResult) and result.next_token and maps.kind == "self":
         from models.analysis.roles import head_roles
 
         roles = head_roles(loaded).scores

@@ -16,7 +16,7 @@ import numpy as np
 
 from models.core import hooks, memory, text
 from models.core.loading import text_out_of_memory
-from models.core.results import RunResult
+from models.core.results import RunResult, TextResult
 
 MAX_POSITIONS = 64  # a readable grid, and a bounded cost per layer
 TOP_K = 5  # candidates per cell (the tooltip)
@@ -88,10 +88,10 @@ def residual_window(loaded, ids: list[int], start: int, stop: int) -> np.ndarray
 def logit_lens(loaded, result: RunResult, options) -> Lens:
     """The lens of ``result`` (a prompt run that kept its residual stream) over ``options.positions`` positions
     ending at ``options.last``."""
-    residual = getattr(result, "residual", None)
+    residual = result.residual if isinstance(result, TextResult) else None
     if residual is None:
         raise ValueError("this run kept no residual stream: the logit lens reads a language model's prompt run")
-    start = getattr(result, "residual_start", 0)
+    start = result.residual_start
     positions = window(start + residual.shape[1], options.last, options.positions)
     if positions.start >= start:  # kept by the run: no second forward
         stream, kept = residual, range(positions.start - start, positions.stop - start)

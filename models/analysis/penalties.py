@@ -18,7 +18,7 @@ from models.core.results import TextResult
 
 
 def _generation(result: TextResult) -> tuple[int, ...]:
-    if not getattr(result, "generation", None) or not result.token_ids:
+    if not isinstance(result, TextResult) or not result.generation or not result.token_ids:
         raise ValueError("Generate a continuation first: the penalties act on what was generated.")
     return result.token_ids
 

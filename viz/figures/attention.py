@@ -310,7 +310,7 @@ def generation_step(result: TextResult, options: StepOptions) -> Figure:
     name = head_label(options.head)
     return Figure(
         _stem(result, "generation", f"step {options.step}", f"layer {options.layer}", f"head {name}"),
-        charts=charts, width="stretch",
+        charts=charts, layout=((3, 2),), width="stretch",  # where it looked, wider than its candidates
         caption=with_marks(f"{STEP_CONVENTION} Attention and probabilities come from one teacher-forced forward "
                            "over the final text; probabilities are the model's raw distribution, before temperature, "
                            "top-k, top-p and repetition penalty.", key_tokens[visible], candidates),

@@ -10,7 +10,7 @@ import pandas as pd
 
 from models.analysis import compare
 from viz import export, heatmap
-from viz.figure import Figure, combined, view
+from viz.figure import Figure, view
 from viz.heatmap import PAD
 
 
@@ -69,12 +69,6 @@ def side_by_side(found: compare.Comparison, layer: int, head: int, scheme: str) 
     return tuple(charts)
 
 
-def _laid_out(shown: tuple):
-    """The two maps side by side, their difference below (three in a row overflow a laptop's page column)."""
-    pair = combined(*shown[:2])
-    return pair if len(shown) == 2 else combined(pair, shown[2], vertical=True)
-
-
 @view("compare", "Two runs compared, head by head", CompareOptions, analysis=compare.compare_runs,
       analysis_options=("text2", "model2", "distance"),
       example=("The Eiffel Tower is in the city of", CompareOptions(text2="The Colosseum is in the city of")))
@@ -94,8 +88,9 @@ def compare_runs(found: compare.Comparison, options: CompareOptions) -> Figure:
     return Figure(
         export.file_stem(found.first.model.short_name, found.first.input_name, "compare", found.second.input_name,
                          found.second.model.short_name, found.measure),
-        # the page draws charts[0] clickable; the side-by-side maps are one chart, laid out in a row
-        charts=(per_head, _per_layer_chart(found)) + ((_laid_out(shown),) if shown else ()), vertical=True,
+        # the page draws charts[0] clickable; then the per-layer means, and the two maps side by side, their
+        # difference under them (three in a row would crowd a laptop's column)
+        charts=(per_head, _per_layer_chart(found)) + shown, layout=((1,), (1,), (1, 1)),
         caption=caption,
         table=lambda: pd.DataFrame(found.per_head, index=pd.Index(range(found.per_head.shape[0]), name="layer"),
                                    columns=[f"head {h}" for h in range(found.per_head.shape[1])]),

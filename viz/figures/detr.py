@@ -14,8 +14,7 @@ import pandas as pd
 from PIL import Image
 
 from models.families.detr.model import DetrResult
-from viz import detr as draw
-from viz import export, image_overlay
+from viz import detr_charts, export, image_overlay
 from viz.figure import Figure, view
 from viz.figures.vit import HEAD_AVERAGE, OVERLAY_PIXELS, OverlayOptions
 
@@ -46,7 +45,7 @@ def _query_picture(result: DetrResult, values: np.ndarray, query: int, options: 
     scale = _scale(result, pixels)
     picture = image_overlay.attention_overlay(result.image.image, values, options.opacity, options.colormap,
                                               options.upsampling, scale, options.clip)
-    return draw.draw_boxes(picture, result.boxes[query], [f"q{query}: {caption_of(result, query)}"],
+    return detr_charts.draw_boxes(picture, result.boxes[query], [f"q{query}: {caption_of(result, query)}"],
                            [int(result.labels[query])], scale)
 
 
@@ -142,7 +141,7 @@ def detr_boxes(result: DetrResult, options: BoxesOptions) -> Figure:
     scale = _scale(result, OVERLAY_PIXELS)
     crop = result.image.image
     picture = Image.fromarray(crop).resize((crop.shape[1] * scale, crop.shape[0] * scale), Image.Resampling.NEAREST)
-    picture = draw.draw_boxes(picture, result.boxes[queries], [f"q{q}: {caption_of(result, q)}" for q in queries],
+    picture = detr_charts.draw_boxes(picture, result.boxes[queries], [f"q{q}: {caption_of(result, q)}" for q in queries],
                               [int(result.labels[q]) for q in queries], scale)
     rows = _detection_rows(result, queries)
     return Figure(

@@ -14,6 +14,7 @@ from models.analysis import explanations as explainable
 from models.analysis.attribution import ALL_METHODS as METHODS
 from models.analysis.attribution import RANDOM, RANDOM_NAME, method_name
 from models.analysis.faithfulness import AUC_NOTE, Faithfulness, measure_symbol
+from models.core.results import ImageResult
 from models.core.text import with_marks
 from viz import export, image_overlay
 from viz.figure import Figure, view
@@ -46,7 +47,7 @@ def _settings(found: Faithfulness) -> dict:
 
 
 def _stem(found: Faithfulness, what: str, options: FaithfulnessOptions) -> str:
-    kind = "class" if getattr(found.result, "image", None) is not None else "target"
+    kind = "class" if isinstance(found.result, ImageResult) else "target"
     return export.file_stem(found.model.split("/")[-1], found.input_name, what, f"{kind} {found.target_name}",
                             f"{options.replacement} replacement", f"{found.steps} steps")
 
@@ -67,12 +68,12 @@ def curve_frame(found: Faithfulness) -> pd.DataFrame:
 
 def describe(found: Faithfulness, method: str) -> str:
     """A method in words; raw attention with the layer and head it was read from."""
-    chosen = found.explanations.extra.get("raw_attention") if method == "raw_attention" else None
-    if not chosen:
-        return found.explanations.extra.get("what", {}).get(method, METHODS[method])
-    head = "head mean" if chosen["head"] is None else f"head {chosen['head']}"
-    where = f"{chosen['attention']} " if chosen.get("attention") else ""
-    return f"raw attention ({where}layer {chosen['layer']}, {head})"
+    chosen = found.explanations.raw_attention if method == "raw_attention" else None
+    if chosen is None:
+        return found.explanations.descriptions.get(method, METHODS[method])
+    head = "head mean" if chosen.head is None else f"head {chosen.head}"
+    where = f"{chosen.attention} " if chosen.attention else ""
+    return f"raw attention ({where}layer {chosen.layer}, {head})"
 
 
 def table_frame(found: Faithfulness) -> pd.DataFrame:
@@ -112,7 +113,7 @@ def faithfulness(found: Faithfulness, options: FaithfulnessOptions) -> Figure:
     "insertion"}, ..., "random": {...}}}`` plus what the AUCs mean and what replaced a removed unit."""
     frame = curve_frame(found)
     payload = found.payload()
-    unit = "patches" if getattr(found.result, "image", None) is not None else "tokens"
+    unit = "patches" if isinstance(found.result, ImageResult) else "tokens"
     return Figure(
         _stem(found, "faithfulness", options),
         charts=(curves_chart(frame, "deletion", "Deletion: most relevant removed first (lower is better)", unit,
@@ -169,10 +170,10 @@ def token_chart(found: Faithfulness, scheme: str = "inferno") -> alt.Chart:
       analysis=explainable.faithfulness, analysis_options=ANALYSIS_OPTIONS)
 def explanations(found: Faithfulness, options: FaithfulnessOptions) -> Figure:
     """Each map normalised to its own min–max (what matters for the curves is the order, not the scale)."""
-    if getattr(found.result, "image", None) is None:  # text: methods × tokens
+    if not isinstance(found.result, ImageResult):  # text: methods × tokens
         scores = {m: np.asarray(s, dtype=np.float32) for m, s in found.explanations.scores.items()}
         return Figure(
-            _stem(found, "explanations", options), chart=token_chart(found),
+            _stem(found, "explanations", options), chart=token_chart(found), width="stretch",
             caption=with_marks(f"Every method's relevance of each input token for {found.target_name!r} "
                                f"({found.target_kind}), each row scaled to its own range.", found.unit_names,
                                [found.target_name]),

@@ -82,7 +82,7 @@ def attention_knockout(found: knockout.Knockout, options: KnockoutOptions) -> Fi
     return Figure(
         export.file_stem(found.model, found.input_name, "knockout", f"keys {'-'.join(map(str, found.keys))}",
                          f"layers {found.layers[0]}-{found.layers[1]}", f"target {found.target} {found.target_id}"),
-        charts=(_edges_chart(found), _prediction_chart(found)), vertical=True, caption=caption,
+        charts=(_edges_chart(found), _prediction_chart(found)), vertical=True, caption=caption, width="stretch",
         table=lambda: pd.DataFrame([{"run": run, "rank": rank + 1, "token": token, "probability": p}
                                     for run, top in (("as it is", found.top_before), ("edges cut", found.top_after))
                                     for rank, (token, p) in enumerate(top)]),

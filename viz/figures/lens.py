@@ -11,8 +11,8 @@ import pandas as pd
 
 from models.analysis import lens
 from viz import export
-from viz.heatmap import PAD
 from viz.figure import Figure, view
+from viz.heatmap import PAD
 
 CELL_HEIGHT = 16  # px per layer row
 GRID_WIDTH = 640  # px the grid's positions share: fits a laptop's page column (64 positions: 10 px, no text)

@@ -12,8 +12,7 @@ import pandas as pd
 
 from models.lessons import linear_attention as la
 from models.lessons import mechanics
-from viz import export, lines
-from viz import mechanics as charts
+from viz import export, lines, mechanics_charts
 from viz.figure import Figure, NoOptions, combined, view
 from viz.figures.mechanics import PAGE, SENTENCE
 
@@ -58,11 +57,11 @@ def linear_attention_view(trace: mechanics.AttentionTrace, options: LinearOption
     """The three implicit attention matrices side by side, and each output's distance from softmax's per token."""
     q, k, v = _qkv(trace, options)
     result = la.compare(q, k, v, trace.config.scale)
-    labels = charts.unique_labels(trace.query_tokens)
+    labels = mechanics_charts.unique_labels(trace.query_tokens)
     annotate = len(labels) <= 12
     maps = [(result.softmax_matrix, "softmax(QKᵀ/√d_k)"), (result.linear_matrix, "linear: φ(Q)φ(K)ᵀ, φ = elu+1"),
             (result.flow_matrix, "flow attention (Flowformer)")]
-    parts = tuple(charts.matrix_chart(matrix, labels, labels, title, probabilities=True, width=230, annotate=annotate,
+    parts = tuple(mechanics_charts.matrix_chart(matrix, labels, labels, title, probabilities=True, width=230, annotate=annotate,
                                       colour_max=float(matrix.max()), scheme=options.scheme)
                   for matrix, title in maps)
     difference = lines.grouped_bars(labels, {"linear − softmax": result.difference_linear,
@@ -83,8 +82,7 @@ def linear_attention_view(trace: mechanics.AttentionTrace, options: LinearOption
               "difference_linear": result.difference_linear, "difference_flow": result.difference_flow}
     return Figure(
         export.file_stem("linear vs softmax vs flow attention", *_parts(options), options.sentence[:40]),
-        chart=combined(combined(*parts[:2]), combined(parts[2], difference), vertical=True),
-        charts=parts + (difference,),
+        charts=parts + (difference,), layout=((1, 1),),  # two by two: softmax | linear, flow | the difference
         caption=caption,
         table=lambda: pd.DataFrame({"token": trace.query_tokens, "difference_linear": result.difference_linear,
                                     "difference_flow": result.difference_flow,
@@ -107,18 +105,18 @@ def linear_recurrent(trace: mechanics.AttentionTrace, options: RecurrentOptions)
     rnn = la.causal_linear_recurrent(q, k, v)
     matrix = la.linear_attention_matrix(q, k, causal=True)  # (N, N), zero above the diagonal
     by_matrix = matrix @ v  # (N, d_v)
-    labels = charts.unique_labels(trace.query_tokens)
+    labels = mechanics_charts.unique_labels(trace.query_tokens)
     features = [str(i) for i in range(options.d_head)]
     token = labels[step]
     parts = (
-        charts.matrix_chart(matrix, labels, labels, "causal implicit matrix", probabilities=True, width=330,
+        mechanics_charts.matrix_chart(matrix, labels, labels, "causal implicit matrix", probabilities=True, width=330,
                             annotate=n <= 12, colour_max=1.0, masked=~np.tril(np.ones((n, n), dtype=bool)),
                             masked_text="", scheme=options.scheme),
-        charts.matrix_chart(rnn.states[step], [f"φ(k)·{i}" for i in features], [f"v·{i}" for i in features],
+        mechanics_charts.matrix_chart(rnn.states[step], [f"φ(k)·{i}" for i in features], [f"v·{i}" for i in features],
                             f"state S after {token}", width=260),
-        charts.matrix_chart(np.stack([rnn.normalisers[step]]), ["z"], [f"φ(k)·{i}" for i in features],
+        mechanics_charts.matrix_chart(np.stack([rnn.normalisers[step]]), ["z"], [f"φ(k)·{i}" for i in features],
                             f"normaliser z after {token}", width=260),
-        charts.matrix_chart(np.stack([rnn.outputs[step], by_matrix[step]]), ["RNN: φ(q)ᵀS / φ(q)ᵀz", "matrix row · V"],
+        mechanics_charts.matrix_chart(np.stack([rnn.outputs[step], by_matrix[step]]), ["RNN: φ(q)ᵀS / φ(q)ᵀz", "matrix row · V"],
                             features, f"output at {token}", width=260),
     )
     error = float(np.abs(rnn.outputs - by_matrix).max())
@@ -129,7 +127,7 @@ def linear_recurrent(trace: mechanics.AttentionTrace, options: RecurrentOptions)
               "outputs_matrix": by_matrix, "causal_matrix": matrix}
     return Figure(
         export.file_stem("causal linear attention rnn", *_parts(options), f"step {step}", options.sentence[:40]),
-        chart=combined(parts[0], combined(*parts[1:], vertical=True)), charts=parts, caption=caption,
+        charts=parts, layout=((1, 1),), caption=caption,
         table=lambda: pd.DataFrame(rnn.outputs, index=pd.Index(labels, name="token"),
                                    columns=[f"y{i}" for i in features]),
         payload=lambda: {"sentence": options.sentence, "tokens": trace.query_tokens, "step": step, **arrays},

@@ -13,7 +13,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from models.core.results import RunResult
+from models.core.results import RunResult, TextResult
 from viz import heatmap
 from viz.figure import Figure, view
 from viz.figures.attention import _metadata, _stem, head_label
@@ -105,7 +105,7 @@ def query_row(result: RunResult, options: RowOptions) -> Figure:
     if not 1 <= options.top <= 1000:
         raise ValueError(f"top must be between 1 and 1,000 keys, not {options.top}")
     row, allowed = maps.row(layer, options.head, query), maps.row_allowed(layer, query)
-    pieces = getattr(result, "pieces", ()) if maps.kind == "self" else ()  # the keys are the result's tokens
+    pieces = result.pieces if isinstance(result, TextResult) and maps.kind == "self" else ()  # the keys are the result's tokens
     order = np.argsort(-np.where(allowed, row, -1.0), kind="stable")[:min(options.top, int(allowed.sum()))]
     top = pd.DataFrame({
         "rank": np.arange(1, len(order) + 1), "key position": order, "key": [key_tokens[i] for i in order],

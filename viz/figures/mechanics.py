@@ -15,8 +15,7 @@ import numpy as np
 import pandas as pd
 
 from models.lessons import cost, mechanics
-from viz import export
-from viz import mechanics as charts
+from viz import export, mechanics_charts
 from viz.figure import Figure, NoOptions, combined, view
 
 PAGE = "mechanics"
@@ -107,7 +106,7 @@ def layer_steps(trace: mechanics.AttentionTrace, options: StepsOptions) -> Figur
     if not options.all_steps and step not in keys:
         raise ValueError(f"there is no step {step!r} in this layer; the steps are: {', '.join(keys)}")
     chosen = steps if options.all_steps else [steps[keys.index(step)]]
-    labels = {"query": charts.unique_labels(trace.query_tokens), "key": charts.unique_labels(trace.key_tokens),
+    labels = {"query": mechanics_charts.unique_labels(trace.query_tokens), "key": mechanics_charts.unique_labels(trace.key_tokens),
               "qkv": [f"{p}{h}·{i}" for p in "QKV" for h in range(options.heads) for i in range(options.d_head)]}
     values = {s.key: s.value[options.head] if s.per_head else s.value for s in chosen}
     parts = []
@@ -117,7 +116,7 @@ def layer_steps(trace: mechanics.AttentionTrace, options: StepsOptions) -> Figur
                       for what, size in ((s.rows, value.shape[0]), (s.cols, value.shape[1])))
         finite = value[np.isfinite(value)]
         big = finite.size > 0 and np.abs(finite).max() >= 100  # scores of a wide unscaled head: fewer decimals
-        parts.append(charts.matrix_chart(value, rows, cols, masked=~trace.allowed if s.key == "masked_scores" else None,
+        parts.append(mechanics_charts.matrix_chart(value, rows, cols, masked=~trace.allowed if s.key == "masked_scores" else None,
                                          masked_text=_mask_text(trace), probabilities=s.key == "weights",
                                          decimals=1 if big else 2))
     titled = [part.properties(title=s.title) for part, s in zip(parts, chosen)]  # the file names its step
@@ -149,7 +148,7 @@ def entropy_by_d_k(trace: mechanics.AttentionTrace, options: EntropyOptions) -> 
     parts = (f"D {options.d_model}", f"H {options.heads}", f"seed {options.seed}", options.source)
     return Figure(
         export.file_stem("softmax entropy by dk", *parts, options.sentence[:40]),
-        chart=charts.entropy_chart(curve, current_d_k=options.d_head), caption=caption,
+        chart=mechanics_charts.entropy_chart(curve, current_d_k=options.d_head), caption=caption,
         table=lambda: pd.DataFrame(curve).set_index("d_k"),
         payload=lambda: {"sentence": options.sentence, "tokens": trace.query_tokens, **curve},
         arrays=lambda: curve, metadata={"input": options.sentence, "settings": " ".join(parts)})
@@ -161,16 +160,16 @@ def multi_vs_single_head(trace: mechanics.AttentionTrace, options: HeadsOptions)
     """The first (up to) three heads' weights beside one head of width H·d_k, two by two, each coloured from 0 to its
     largest weight; the files hold every head (self-attention: ``other`` is not read)."""
     single = mechanics.one_wide_head(trace)
-    labels = charts.unique_labels(trace.query_tokens)
+    labels = mechanics_charts.unique_labels(trace.query_tokens)
     maps = [(trace.weights[h], f"head {h} of {options.heads}") for h in range(min(options.heads, 3))]
     maps.append((single.weights[0], "one head"))
-    parts = tuple(charts.matrix_chart(weights, labels, labels, title, probabilities=True, width=380, annotate=False,
+    parts = tuple(mechanics_charts.matrix_chart(weights, labels, labels, title, probabilities=True, width=380, annotate=False,
                                       colour_max=float(weights.max()), scheme=options.scheme)
                   for weights, title in maps)
     width = options.heads * options.d_head
     return Figure(
         export.file_stem("multi vs single head", *_layer_parts(options), options.mask, options.sentence[:40]),
-        chart=combined(*(combined(*parts[i:i + 2]) for i in range(0, len(parts), 2)), vertical=True), charts=parts,
+        charts=parts, layout=((1, 1),),  # two by two
         caption=(f"The same width H·d_k = {width}, split into {options.heads} heads of {options.d_head} (each free to "
                  f"look somewhere else) or kept as one head of {width} (one pattern for everything). Colours run from "
                  "0 to each map's largest weight."),
@@ -189,11 +188,11 @@ def masked_softmax(trace: mechanics.AttentionTrace, options: MaskOptions) -> Fig
     _check_head(options.head, options.heads)
     tokens, head = trace.query_tokens, options.head
     settings = mechanics.mask_parameters(options.mask, len(tokens), **_settings(options))
-    labels = charts.unique_labels(tokens)
+    labels = mechanics_charts.unique_labels(tokens)
     scores, weights = trace.masked_scores[head], trace.weights[head]  # (N, N) each
-    parts = (charts.matrix_chart(scores, labels, labels, "scores + mask", masked=~trace.allowed,
+    parts = (mechanics_charts.matrix_chart(scores, labels, labels, "scores + mask", masked=~trace.allowed,
                                  masked_text=_mask_text(trace), width=380),
-             charts.matrix_chart(weights, labels, labels, "softmax", probabilities=True, width=380,
+             mechanics_charts.matrix_chart(weights, labels, labels, "softmax", probabilities=True, width=380,
                                  scheme=options.scheme))
     return Figure(
         export.file_stem("mask", options.mask, *(f"{k} {v}" for k, v in settings.items()), f"head {head}",
@@ -224,7 +223,7 @@ def swin_mask_regions(found: mechanics.SwinRegions, options: SwinOptions) -> Fig
     return Figure(
         export.file_stem("swin regions", f"grid {rows}x{len(tokens) // rows}", f"M {window}", f"shift {shift}",
                          options.sentence[:40]),
-        chart=charts.swin_regions_chart(regions, window, rolled),
+        chart=mechanics_charts.swin_regions_chart(regions, window, rolled),
         table=lambda: pd.DataFrame(regions),
         payload=lambda: {"sentence": options.sentence, "window": window, "shift": shift,
                          "shifted_tokens": rolled.tolist(), "region_ids": regions},
@@ -241,11 +240,11 @@ class ZooOptions:
 def mask_zoo(_, options: ZooOptions) -> Figure:
     """Every mask of the zoo on ``tokens`` tokens with illustrative settings (``mechanics.zoo``), four to a row."""
     patterns = mechanics.zoo(options.tokens)  # kind -> bool (N, N)
-    parts = tuple(charts.mask_chart(pattern, title=mechanics.MASK_KINDS[kind].title, size=210)
+    parts = tuple(mechanics_charts.mask_chart(pattern, title=mechanics.MASK_KINDS[kind].title, size=210)
                   for kind, pattern in patterns.items())
     return Figure(
         export.file_stem("mask zoo", f"{options.tokens} tokens"),
-        chart=combined(*(combined(*parts[i:i + 4]) for i in range(0, len(parts), 4)), vertical=True), charts=parts,
+        charts=parts, layout=((1, 1, 1, 1),),  # four to a row
         payload=lambda: {"tokens": options.tokens, "allowed": patterns}, arrays=lambda: patterns,
         metadata={"tokens": options.tokens})
 
@@ -267,7 +266,7 @@ def attention_memory(_, options: MemoryOptions) -> Figure:
     one 80 GB GPU for scale."""
     memory = {name: np.asarray(values) for name, values in
               cost.memory_curve(options.heads, options.layers, options.dtype, options.batch).items()}
-    chart = charts.memory_curve_chart(memory["tokens"], memory["attention_map_bytes"], memory["flash_bytes"], 80e9,
+    chart = mechanics_charts.memory_curve_chart(memory["tokens"], memory["attention_map_bytes"], memory["flash_bytes"], 80e9,
                                       "one 80 GB GPU")
     return Figure(
         export.file_stem("attention memory", f"H {options.heads}", f"L {options.layers}", options.dtype,
@@ -284,7 +283,7 @@ def worked_examples(_, options: NoOptions) -> Figure:
     rows = [(example.title, row) for example in examples for row in example.rows]
     return Figure(
         export.file_stem("attention cost worked examples"),
-        chart=charts.worked_examples_chart([title for title, _ in rows], [row.label for _, row in rows],
+        chart=mechanics_charts.worked_examples_chart([title for title, _ in rows], [row.label for _, row in rows],
                                            [row.bytes for _, row in rows],
                                            [f"{cost.decimal_bytes(row.bytes)} = {cost.binary_bytes(row.bytes)}"
                                             for _, row in rows]),
@@ -309,7 +308,7 @@ def kv_cache(presets: cost.KVPresets, options: KVOptions) -> Figure:
     notes = cost.mla_notes(specs) + (["Not read: " + "; ".join(presets.skipped)] if presets.skipped else [])
     return Figure(
         export.file_stem("kv cache", f"{options.tokens} tokens", options.dtype),
-        chart=charts.kv_cache_chart([s.name for s in specs], [s.kind for s in specs], sizes, options.tokens),
+        chart=mechanics_charts.kv_cache_chart([s.name for s in specs], [s.kind for s in specs], sizes, options.tokens),
         table=pd.DataFrame(rows), caption="\n\n".join(notes),
         payload=lambda: {"tokens": options.tokens, "dtype": options.dtype, "models": rows,
                          "bytes_per_sequence": {s.name: size for s, size in zip(specs, sizes)},

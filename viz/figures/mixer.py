@@ -10,8 +10,7 @@ import numpy as np
 import pandas as pd
 
 from models.families.mixer.model import MixerResult
-from viz import export, image_overlay
-from viz import mixer as draw
+from viz import export, image_overlay, mixer_charts
 from viz.figure import Figure, view
 from viz.figures.vit import OVERLAY_PIXELS, QUERY_COLOUR, OverlayOptions
 
@@ -88,7 +87,7 @@ def mixing_matrix(result: MixerResult, options: MatrixOptions) -> Figure:
     """``M`` ``(P, P)`` of one block, signed, rows = output patches, columns = input patches, in reading order."""
     layer = _layer(result, options.layer)
     values = _map(result, layer, options.map)
-    image, limit = draw.signed_matrix_image(values)
+    image, limit = mixer_charts.signed_matrix_image(values)
     tokens = result.tokens
     return Figure(
         export.file_stem(result.model.short_name, *([result.input_name] if options.map == "input" else []),

@@ -3,7 +3,7 @@ top-1 expert, the expert colours, every layer's choice per token, one token's ga
 co-activation, cross-layer consistency, specialisation by token category, and two prompts' load difference.
 
 Builders read a ``models.families.moe.model.RoutingResult`` (or an analysis of one: the specialisation baseline, a pair of runs)
-and draw with ``viz.moe``; the statistics come from ``models.analysis.routing``. Layers are numbered 0.. in model
+and draw with ``viz.moe_charts``; the statistics come from ``models.analysis.routing``. Layers are numbered 0.. in model
 order among the MoE layers; titles and files name them as the page does ("block 3", the transformer block).
 """
 from __future__ import annotations
@@ -16,9 +16,14 @@ from PIL import Image
 
 from models.analysis import routing as stats
 from models.core import limits
-from models.families.moe.model import SAMPLES, PromptPair, RoutingResult, per_category, prompt_pair
-from viz import export
-from viz import moe as draw
+from models.families.moe.model import (
+    SAMPLES,
+    PromptPair,
+    RoutingResult,
+    per_category,
+    prompt_pair,
+)
+from viz import export, moe_charts
 from viz.figure import Figure, NoOptions, view
 
 
@@ -38,8 +43,13 @@ def _payload(result: RoutingResult, **numbers) -> dict:
 
 
 def _drawn(drawing) -> dict:
-    """``viz.moe`` draws big matrices as images and the rest as charts: the Figure field each one goes in."""
-    return {"image": drawing} if isinstance(drawing, Image.Image) else {"chart": drawing}
+    """``viz.moe_charts`` draws big matrices as images and the rest as charts (a pair: a map and its summary beside it):
+    the Figure fields each one goes in."""
+    if isinstance(drawing, Image.Image):
+        return {"image": drawing}
+    if isinstance(drawing, tuple):
+        return {"charts": drawing, "layout": ((3, 1),)}
+    return {"chart": drawing}
 
 
 # --- tokens by expert ----------------------------------------------------------------------------------------------
@@ -61,7 +71,7 @@ def routed_text(result: RoutingResult, options: RoutedOptions) -> Figure:
         routing.check_token(options.token)
     label = routing.layer_label(layer)
     top1, weight, kept = routing.top1[layer], routing.top_weights[layer, :, 0], routing.kept[layer, :, 0]
-    chart = draw.routed_text(routing.tokens, routing.raw_tokens, top1, weight, routing.num_experts, kept,
+    chart = moe_charts.routed_text(routing.tokens, routing.raw_tokens, top1, weight, routing.num_experts, kept,
                              selected=options.token, width_chars=options.width_chars,
                              title=f"{options.label}, {label}")
     arrays = {"probs": routing.probs[layer], "top_experts": routing.top_experts[layer],
@@ -78,8 +88,9 @@ def routed_text(result: RoutingResult, options: RoutedOptions) -> Figure:
 def expert_legend(result: RoutingResult, options: NoOptions) -> Figure:
     """Each expert's colour with its number on it (colours repeat beyond 9 experts; the numbers do not)."""
     experts = result.routing.num_experts
-    colours = draw.expert_colours(experts)
-    return Figure(export.file_stem(result.model.short_name, "expert colours"), chart=draw.expert_legend(experts),
+    colours = moe_charts.expert_colours(experts)
+    return Figure(export.file_stem(result.model.short_name, "expert colours"), chart=moe_charts.expert_legend(experts),
+                  width="stretch",
                   table=lambda: pd.DataFrame({"expert": range(experts), "colour": colours}),
                   payload=lambda: {"model": result.model.key, "experts": list(range(experts)), "colours": colours},
                   metadata={"model": result.model.key})
@@ -106,7 +117,7 @@ def layer_strip(result: RoutingResult, options: StripOptions) -> Figure:
     tokens, top1, kept = routing.tokens[shown], routing.top1[:, shown], routing.kept[:, shown, 0]
     labels = routing.layer_labels
     where = f"tokens {shown.start}-{shown.stop - 1}"
-    chart = draw.layer_strip(tokens, top1, labels, routing.num_experts, kept, selected=options.token, offset=start)
+    chart = moe_charts.layer_strip(tokens, top1, labels, routing.num_experts, kept, selected=options.token, offset=start)
     return Figure(
         _stem(result, "top-1 expert per layer", where), chart=chart,
         caption=f"Every MoE layer for tokens {shown.start}–{shown.stop - 1} (the token slider scrolls): a column per "
@@ -137,7 +148,7 @@ def gate(result: RoutingResult, options: GateOptions) -> Figure:
     probs = routing.probs[layer, position]
     arrays = {"probs": probs, "top_experts": routing.top_experts[layer, position],
               "top_weights": routing.top_weights[layer, position]}
-    chart = draw.gate_bars(probs, arrays["top_experts"], arrays["top_weights"], float(stats.router_entropy(probs)),
+    chart = moe_charts.gate_bars(probs, arrays["top_experts"], arrays["top_weights"], float(stats.router_entropy(probs)),
                            f"token {position}, {label}", routing.kept[layer, position])
     return Figure(
         _stem(result, "gate", label, f"token {position}"), chart=chart,
@@ -160,7 +171,7 @@ def load(result: RoutingResult, options: NoOptions) -> Figure:
     labels = routing.layer_labels
     arrays = {"load": summary.load, "load_cv": summary.cv, "aux_loss": summary.aux_loss}
     return Figure(
-        _stem(result, "expert load"), **_drawn(draw.load_heatmap(summary.load, labels, summary.cv, summary.aux_loss)),
+        _stem(result, "expert load"), **_drawn(moe_charts.load_heatmap(summary.load, labels, summary.cv, summary.aux_loss)),
         table=lambda: pd.DataFrame(summary.load, index=pd.Index(labels, name="layer"),
                                    columns=[f"expert {e}" for e in range(routing.num_experts)]),
         payload=lambda: _payload(result, **arrays), arrays=arrays, metadata=_metadata(result))
@@ -182,7 +193,7 @@ def coactivation(result: RoutingResult, options: CoactivationOptions) -> Figure:
     matrix = stats.coactivation(routing.top_experts[layer], routing.num_experts)
     names = [f"expert {e}" for e in range(routing.num_experts)]
     return Figure(
-        _stem(result, "coactivation", label), **_drawn(draw.coactivation_chart(matrix)),
+        _stem(result, "coactivation", label), **_drawn(moe_charts.coactivation_chart(matrix)),
         caption="Share of tokens whose chosen experts include both i and j; the diagonal is each expert alone."
                 + (" Top-1 routing fills only the diagonal." if routing.top_k == 1 else ""),
         table=lambda: pd.DataFrame(matrix, index=pd.Index(names, name="expert"), columns=names),
@@ -205,7 +216,7 @@ def consistency(result: RoutingResult, options: ConsistencyOptions) -> Figure:
     repeat, chance = stats.consecutive_repeat_rate(routing.top1)
     arrays = {"nmi": nmi, "consecutive_repeat": repeat, "chance_repeat": chance}
     return Figure(
-        _stem(result, "cross-layer consistency"), **_drawn(draw.consistency_chart(nmi, labels, options.scheme)),
+        _stem(result, "cross-layer consistency"), **_drawn(moe_charts.consistency_chart(nmi, labels, options.scheme)),
         caption="Normalised mutual information between two layers' top-1 experts (1: one predicts the other, up to "
                 "renaming). Consecutive tokens keep their top-1 expert: "
                 + ", ".join(f"{o:.0%} (chance {c:.0%})" for o, c in zip(repeat, chance)) + " per layer (Mixtral §5).",
@@ -229,7 +240,7 @@ def specialisation(data: stats.RunSpecialisation, options: SpecialisationOptions
     labels = result.routing.layer_labels
     arrays = {"observed_bits": found.observed, "shuffled_mean_bits": found.shuffled_mean,
               "shuffled_p95_bits": found.shuffled_p95}
-    chart = draw.specialisation_chart(found.observed, found.shuffled_mean, found.shuffled_p95, labels,
+    chart = moe_charts.specialisation_chart(found.observed, found.shuffled_mean, found.shuffled_p95, labels,
                                       found.category_entropy)
     return Figure(
         _stem(result, "specialisation"), chart=chart,
@@ -263,7 +274,7 @@ def load_difference(pair: PromptPair, options: LoadDifferenceOptions) -> Figure:
     arrays = {"load_a": load_a, "load_b": load_b, "difference": load_a - load_b}
     return Figure(
         export.file_stem(model.short_name, "load difference", pair.a.input_name[:20], pair.b.input_name[:20]),
-        **_drawn(draw.load_difference(load_a, load_b, routing_a.layer_labels, "A", "B")),
+        **_drawn(moe_charts.load_difference(load_a, load_b, routing_a.layer_labels, "A", "B")), width="stretch",
         payload=lambda: {"model": model.key, "prompt_a": routing_a.text, "prompt_b": routing_b.text,
                          "layers": routing_a.layer_labels, **arrays},
         arrays=arrays, metadata={"model": model.key, "prompt_a": pair.a.input_name, "prompt_b": pair.b.input_name})

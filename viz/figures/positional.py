@@ -13,9 +13,8 @@ import numpy as np
 import pandas as pd
 
 from models.lessons import positional as pe
-from viz import export, heatmap
-from viz import positional as vp
-from viz.figure import Figure, NoOptions, combined, view
+from viz import export, heatmap, positional_charts
+from viz.figure import Figure, NoOptions, view
 
 PAGE = "positional"
 SENTENCE = "the dog bit the man because the man shouted at the dog"
@@ -55,7 +54,7 @@ def equivariance(demo: pe.EquivarianceRuns, options: EquivarianceOptions) -> Fig
     gaps = {setting: run.output_gap for setting, run in demo.runs.items()}  # each (tokens,)
     settings = list(gaps)
     return Figure(
-        _equivariance_stem(demo, "output change"), chart=vp.output_gap_chart(list(demo.tokens), gaps),
+        _equivariance_stem(demo, "output change"), chart=positional_charts.output_gap_chart(list(demo.tokens), gaps),
         table=lambda: pd.DataFrame({"token": demo.tokens, **gaps}, index=pd.RangeIndex(len(demo.tokens),
                                                                                         name="position")),
         payload=lambda: {"model": demo.model, "sentence": demo.sentence, "seed": demo.seed,
@@ -110,10 +109,10 @@ def sinusoidal(_, options: SinusoidalOptions) -> Figure:
     _check_range("The length", length, 1, 4096, " (the similarity matrix grows with its square)")
     table = pe.sinusoidal_encoding(length, dim, base)  # (length, d)
     dot, wavelengths = pe.position_similarity(table, "dot"), pe.sinusoidal_wavelengths(dim, base)
-    parts = tuple(vp.sinusoidal_charts(table, dot, wavelengths))
+    parts = tuple(positional_charts.sinusoidal_charts(table, dot, wavelengths))
     return Figure(
         export.file_stem("sinusoidal", f"d {dim}", f"length {length}", f"base {base:g}"),
-        chart=combined(combined(*parts[:2]), combined(*parts[2:]), vertical=True), charts=parts,
+        charts=parts, layout=((1, 1),),
         caption=(f"PE(p)·PE(q) = Σₖ cos((p−q)·ωₖ): it depends only on the offset (constant diagonals), is the same "
                  f"for ±offset and peaks at d/2 = {dim // 2} for p = q — distance can be read off it, direction "
                  "cannot."),
@@ -138,10 +137,10 @@ def sinusoidal_2d(_, options: Sinusoidal2DOptions) -> Figure:
     _check_range("The grid", side, 1, 64)
     encoding = pe.sinusoidal_encoding_2d(side, side, dim, base)  # (side², d), patches row-major
     similarity = pe.patch_similarity(encoding, (side, side))  # (side, side, side, side)
-    low, high = vp.mosaic_range(similarity)
+    low, high = positional_charts.mosaic_range(similarity)
     return Figure(
         export.file_stem("sinusoidal 2d", f"d {dim}", f"grid {side}x{side}", f"base {base:g}"),
-        image=vp.patch_similarity_mosaic(similarity, step=max(1, side // 14), max_px=640),
+        image=positional_charts.patch_similarity_mosaic(similarity, step=max(1, side // 14), max_px=640),
         caption=(f"Half the {dim} channels encode the row, half the column. Each tile: cosine similarity of one "
                  f"patch's encoding with every patch (dot = the patch itself; blue {low:.2f} … red {high:.2f})."),
         payload=lambda: {"d": dim, "grid": [side, side], "base": base, "encoding": encoding,
@@ -158,9 +157,9 @@ def learned_text_table(found: pe.ModelPositions, options: NoOptions) -> Figure:
     """The cosine similarity of every learned position vector with every other, and two of its rows."""
     positions = found.positions
     cosine = pe.position_similarity(positions.table)  # (P, P)
-    charts = (vp.matrix_chart(cosine, "position q", "position p", "cosine", domain=(-1.0, 1.0),
+    charts = (positional_charts.matrix_chart(cosine, "position q", "position p", "cosine", domain=(-1.0, 1.0),
                               title=f"{found.model}: {len(cosine)} positions × {positions.shape[1]}"),
-              vp.similarity_profile_chart(cosine, [0, len(cosine) // 2], "cosine",
+              positional_charts.similarity_profile_chart(cosine, [0, len(cosine) // 2], "cosine",
                                           "Cosine of position p with every other position"))
     return Figure(
         export.file_stem(found.short_name, "learned positions", "cosine"), charts=charts,
@@ -187,10 +186,10 @@ def _grid_mosaic(table: np.ndarray, grid: tuple[int, int], parameter: str):
     """The similarity mosaic of a grid (at most 8 tiles a side, about 440 px whatever the grid, so that two grids
     side by side match) and its caption."""
     similarity = pe.patch_similarity(table, grid)
-    low, high = vp.mosaic_range(similarity)
+    low, high = positional_charts.mosaic_range(similarity)
     step, gap = -(-grid[0] // 8), 5
     tile = max(grid[1], 440 // len(range(0, grid[0], step)) - gap)
-    mosaic = vp.patch_similarity_mosaic(similarity, step, tile=tile, gap=gap)
+    mosaic = positional_charts.patch_similarity_mosaic(similarity, step, tile=tile, gap=gap)
     caption = (f"{parameter}: {grid[0]} × {grid[1]} patches · colours {low:.2f} … {high:.2f} · adjacent patches "
                f"{pe.neighbour_similarity(table, grid):.3f}")
     return mosaic, caption
@@ -225,7 +224,7 @@ def position_grid_resized(found: pe.ModelPositions, options: ResizedGridOptions)
                                                     _grid_mosaic(resized, (side, side), positions.parameter))
     return Figure(
         export.file_stem(found.short_name, "position grid", f"{rows}x{cols}", f"resized {side}x{side}"),
-        image=vp.side_by_side(left, right), caption=f"Left: {left_caption}. Right: {right_caption}.",
+        image=positional_charts.side_by_side(left, right), caption=f"Left: {left_caption}. Right: {right_caption}.",
         payload=lambda: {"model": found.model, "parameter": positions.parameter, "grid": [rows, cols],
                          "resized_grid": [side, side], "table": table, "resized": resized},
         arrays=lambda: {"table": table, "resized": resized},
@@ -255,8 +254,8 @@ def rope(_, options: RopeOptions) -> Figure:
     head_dim, base, span = options.head_dim, options.base, options.span
     angles = pe.rope_angles(np.arange(min(span, 1024)), head_dim, base)  # (positions, d/2)
     offsets, scores, spread = pe.rope_offset_demo(head_dim, base, span)
-    charts = (vp.matrix_chart(np.cos(angles), "pair i", "position m", "cos(mθᵢ)",
-                              title="Rotation of each pair: cos(m·θᵢ)"), vp.rope_score_chart(offsets, scores))
+    charts = (positional_charts.matrix_chart(np.cos(angles), "pair i", "position m", "cos(mθᵢ)",
+                              title="Rotation of each pair: cos(m·θᵢ)"), positional_charts.rope_score_chart(offsets, scores))
     return Figure(
         export.file_stem("rope", f"d {head_dim}", f"base {base:g}", f"offsets {span}"), charts=charts,
         caption=(f"Fixed random q and k = q + noise (seed 0). The three curves coincide (largest difference "
@@ -276,7 +275,7 @@ def rope_decay(_, options: RopeOptions) -> Figure:
     return Figure(
         export.file_stem("rope decay bound", f"d {options.head_dim}", f"base {options.base:g}",
                          f"offsets {options.span}"),
-        chart=vp.decay_bound_chart(distances, bound),
+        chart=positional_charts.decay_bound_chart(distances, bound),
         table=lambda: pd.DataFrame({"distance": distances, "bound": bound}),
         payload=lambda: {"head_dim": options.head_dim, "base": options.base, "distance": distances, "bound": bound},
         arrays=lambda: {"distance": distances, "bound": bound},
@@ -296,7 +295,7 @@ def rope_in_model(found: pe.RopeInModel, options: NoOptions) -> Figure:
         {"model_frequencies": found.model_frequencies} if found.model_frequencies is not None else {})
     return Figure(
         export.file_stem(found.short_name, "rope frequencies"),
-        chart=vp.rope_wavelength_chart(found.frequencies, found.model_frequencies, found.model),
+        chart=positional_charts.rope_wavelength_chart(found.frequencies, found.model_frequencies, found.model),
         caption=(f"{check}. It rotates channel pairs {pairs}; the paper pairs (2i, 2i+1) — the same scores up to a "
                  f"fixed reordering of channels. Its slowest pair turns once every {found.slowest_wavelength:,.0f} "
                  f"positions, its fastest every {found.fastest_wavelength:.1f}."),
@@ -329,7 +328,7 @@ def alibi(_, options: AlibiOptions) -> Figure:
     shown = sorted({0, 1 % heads, heads // 2, heads - 1})
     return Figure(
         export.file_stem("alibi", f"{heads} heads", f"length {length}", "causal" if causal else None),
-        charts=(vp.slopes_chart(slopes), vp.bias_small_multiples(bias, shown)), vertical=True,
+        charts=(positional_charts.slopes_chart(slopes), *positional_charts.bias_small_multiples(bias, shown)), layout=((1,), (1, 1, 1, 1)),
         caption=(f"Slopes for H = {heads}: " + ", ".join(f"{s:.4g}" for s in slopes)
                  + ". Each head subtracts a penalty growing linearly with distance; nothing is added to the tokens, "
                    "which is why ALiBi extrapolates to inputs longer than those it was trained on."),
@@ -354,8 +353,8 @@ def t5_buckets(_, options: T5Options) -> Figure:
     return Figure(
         export.file_stem("t5 buckets", f"n {options.buckets}", f"max distance {options.max_distance}",
                          f"length {options.length}"),
-        charts=(vp.bucket_chart(both, "Bidirectional (encoder)"),
-                vp.bucket_chart(causal, "Causal (decoder): the future is bucket 0")),
+        charts=(positional_charts.bucket_chart(both, "Bidirectional (encoder)"),
+                positional_charts.bucket_chart(causal, "Causal (decoder): the future is bucket 0")),
         caption=("Each head learns one scalar per bucket, added to the score. Nearby offsets get their own bucket, "
                  f"far ones share logarithmically wider ones; beyond {options.max_distance} positions all offsets "
                  "look alike."),

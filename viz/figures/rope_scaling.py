@@ -72,7 +72,7 @@ def rope_scaling(_, options: ScalingOptions) -> Figure:
               **{f"score_{k}": scores[SHORT[k]] for k in found}, "alibi_bias": alibi, "yarn_ramp": ramp}
     return Figure(
         export.file_stem("rope scaling", f"d {d}", f"base {b:g}", f"trained {L0}", f"factor {s:g}"),
-        chart=combined(wave, score, alibi_chart), charts=(wave, score, alibi_chart), caption=caption,
+        charts=(wave, score, alibi_chart), layout=((1, 1), (1,)), caption=caption,
         table=lambda: table, payload=lambda: {**dataclasses.asdict(options), **arrays,
                                               "logit_scale": {k: v for k, (_, v) in found.items()}},
         arrays=lambda: arrays, metadata=dataclasses.asdict(options))

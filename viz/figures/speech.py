@@ -17,8 +17,7 @@ from models.core.results import STEP_CONVENTION
 from models.families.speech import model as speech
 from models.families.speech import timing
 from models.families.speech.model import SpeechResult
-from viz import export, heatmap
-from viz import speech as drawing
+from viz import export, heatmap, speech_charts
 from viz.figure import Figure, NoOptions, view
 
 CROSS_CAPTION = (
@@ -57,7 +56,7 @@ def speech_cross(result: SpeechResult, options: SpeechCrossOptions) -> Figure:
     out = result.output
     words = [(w.text, w.start, w.end) for w in result.words]
     mel = result.mel[:, :2 * frames]
-    image = drawing.spectrogram_with_attention(mel, shown, out.output_tokens, words,
+    image = speech_charts.spectrogram_with_attention(mel, shown, out.output_tokens, words,
                                                f"{result.model.key}: cross-attention, {described}")
     times = [f"{i * SECONDS_PER_ENCODER_FRAME:.2f}s" for i in range(frames)]
     return Figure(
@@ -77,7 +76,7 @@ def speech_cross(result: SpeechResult, options: SpeechCrossOptions) -> Figure:
 def spectrogram(result: SpeechResult, options: NoOptions) -> Figure:
     frames = 2 * result.audio_frames
     mel = result.mel[:, :frames]
-    image = drawing.spectrogram_with_attention(mel, None, [], [(w.text, w.start, w.end) for w in result.words],
+    image = speech_charts.spectrogram_with_attention(mel, None, [], [(w.text, w.start, w.end) for w in result.words],
                                                f"log-mel spectrogram, {result.seconds:.2f} s")
     return Figure(
         _stem(result, "log-mel"), image=image, width="stretch",
@@ -109,7 +108,7 @@ def speech_step(result: SpeechResult, options: SpeechStepOptions) -> Figure:
     word = next((w for w in result.words if w.tokens[0] <= t - 1 < w.tokens[1]), None)
     candidates = [c.token for c in chosen.candidates]
     probabilities = np.array([c.probability for c in chosen.candidates])
-    charts = (drawing.attention_over_time(attention, f"Step {t}, {chosen.token!r}: where it listened ({described})",
+    charts = (speech_charts.attention_over_time(attention, f"Step {t}, {chosen.token!r}: where it listened ({described})",
                                           None if word is None else (word.start, word.end)),
               heatmap.probability_bars(candidates, list(probabilities), f"Top candidates at step {t}",
                                        highlight=chosen.token))
@@ -132,7 +131,7 @@ def word_timestamps(comparison: dict, options: NoOptions) -> Figure:
     table = pd.DataFrame(rows)
     return Figure(
         export.file_stem(comparison["model"], comparison["input"], "word timestamps"),
-        chart=drawing.timing_chart(rows),
+        chart=speech_charts.timing_chart(rows),
         caption=f"Each word's start and end from this app's DTW over the converted model's alignment heads, and from "
                 f"CTranslate2's own align() on the same spectrogram. Largest difference "
                 f"{comparison['max_difference']:.2f} s, mean {comparison['mean_difference']:.3f} s.",

@@ -5,7 +5,7 @@ Every builder reads a ``models.families.swin.model.SwinResult``: the structure r
 (``result.structure``), the captured per-window maps (``result.windows``) and the crop the model saw
 (``result.image``). Options number stages from 0 (the page calls them stage 1, 2, …) and blocks over the whole
 model (``BlockGeometry.index``); ``block=None`` is the stage's shifted (SW-MSA) block, else its first. The drawing
-itself is ``viz/swin.py``.
+itself is ``viz/swin_charts.py``.
 """
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ import pandas as pd
 
 from models.families.swin import geometry
 from models.families.swin.model import SwinResult
-from viz import export, heatmap, image_overlay
-from viz import swin as draw
-from viz.figure import Figure, NoOptions, combined, view
+from viz import export, heatmap, image_overlay, swin_charts
+from viz.figure import Figure, NoOptions, view
 
 AVERAGE = "average of heads"
 
@@ -39,7 +38,7 @@ def _metadata(result: SwinResult, **settings) -> dict[str, str]:
 def _scale(result: SwinResult, scale: int | None) -> int:
     """The crop's integer enlargement: the one asked for, or about 448 px wide."""
     if scale is None:
-        return draw.display_scale(result.image.image)
+        return swin_charts.display_scale(result.image.image)
     if not 1 <= scale <= 16:
         raise ValueError(f"scale {scale} is outside 1..16 (the crop's enlargement, a whole number)")
     return scale
@@ -73,8 +72,8 @@ class HierarchyOptions:
 def hierarchy(result: SwinResult, options: HierarchyOptions) -> Figure:
     """Every stage's tokens and windows on the crop, side by side, with one table row per stage."""
     structure, crop = result.structure, result.image.image
-    scale = _scale(result, options.scale) if options.scale is not None else max(1, draw.display_scale(crop) // 2)
-    pictures = [draw.stage_grid(crop, s, structure.first_block(s.index).window, scale) for s in structure.stages]
+    scale = _scale(result, options.scale) if options.scale is not None else max(1, swin_charts.display_scale(crop) // 2)
+    pictures = [swin_charts.stage_grid(crop, s, structure.first_block(s.index).window, scale) for s in structure.stages]
     rows = structure.stage_rows()
     return Figure(
         _stem(result, "stages"),
@@ -97,7 +96,7 @@ def stage_windows(result: SwinResult, options: StageOptions) -> Figure:
     structure = result.structure
     stage = structure.stage(options.stage)
     window = structure.first_block(stage.index).window
-    picture = draw.stage_grid(result.image.image, stage, window, _scale(result, options.scale))
+    picture = swin_charts.stage_grid(result.image.image, stage, window, _scale(result, options.scale))
     (rows, cols), px = stage.resolution, stage.token_px
     return Figure(
         _stem(result, f"stage {stage.index + 1}", "windows"), image=picture,
@@ -117,7 +116,7 @@ class MergingOptions:
 def patch_merging(result: SwinResult, options: MergingOptions) -> Figure:
     """2 × 2 neighbours (C each) concatenated to 4C and projected to 2C: the sizes of the model's reduction layer."""
     stage = result.structure.stage(options.stage)
-    picture = draw.merge_picture(stage)  # a ValueError for stage 0, which has no merging
+    picture = swin_charts.merge_picture(stage)  # a ValueError for stage 0, which has no merging
     return Figure(
         export.file_stem(result.model.short_name, f"patch merging into stage {stage.index + 1}"), image=picture,
         caption=f"into stage {stage.index + 1} (the model's reduction layer)",
@@ -131,7 +130,7 @@ def patch_merging(result: SwinResult, options: MergingOptions) -> Figure:
 @dataclass(frozen=True)
 class ShiftOptions:
     stage: int = 0
-    step: str = draw.SHIFT_STEPS[0]  # one of viz.swin.SHIFT_STEPS
+    step: str = swin_charts.SHIFT_STEPS[0]  # one of viz.swin_charts.SHIFT_STEPS
     scale: int | None = None
 
 
@@ -154,10 +153,10 @@ def _shift_caption(step: str, before: geometry.BlockGeometry, shifted: geometry.
 def cyclic_shift(result: SwinResult, options: ShiftOptions) -> Figure:
     """One step of how a shifted block displaces its windows by rolling the map (the paper's Fig. 4), drawn on the
     crop; the NPZ holds the rolled map's region ids."""
-    if options.step not in draw.SHIFT_STEPS:
-        raise ValueError(f"unknown step {options.step!r}; choose one of {', '.join(draw.SHIFT_STEPS)}")
+    if options.step not in swin_charts.SHIFT_STEPS:
+        raise ValueError(f"unknown step {options.step!r}; choose one of {', '.join(swin_charts.SHIFT_STEPS)}")
     shifted = _shifted(result, options.stage)
-    picture = draw.shift_step(result.image.image, shifted, options.step, _scale(result, options.scale))
+    picture = swin_charts.shift_step(result.image.image, shifted, options.step, _scale(result, options.scale))
     return Figure(
         _stem(result, shifted.label, "cyclic shift", options.step), image=picture,
         caption=_shift_caption(options.step, result.structure.stage_blocks(options.stage)[0], shifted),
@@ -182,14 +181,13 @@ def shifted_window_masks(result: SwinResult, options: MaskOptions) -> Figure:
     window_regions = geometry.window_partition(regions, shifted.window)  # (nW, Mh, Mw)
     same = np.array_equal(geometry.shifted_window_mask(regions, shifted.window), shifted.attn_mask)
     kinds = geometry.window_types(shifted.window_grid)
-    pairs = [(draw.region_chart(window_regions[index], f"{name} (window {index}): region ids"),
-              draw.mask_chart(shifted.attn_mask[index], window_regions[index], shifted.window,
+    pairs = [(swin_charts.region_chart(window_regions[index], f"{name} (window {index}): region ids"),
+              swin_charts.mask_chart(shifted.attn_mask[index], window_regions[index], shifted.window,
                               f"{name}: mask added to the scores"))
              for name, index in kinds.items()]
     return Figure(
         export.file_stem(result.model.short_name, shifted.label, "attention masks"),
-        chart=combined(*(combined(*pair) for pair in pairs), vertical=True),
-        charts=tuple(chart for pair in pairs for chart in pair),
+        charts=tuple(chart for pair in pairs for chart in pair), layout=((1, 2),),  # a row per kind of window
         caption=f"{shifted.label}: the model's `attn_mask` buffer {tuple(shifted.attn_mask.shape)} is added to the "
                 "scores before softmax; −100 makes a weight ≈ 4·10⁻⁴⁴. Rebuilt from the region ids it is "
                 f"{'identical' if same else 'DIFFERENT'}.",
@@ -209,23 +207,30 @@ class BiasOptions:
     head: int = 0  # the head whose B is expanded
 
 
+def _bias_layout(heads: int) -> tuple[tuple[float, ...], ...]:
+    """Up to four heads' small tables in one row with B and the index (twice as wide) beside them; more heads in rows
+    of six, B and the index under them."""
+    if heads <= 4:
+        return ((1,) * heads + (2, 2),)
+    return tuple((1,) * min(6, heads - start) for start in range(0, heads, 6)) + ((1, 1),)
+
+
 @view("relative_position_bias", "Relative position bias", BiasOptions)
 def relative_position_bias(result: SwinResult, options: BiasOptions) -> Figure:
     """Every head's learned table over (Δx, Δy), then B = table[relative_position_index] for one head next to the
-    index buffer. ``charts``: (tables, B, index) as the page lays them out; the export stacks the tables over the
-    pair."""
+    index buffer. ``charts``: every head's table, then B and the index (laid out by ``_bias_layout``)."""
     block = result.structure.block_in(options.stage, options.block)
     if not 0 <= options.head < block.heads:
         raise ValueError(f"head {options.head} does not exist: {block.label} has heads 0..{block.heads - 1}")
     m, head = block.window[0], options.head
     bias = block.bias()[head]  # (N, N)
-    tables = draw.bias_tables_chart(geometry.bias_table_images(block.bias_table, block.window), block.window)
-    pair = (draw.bias_matrix_chart(bias, block.window, f"B for head {head}"),
-            draw.bias_matrix_chart(block.relative_position_index.astype(float), block.window,
+    tables = swin_charts.bias_tables_charts(geometry.bias_table_images(block.bias_table, block.window), block.window)
+    pair = (swin_charts.bias_matrix_chart(bias, block.window, f"B for head {head}"),
+            swin_charts.bias_matrix_chart(block.relative_position_index.astype(float), block.window,
                                    "relative_position_index s (buffer)"))
     return Figure(
         export.file_stem(result.model.short_name, block.label, "relative position bias", f"head {head}"),
-        chart=combined(tables, combined(*pair), vertical=True), charts=(tables, *pair),
+        charts=(*tables, *pair), layout=_bias_layout(len(tables)),
         caption=f"B is gathered from a learned table of (2M−1)² = {(2 * m - 1) ** 2} rows × {block.heads} heads at "
                 f"s(Δx, Δy) = (Δx + M − 1)(2M − 1) + (Δy + M − 1) with M = {m}; Δx, Δy ∈ [−{m - 1}, {m - 1}] are the "
                 "row and column offsets query − key. Shown: the model's `relative_position_bias_table` per head, "
@@ -267,7 +272,7 @@ def window_attention(result: SwinResult, options: WindowOptions) -> Figure:
     name = head_label(options.head)
     mh, mw = block.window
     slots = [f"({i // mw},{i % mw})" for i in range(mh * mw)]
-    chart = draw.window_attention_chart(weights[window], allowed[window], block.window,
+    chart = swin_charts.window_attention_chart(weights[window], allowed[window], block.window,
                                         f"window {window}, query slot {slot}", options.scheme)
     deviation = float(np.abs(weights.sum(-1) - 1).max())
     leak = float(weights[~allowed].max(initial=0.0))
@@ -290,7 +295,7 @@ def block_windows(result: SwinResult, options: WindowOptions) -> Figure:
     patch's window framed. The NPZ holds all of them: ``windows (nW, N, N)`` and ``allowed``."""
     block, _, weights, allowed, window, _ = _window_attention(result, options)  # window: the patch's, framed
     name = head_label(options.head)
-    image = draw.all_windows_image(weights, allowed, block.window_grid, window, scheme=options.scheme)
+    image = swin_charts.all_windows_image(weights, allowed, block.window_grid, window, scheme=options.scheme)
     return Figure(
         _stem(result, block.label, name, f"all {block.num_windows} windows"), image=image,
         caption=f"All {block.num_windows} windows of {block.label} on the rolled map, {name}; grey = blocked by the "
@@ -319,7 +324,7 @@ def patch_attention(result: SwinResult, options: PatchOptions) -> Figure:
     block = result.structure.block_in(options.stage, options.block)
     query = _query(block, options.row, options.col)
     values = result.windows.patch_map(block.index, options.head, query)  # (H, W), sums to 1
-    picture = draw.patch_attention_picture(result.image.image, values, block, query, _scale(result, options.scale))
+    picture = swin_charts.patch_attention_picture(result.image.image, values, block, query, _scale(result, options.scale))
     name = head_label(options.head)
     return Figure(
         _stem(result, block.label, name, f"patch {query[0]} {query[1]}"), image=picture,
@@ -339,7 +344,7 @@ def window_cost(result: SwinResult, options: NoOptions) -> Figure:
     lecture = geometry.stage_cost(0, (56, 56), 96, (7, 7), 3)
     return Figure(
         export.file_stem(result.model.short_name, "attention cost per stage"),
-        chart=draw.cost_chart(result.structure.costs()), table=pd.DataFrame(result.structure.cost_rows()),
+        chart=swin_charts.cost_chart(result.structure.costs()), table=pd.DataFrame(result.structure.cost_rows()),
         payload=lambda: {"model": result.model.key, "stages": result.structure.cost_rows()},
         caption=f"Full attention over 56 × 56 tokens: (56²)² = 56⁴ = **{lecture.full_entries:,}** ≈ 9.8 M entries "
                 f"per head; in 7 × 7 windows M²·H·W = 49 · 3,136 = **{lecture.window_entries:,}** "

@@ -120,7 +120,7 @@ def decoding_step(result: TranslationResult, options: DecodingStepOptions) -> Fi
                                           highlight=chosen.token))
     beams = f" (beam width {out.num_beams})" if out.num_beams > 1 else ""
     return Figure(
-        _stem(result, *parts), charts=tuple(drawn),
+        _stem(result, *parts), charts=tuple(drawn), layout=((3, 2),) if len(drawn) > 1 else (), width="stretch",
         caption=f"{STEP_CONVENTION} Decoding: {out.strategy}{beams}. Attention and probabilities come from one "
                 "teacher-forced forward over the final output, so they belong to the chosen hypothesis; under beam "
                 "search the chosen token need not be the most probable.",
@@ -136,7 +136,7 @@ def accuracy_by_length(metrics: dict, options: NoOptions) -> Figure:
     """Exact match of each mini on held-out sentences, per source-length bucket (Bahdanau et al. 2015, fig. 2)."""
     rows = card.length_rows(metrics)
     return Figure(
-        "translation-minis_exact-match-by-length", chart=charts.accuracy_by_length_chart(rows),
+        "translation-minis_exact-match-by-length", chart=charts.accuracy_by_length_chart(rows), width="stretch",
         caption="Held-out generated sentences. Without attention, one fixed vector must carry the whole sentence, and "
                 "accuracy falls as sentences grow (Cho et al. 2014; Bahdanau et al. 2015, fig. 2).",
         table=lambda: pd.DataFrame(rows), payload=metrics)

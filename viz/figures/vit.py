@@ -165,7 +165,7 @@ def predictions(result: ViTResult, options: NoOptions) -> Figure:
     probabilities = [p.probability for p in result.predictions]
     return Figure(
         export.file_stem(result.model.short_name, result.input_name, "predictions"),
-        chart=heatmap.probability_bars(names, probabilities, f"Top-{len(names)} predictions"),
+        chart=heatmap.probability_bars(names, probabilities, f"Top-{len(names)} predictions"), width="stretch",
         table=lambda: pd.DataFrame({"class": names, "class_id": [p.token_id for p in result.predictions],
                                     "probability": probabilities}),
         payload={"model": result.model.key, "image": result.input_name, "classes": names,

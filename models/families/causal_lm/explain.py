@@ -53,4 +53,7 @@ def from_result(loaded, result, target, replacement: str = "mean", batch_size: i
     return Explainable(embeddings, baseline, tuple(range(len(ids))), len(ids) - 1, int(target),
                        text.display_token(tokenizer.decode([int(target)])), logits, lambda: records.recording(model),
                        tokens, REPLACEMENTS[replacement], batch_size,
-                       target_kind="a vocabulary token, read at the last position")
+                       target_kind="a vocabulary token, read at the last position",
+                       notes=("Integrated Gradients keeps the first token (the attention sink) as it is along its "
+                              "path, so its score there is 0: moving it makes the path too steep to integrate.",),
+                       ig_fixed=(0,))

@@ -213,7 +213,7 @@ def mask_chart(mask: np.ndarray, regions: np.ndarray, window: tuple[int, int], t
     ).properties(width=side, height=side, title=title, autosize=heatmap.PAD)
 
 
-def region_chart(regions: np.ndarray, title: str, side: int = 120) -> alt.Chart:
+def region_chart(regions: np.ndarray, title: str, side: int = 200) -> alt.Chart:
     """The region ids ``(M, M)`` of one window as coloured cells with the id written in."""
     rows, cols = np.meshgrid(np.arange(regions.shape[0]), np.arange(regions.shape[1]), indexing="ij")
     frame = pd.DataFrame({"row": rows.ravel(), "col": cols.ravel(), "region": regions.ravel().astype(int)})
@@ -226,8 +226,9 @@ def region_chart(regions: np.ndarray, title: str, side: int = 120) -> alt.Chart:
     return (cells + text).properties(width=side, height=side, title=title, autosize=heatmap.PAD)
 
 
-def bias_tables_chart(tables: np.ndarray, window: tuple[int, int], columns: int = 6) -> alt.Chart:
-    """Each head's learned table ``(heads, 2Mh−1, 2Mw−1)`` as a small heatmap over (Δx, Δy); own colour per head."""
+def bias_tables_charts(tables: np.ndarray, window: tuple[int, int]) -> tuple[alt.Chart, ...]:
+    """Each head's learned table ``(heads, 2Mh−1, 2Mw−1)`` as a small heatmap over (Δx, Δy), one chart per head (the
+    page lays them out in a row, each fitted to its column); own colour per head."""
     heads = tables.shape[0]
     dx, dy = np.meshgrid(np.arange(tables.shape[1]) - (window[0] - 1), np.arange(tables.shape[2]) - (window[1] - 1),
                          indexing="ij")
@@ -240,13 +241,13 @@ def bias_tables_chart(tables: np.ndarray, window: tuple[int, int], columns: int 
                                     "relative": ((values - values.min()) / spread).ravel().astype(float),
                                     "s": ((dx + window[0] - 1) * (2 * window[1] - 1) + dy + window[1] - 1).ravel()}))
     side = 18 * tables.shape[1] if tables.shape[1] <= 13 else 140
-    return alt.Chart(pd.concat(frames)).mark_rect().encode(
-        x=alt.X("Δy (cols):O"), y=alt.Y("Δx (rows):O"),
+    labels = tables.shape[1] <= 13  # every offset labelled while they fit
+    return tuple(alt.Chart(frame).mark_rect().encode(
+        x=alt.X("Δy (cols):O", axis=alt.Axis(labels=labels)), y=alt.Y("Δx (rows):O", axis=alt.Axis(labels=labels)),
         color=alt.Color("relative:Q", scale=alt.Scale(scheme="redblue", reverse=True), legend=None),
         tooltip=["head", "Δx (rows)", "Δy (cols)", "s", alt.Tooltip("bias:Q", format=".3f")],
-    ).properties(width=side, height=side).facet(
-        facet=alt.Facet("head:N", sort=[f"head {h}" for h in range(heads)], title=None), columns=columns
-    ).properties(autosize=heatmap.PAD)
+    ).properties(width=side, height=side, title=f"head {head}", autosize=heatmap.PAD)
+        for head, frame in enumerate(frames))
 
 
 def bias_matrix_chart(bias: np.ndarray, window: tuple[int, int], title: str, side: int = 320) -> alt.Chart:

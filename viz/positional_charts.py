@@ -48,11 +48,12 @@ def _png_data_uri(image: Image.Image) -> str:
 
 def matrix_chart(matrix: np.ndarray, x_title: str, y_title: str, value_title: str, scheme: str = "redblue",
                  domain: tuple[float, float] | None = None, width: int = 420, height: int = 420,
-                 title: str = "") -> alt.Chart:
+                 title: str = "", legend: str | None = "right") -> alt.Chart:
     """A heatmap of ``(rows, cols)`` with quantitative axes (column index on x, row index on y, row 0 on top).
 
     ``domain`` fixes the colour range (default: symmetric around 0 for ``redblue``, min..max otherwise).
-    Non-finite cells (``-inf`` for masked) are grey.
+    Non-finite cells (``-inf`` for masked) are grey. ``legend``: where the colour bar goes, None for none (small
+    multiples sharing one scale show it once).
     """
     matrix = np.asarray(matrix, dtype=np.float64)
     if matrix.ndim != 2 or 0 in matrix.shape:
@@ -67,7 +68,8 @@ def matrix_chart(matrix: np.ndarray, x_title: str, y_title: str, value_title: st
     x_scale = alt.Scale(domain=[0, cols], nice=False, zero=False)
     y_scale = alt.Scale(domain=[0, rows], nice=False, zero=False, reverse=True)
     color = alt.Color("value:Q", title=value_title,
-                      scale=alt.Scale(scheme=scheme, reverse=_SCHEMES[scheme][1], domain=list(domain), clamp=True))
+                      scale=alt.Scale(scheme=scheme, reverse=_SCHEMES[scheme][1], domain=list(domain), clamp=True),
+                      legend=alt.Legend(orient=legend) if legend else None)
     if rows * cols <= MAX_CHART_CELLS:
         row_index, col_index = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
         frame = pd.DataFrame({"col": col_index.ravel(), "row": row_index.ravel(), "value": matrix.ravel()})
@@ -206,13 +208,13 @@ def slopes_chart(slopes: np.ndarray) -> alt.Chart:
     ).properties(height=220, title="ALiBi slope per head")
 
 
-def bias_small_multiples(bias: np.ndarray, heads: list[int], columns: int = 4, size: int = 140) -> alt.Chart:
-    """One small heatmap per chosen head of an ALiBi bias ``(H, L, L)``, sharing one colour scale (masked = grey)."""
-    charts = [matrix_chart(bias[h], "key j", "query i", "bias", scheme="viridis",
-                           domain=(float(np.min(bias[heads][np.isfinite(bias[heads])])), 0.0),
-                           width=size, height=size, title=f"head {h}") for h in heads]
-    rows = [alt.hconcat(*charts[i:i + columns]) for i in range(0, len(charts), columns)]
-    return alt.vconcat(*rows).resolve_scale(color="shared")
+def bias_small_multiples(bias: np.ndarray, heads: list[int], size: int = 160) -> tuple[alt.Chart, ...]:
+    """One small heatmap per chosen head of an ALiBi bias ``(H, L, L)``, all on one colour scale (masked = grey),
+    its colour bar under the first."""
+    domain = (float(np.min(bias[heads][np.isfinite(bias[heads])])), 0.0)
+    return tuple(matrix_chart(bias[h], "key j", "query i", "bias", scheme="viridis", domain=domain, width=size,
+                              height=size, title=f"head {h}", legend="bottom" if i == 0 else None)
+                 for i, h in enumerate(heads))
 
 
 def bucket_chart(buckets: np.ndarray, title: str, size: int = 360) -> alt.Chart:

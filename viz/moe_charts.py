@@ -217,14 +217,14 @@ def _matrix_chart(values: np.ndarray, rows: list[str], cols: list[str], row_titl
     chart = base.mark_rect().encode(color=alt.Color("value:Q", scale=scale, title=value_title))
     if annotate:
         chart = chart + base.mark_text(fontSize=9).encode(text="text:N")
-    width = min(max_width, 26 * len(cols))
+    width = min(max_width, 40 * len(cols))
     height = width * len(rows) // len(cols) if square else min(700, max(60, 22 * len(rows)))
     return chart.properties(width=width, height=height)
 
 
 def load_heatmap(load: np.ndarray, layer_labels: list[str], cv: np.ndarray, aux_loss: np.ndarray):
     """Layer × expert share of assignments, white at the uniform 1/E, blue below, orange above; CV and the Switch
-    auxiliary loss per layer beside it. ``load`` ``(layers, E)``. Returns a chart, or an image for huge E."""
+    auxiliary loss per layer beside it. ``load`` ``(layers, E)``. Returns the two charts, or an image for huge E."""
     layers, num_experts = load.shape
     uniform = 1.0 / num_experts
     if load.size > MAX_CHART_CELLS:
@@ -244,7 +244,7 @@ def load_heatmap(load: np.ndarray, layer_labels: list[str], cv: np.ndarray, aux_
         text=alt.Text("Switch aux loss:Q", format=".2f"))
     side = (bars + text).properties(width=160, height=min(700, max(60, 22 * layers)),
                                     title="CV · label = aux loss")
-    return alt.hconcat(heat, side).resolve_scale(color="independent").properties(autosize=PAD)
+    return heat, side  # laid out side by side by the page (each fits its own column)
 
 
 def load_difference(load_a: np.ndarray, load_b: np.ndarray, layer_labels: list[str], name_a: str, name_b: str):
