@@ -192,6 +192,8 @@ def test_every_architecture_maps_each_word_onto_the_64_cells_of_its_picture(tiny
         assert result.model_picture.shape == (64, 64, 3)
         assert np.array_equal(result.model_picture, scenes.page_scene(3).image)
         assert len(result.generation) == len(result.words)
+        rows = result.maps(result.image_kind).query_tokens  # STEP_CONVENTION: the row that chose each word
+        assert [rows[step.query] for step in result.generation] == [step.token for step in result.generation], name
         with pytest.raises(ValueError, match="layer"):
             captioning.word_attention(result, 99, None)
 
@@ -234,15 +236,13 @@ def test_the_cli_writes_what_a_direct_run_computes(tiny_minis, tmp_path, monkeyp
 
 
 def test_the_page_names_the_closest_architecture_or_calls_a_tie():
-    from viz.figures.captioning import closest_to_truth
-
     def card(rate: float, se: float = 0.01) -> dict:
         return {"pointing": {"nouns": {"default": rate, "default_se": se, "random": 0.1}}}
 
-    best, sentence = closest_to_truth({"show-attend-tell": card(0.6), "encoder-decoder": card(0.9),
+    best, sentence = captioning.closest_to_truth({"show-attend-tell": card(0.6), "encoder-decoder": card(0.9),
                                        "decoder-only": card(0.7)})
     assert best == "encoder-decoder" and "90%" in sentence and "tie" not in sentence
-    best, sentence = closest_to_truth({"show-attend-tell": card(0.80, 0.02), "encoder-decoder": card(0.79, 0.02)})
+    best, sentence = captioning.closest_to_truth({"show-attend-tell": card(0.80, 0.02), "encoder-decoder": card(0.79, 0.02)})
     assert best == "show-attend-tell" and "tie" in sentence
 
 

@@ -13,7 +13,6 @@ from models.families.captioning import model as captioning
 from models.minis.captioning import metrics as scene_metrics
 from models.minis.captioning import scenes
 from viz import captioning as draw
-from viz.figures import captioning as caption_figures
 from viz.figures.captioning import (
     CandidatesOptions,
     CaptionFaithfulnessOptions,
@@ -182,7 +181,7 @@ def faithfulness(result, loaded, layer, head, colormap: str) -> None:
         return
     show(maps, "cap_explanations")
     found = resources.figure("caption_faithfulness", result, options, loaded)  # the same analysis: cached by now
-    payload = found.payload
+    payload = found.payload()
     st.markdown(f"**Word:** {widgets.plain(payload['target']['name'])}, p = {payload['target']['probability']:.3f}. "
                 "**Deletion** greys out the most relevant image regions first (a faithful map makes p fall fast: "
                 "low area); **insertion** starts from a grey image and reveals them (p should rise fast: high area). "
@@ -207,7 +206,7 @@ def architectures() -> None:
     found = widgets.figure_or_none("caption_architectures")
     if found is None:
         return
-    st.markdown(caption_figures.closest_to_truth(captioning.mini_metrics())[1])
+    st.markdown(captioning.closest_to_truth(captioning.mini_metrics())[1])
     show(found, "cap_architectures")
     st.caption("Nouns and colour words of held-out scenes, the reference caption forced through each decoder; a hit "
                "when the word's most-attended of the 8 × 8 cells touches the object's mask. The Transformers' maps "
@@ -219,7 +218,7 @@ def image_tokens(result, colormap: str) -> None:
     regions = result.regions
     st.markdown(f"**{regions.count} image tokens** from {len(regions.frames)} frame(s): "
                 f"{widgets.plain(regions.description)}.")
-    picture = draw.outline_regions(result.image.image, caption_figures.display_boxes(result), regions.frame_of, 448)
+    picture = draw.outline_regions(result.image.image, captioning.display_boxes(result), regions.frame_of, 448)
     st.image(picture, caption="every image token's region of your picture (one colour per frame)")
     frames = [{"frame": f.name, "tokens": f.grid[0] * f.grid[1], "grid": f"{f.grid[0]} × {f.grid[1]}",
                "covers (pixels)": f"x {f.box[0]:.0f}–{f.box[2]:.0f}, y {f.box[1]:.0f}–{f.box[3]:.0f}"}

@@ -61,15 +61,9 @@ def _word(result: CaptionResult, word: int) -> int:
     return word
 
 
-def display_boxes(result: CaptionResult) -> np.ndarray:
-    """Each image token's box in pixels of the picture the maps are drawn on."""
-    picture = result.image.image
-    return result.regions.scaled(picture.shape[1], picture.shape[0])
-
-
 def overlay(result: CaptionResult, values: np.ndarray, options: MapOptions, pixels: int) -> Image.Image:
     sinks = result.sinks
-    return draw.word_overlay(result.image.image, values, display_boxes(result), options.opacity, options.colormap,
+    return draw.word_overlay(result.image.image, values, captioning.display_boxes(result), options.opacity, options.colormap,
                              options.smooth, options.clip, sinks, options.exclude_sinks, pixels)
 
 
@@ -293,7 +287,7 @@ def caption_explanations(found, options: CaptionFaithfulnessOptions) -> Figure:
                 "one square per image token.",
         table=lambda: pd.DataFrame(scores, index=pd.Index(found.unit_names, name="image token")),
         payload={"model": found.model, "image": found.input_name, "target": found.target_name,
-                 "maps": scores, "methods": {m: found.explanations.extra["what"].get(m, m) for m in scores}},
+                 "maps": scores, "methods": {m: found.explanations.descriptions.get(m, m) for m in scores}},
         arrays=lambda: {**scores, "picture": result.image.image, "boxes": result.regions.boxes},
         metadata={"model": found.model, "image": found.input_name, "target": found.target_name})
 
@@ -346,28 +340,6 @@ def _architectures(loaded=None, result=None, options=None) -> dict:
     return found
 
 
-def closest_to_truth(metrics: dict) -> tuple[str, str]:
-    """(architecture, sentence): whose noun maps point at the named object most often, measured, with the margin."""
-    ranked = sorted(metrics, key=lambda name: -metrics[name]["pointing"]["nouns"]["default"])
-    best = ranked[0]
-    nouns = metrics[best]["pointing"]["nouns"]
-    rest = "; ".join(f"{short_title(n)} {metrics[n]['pointing']['nouns']['default']:.0%}" for n in ranked[1:])
-    close = False
-    if len(ranked) > 1:  # the difference of two independent rates: its standard error from both
-        second = metrics[ranked[1]]["pointing"]["nouns"]
-        close = nouns["default"] - second["default"] < 2 * (nouns["default_se"] ** 2 + second["default_se"] ** 2) ** 0.5
-    return best, (f"Closest to the truth, measured: **{short_title(best)}** — its noun maps point at the "
-                  f"named object {nouns['default']:.0%} of the time (random cell: {nouns['random']:.0%}); " + rest +
-                  (". The margin is within two standard errors: call it a tie." if close else "."))
-
-
-def short_title(name: str) -> str:
-    """An architecture's name as the page writes it."""
-    from models.minis.captioning import card
-
-    return card.SHORT_TITLES.get(name, name)
-
-
 @dataclass(frozen=True)
 class ArchitecturesOptions:
     role: str = "nouns"  # "nouns" or "colours"
@@ -381,33 +353,34 @@ def caption_architectures(metrics: dict, options: ArchitecturesOptions) -> Figur
     rows = []
     for name, m in metrics.items():
         found = m["pointing"][options.role]
-        rows.append({"architecture": short_title(name), "measure": "pointing game",
+        rows.append({"architecture": captioning.short_title(name), "measure": "pointing game",
                      "value": found["default"], "random": found["random"], "se": found["default_se"]})
         if "right_object" in found:
-            rows.append({"architecture": short_title(name), "measure": "right object (2–3 objects)",
+            rows.append({"architecture": captioning.short_title(name), "measure": "right object (2–3 objects)",
                          "value": found["right_object"], "random": found["right_object_random"], "se": float("nan")})
-        rows.append({"architecture": short_title(name), "measure": "caption exact match",
+        rows.append({"architecture": captioning.short_title(name), "measure": "caption exact match",
                      "value": m["exact_match"], "random": float("nan"), "se": float("nan")})
     frame = pd.DataFrame(rows)
-    bars = alt.Chart(frame).mark_bar().encode(
+    base = alt.Chart(frame)  # one data set for both layers: a facet of layers needs it at the top
+    bars = base.mark_bar().encode(
         y=alt.Y("architecture:N", title=None, axis=alt.Axis(labelFontSize=13, labelLimit=240)),
         x=alt.X("value:Q", scale=alt.Scale(domain=[0, 1]), title=None, axis=alt.Axis(format="%")),
         color=alt.Color("architecture:N", legend=None),
         tooltip=["architecture", "measure", alt.Tooltip("value:Q", format=".1%"), alt.Tooltip("random:Q",
                                                                                              format=".1%")])
-    ticks = alt.Chart(frame.dropna(subset=["random"])).mark_tick(color="black", thickness=2, size=22).encode(
-        y="architecture:N", x=alt.X("random:Q"))
-    chart = alt.layer(bars, ticks).properties(width=300, height=120).facet(
+    ticks = base.mark_tick(color="black", thickness=2, size=22).encode(y="architecture:N", x=alt.X("random:Q")
+                                                                       ).transform_filter("isValid(datum.random)")
+    chart = alt.layer(bars, ticks, data=frame).properties(width=300, height=120).facet(
         column=alt.Column("measure:N", title=None, header=alt.Header(labelFontSize=13),
                           sort=["pointing game", "right object (2–3 objects)", "caption exact match"])
     ).properties(autosize=PAD)
-    _, sentence = closest_to_truth(metrics)
+    _, sentence = captioning.closest_to_truth(metrics)
     return Figure(
         export.file_stem("captioning minis", "architectures", options.role),
         chart=chart,
         caption=f"{options.role.capitalize()} on held-out generated scenes (black tick: a random cell). " +
                 sentence.replace("**", ""),
         table=lambda: frame,
-        payload={"role": options.role, "rows": rows, "closest": closest_to_truth(metrics)[0]},
+        payload={"role": options.role, "rows": rows, "closest": captioning.closest_to_truth(metrics)[0]},
         arrays=lambda: {"value": frame["value"].to_numpy(), "random": frame["random"].to_numpy()},
         metadata={"role": options.role})

@@ -28,9 +28,9 @@ import torch
 
 from models.analysis import attribution, faithfulness, rollout
 from models.analysis.attribution import Explainable, Explanations
+from models.analysis.records import eager_weights
 from models.core import capture
 from models.families.captioning import model as captioning
-from models.analysis.records import eager_weights
 
 METHODS = {
     "raw_attention": "raw attention (the word's map as drawn)",
@@ -235,8 +235,8 @@ def word_faithfulness(loaded, result: captioning.CaptionResult, word: int, steps
                      logits_of, contextlib.nullcontext, names, REPLACEMENT, batch_size=32)
     which = captioning.describe_layer(result, layer, head)
     explanations = Explanations(scores, seconds, logit, probability,
-                                extra={"what": {"raw_attention": f"raw attention ({which})", **{
-                                    m: METHODS[m] for m in scores if m != "raw_attention"}}})
+                                descriptions={"raw_attention": f"raw attention ({which})", **{
+                                    m: METHODS[m] for m in scores if m != "raw_attention"}})
     with torch.no_grad():
         curves, random = faithfulness.measure(ex, explanations, steps, seeds,
                                               lambda step, fraction: progress(step, 0.1 + 0.9 * fraction))
@@ -325,7 +325,7 @@ def _vlm_faithfulness(loaded, result, target: WordTarget, steps: int, seeds: int
                      "the processor's mean colour, in the picture before processing", batch_size=4)
     which = captioning.describe_layer(result, layer, head)
     explanations = Explanations(scores, {"raw_attention": 0.0}, float(reference[0, target.token_id]), probability,
-                                extra={"what": {"raw_attention": f"raw attention ({which})"}})
+                                descriptions={"raw_attention": f"raw attention ({which})"})
     with torch.no_grad():
         curves, random = faithfulness.measure(ex, explanations, steps, seeds, progress)
     return faithfulness.Faithfulness(result.model.key, result.input_name, target.token_id, target.label,

@@ -207,11 +207,18 @@ def _image_info(picture: np.ndarray, regions: geometry.TokenRegions, prefix: tup
     return ImageInfo(picture, first.grid, (max(1, round(cell[0])), max(1, round(cell[1]))), len(prefix), prefix)
 
 
+def display_boxes(result: CaptionResult) -> np.ndarray:
+    """Each image token's box in pixels of the picture the maps are drawn on."""
+    picture = result.image.image
+    return result.regions.scaled(picture.shape[1], picture.shape[0])
+
+
 def _steps(logits: torch.Tensor, produced: list[int], labels: list[str], tokenizer, k: int) -> tuple:
-    """One ``GenerationStep`` per produced token from the logits (steps, vocab) that produced them."""
+    """One ``GenerationStep`` per produced token from the logits (steps, vocab) that produced them. Every
+    architecture's query rows are the caption's words, row t the one that chose word t (STEP_CONVENTION): query t."""
     probabilities = torch.softmax(logits.float(), dim=-1).cpu()
     return tuple(GenerationStep(t, labels[t], float(probabilities[t, token]),
-                                text.top_tokens(probabilities[t], tokenizer, k))
+                                text.top_tokens(probabilities[t], tokenizer, k), query=t)
                  for t, token in enumerate(produced))
 
 
@@ -499,3 +506,25 @@ def mini_metrics() -> dict[str, dict]:
         if path.is_file():
             found[name] = json.loads(path.read_text())
     return found
+
+
+def closest_to_truth(metrics: dict) -> tuple[str, str]:
+    """(architecture, sentence): whose noun maps point at the named object most often, measured, with the margin."""
+    ranked = sorted(metrics, key=lambda name: -metrics[name]["pointing"]["nouns"]["default"])
+    best = ranked[0]
+    nouns = metrics[best]["pointing"]["nouns"]
+    rest = "; ".join(f"{short_title(n)} {metrics[n]['pointing']['nouns']['default']:.0%}" for n in ranked[1:])
+    close = False
+    if len(ranked) > 1:  # the difference of two independent rates: its standard error from both
+        second = metrics[ranked[1]]["pointing"]["nouns"]
+        close = nouns["default"] - second["default"] < 2 * (nouns["default_se"] ** 2 + second["default_se"] ** 2) ** 0.5
+    return best, (f"Closest to the truth, measured: **{short_title(best)}** — its noun maps point at the "
+                  f"named object {nouns['default']:.0%} of the time (random cell: {nouns['random']:.0%}); " + rest +
+                  (". The margin is within two standard errors: call it a tie." if close else "."))
+
+
+def short_title(name: str) -> str:
+    """An architecture's name as the page writes it."""
+    from models.minis.captioning import card
+
+    return card.SHORT_TITLES.get(name, name)
