@@ -16,7 +16,7 @@ import pytest
 
 import vl_convert  # noqa: E402  (declared in requirements.txt: the exports need it)
 
-from viz import alignment, heatmap, mechanics, moe, positional  # noqa: E402
+from viz import alignment, heatmap, mechanics_charts, moe_charts, positional_charts  # noqa: E402
 
 TOKENS = ["if", "datum", "else", "this", "<b>x</b>", "the", "the"]
 LABELS = heatmap.token_labels(TOKENS)  # the axis strings a chart shows: [..., "the", "the (2)"]
@@ -93,34 +93,34 @@ def test_translation_alignment_with_gold_and_argmax_layers():
 def test_mechanics_matrix_and_mask():
     values = np.random.default_rng(2).standard_normal((len(LABELS), len(LABELS)))
     allowed = np.tril(np.ones((len(LABELS), len(LABELS)), dtype=bool))
-    check(mechanics.matrix_chart(values, LABELS, LABELS, masked=~allowed), {"X": LABELS, "Y": LABELS})
-    check(mechanics.matrix_chart(values[:, :3], LABELS, LAYERS, probabilities=True), {"X": LAYERS, "Y": LABELS})
-    check(mechanics.mask_chart(allowed, labels=LABELS), {"X": LABELS, "Y": LABELS})
+    check(mechanics_charts.matrix_chart(values, LABELS, LABELS, masked=~allowed), {"X": LABELS, "Y": LABELS})
+    check(mechanics_charts.matrix_chart(values[:, :3], LABELS, LAYERS, probabilities=True), {"X": LAYERS, "Y": LABELS})
+    check(mechanics_charts.mask_chart(allowed, labels=LABELS), {"X": LABELS, "Y": LABELS})
 
 
 @pytest.mark.parametrize("selected", [None, 5])
 def test_moe_layer_strip(selected):
     top1 = np.random.default_rng(3).integers(0, 4, size=(len(LAYERS), len(TOKENS)))
-    chart = moe.layer_strip(TOKENS, top1, LAYERS, num_experts=4, selected=selected)
+    chart = moe_charts.layer_strip(TOKENS, top1, LAYERS, num_experts=4, selected=selected)
     check(chart, {"X": LABELS, "Y": LAYERS})
 
 
 def test_moe_layer_strip_window_keeps_the_selected_column():
     """A window of a longer input (offset 10): the marker's position is the whole input's."""
     top1 = np.random.default_rng(4).integers(0, 4, size=(len(LAYERS), len(TOKENS)))
-    chart = moe.layer_strip(TOKENS, top1, LAYERS, num_experts=4, selected=13, offset=10)
+    chart = moe_charts.layer_strip(TOKENS, top1, LAYERS, num_experts=4, selected=13, offset=10)
     check(chart, {"X": LABELS, "Y": LAYERS})
 
 
 def test_moe_layer_matrices():
     nmi = np.random.default_rng(5).uniform(size=(len(LAYERS), len(LAYERS)))
-    check(moe.consistency_chart(nmi, LAYERS), {"X": LAYERS, "Y": LAYERS})
+    check(moe_charts.consistency_chart(nmi, LAYERS), {"X": LAYERS, "Y": LAYERS})
     load = np.random.default_rng(6).dirichlet(np.ones(4), size=len(LAYERS))
     experts = [f"E{i}" for i in range(4)]
-    check(moe.load_difference(load, load[::-1], LAYERS, "a", "b"), {"X": experts, "Y": LAYERS})
+    check(moe_charts.load_difference(load, load[::-1], LAYERS, "a", "b"), {"X": experts, "Y": LAYERS})
 
 
 def test_positional_equivariance_bars():
     rng = np.random.default_rng(7)
     gaps = {"no positions": rng.uniform(0, 1e-6, len(TOKENS)), "learned": rng.uniform(0.1, 1, len(TOKENS))}
-    check(positional.output_gap_chart(TOKENS, gaps), {"X": LABELS})
+    check(positional_charts.output_gap_chart(TOKENS, gaps), {"X": LABELS})

@@ -26,6 +26,21 @@ PRINT_SCALE = 4  # Vega's 72-dpi pixels × 4 ≈ 300 dpi: sharp in print and on 
 PRINT_DPI = 300
 
 
+def head_label(head: int | None) -> str:
+    """How a head is named in titles and files: its number, or "mean" for the average of heads."""
+    return "mean" if head is None else str(head)
+
+
+def run_stem(result, *parts) -> str:
+    """A file stem for a figure of one run (a ``RunResult``): its model, its input, then ``parts``."""
+    return file_stem(result.model.short_name, result.input_name, *parts)
+
+
+def run_metadata(result, **settings) -> dict[str, str]:
+    """What a run's figure files record about it: its model and input and the view's ``settings``."""
+    return {"model": result.model.key, "input": result.input_name, **{k: str(v) for k, v in settings.items()}}
+
+
 def file_stem(*parts: object, max_length: int = 120) -> str:
     """A safe, readable file name from its parts: ``file_stem("gpt2", "layer 3", "head 5", "The cat…")``
     -> ``gpt2_layer-3_head-5_the-cat``. Only ASCII letters, digits, ``-`` and ``_`` survive."""

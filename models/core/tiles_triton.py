@@ -20,7 +20,7 @@ import functools
 
 import torch
 
-from models.core.tiles import RowPass, Scores, TilePass
+from models.core.scores import RowPass, Scores, TilePass
 
 try:
     import triton

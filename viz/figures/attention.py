@@ -28,19 +28,6 @@ def rows_columns(allowed: np.ndarray) -> str:
     return ROWS_COLUMNS + (" " + MASKED if not np.all(allowed) else "")
 
 
-def head_label(head: int | None) -> str:
-    """How a head is named in titles and files: its number, or "mean" for the average of heads."""
-    return "mean" if head is None else str(head)
-
-
-def _stem(result: RunResult, *parts) -> str:
-    return export.file_stem(result.model.short_name, result.input_name, *parts)
-
-
-def _metadata(result: RunResult, **settings) -> dict[str, str]:
-    return {"model": result.model.key, "input": result.input_name, **{k: str(v) for k, v in settings.items()}}
-
-
 @dataclass(frozen=True)
 class HeadOptions:
     kind: str = ""  # "self", "encoder", "decoder", "cross"; "" = the result's first kind
@@ -61,7 +48,7 @@ def head(result: RunResult, options: HeadOptions) -> Figure:
     from models.core.tiles import pyramid_tile
 
     maps = result.maps(options.kind)
-    layer, name = options.layer, head_label(options.head)
+    layer, name = options.layer, export.head_label(options.head)
     if options.head is not None:
         maps._check_head(layer, options.head)  # a message a user can act on, before anything is computed
     query_tokens, key_tokens = maps.tokens_in(layer)
@@ -104,10 +91,10 @@ def head(result: RunResult, options: HeadOptions) -> Figure:
                           "maximum": overview.maximum, "mean": overview.mean, "visible": overview.visible,
                           "row_max": overview.row_max}
     return Figure(
-        _stem(result, maps.kind, f"layer {layer}", f"head {name}"), chart=chart, image=image,
+        export.run_stem(result, maps.kind, f"layer {layer}", f"head {name}"), chart=chart, image=image,
         caption=with_marks(caption, query_tokens, key_tokens),
         table=table, payload=payload, arrays=arrays,  # the head named in the file, nothing more
-        metadata=_metadata(result, kind=maps.kind, layer=layer, head=name))
+        metadata=export.run_metadata(result, kind=maps.kind, layer=layer, head=name))
 
 
 def _tiles_frame(tiles) -> pd.DataFrame:
@@ -136,7 +123,7 @@ def head_zoom(result: RunResult, options: ZoomOptions) -> Figure:
     """A region of at most 64 × 64 cells of a long input's map, with a tooltip per cell, compact enough for half a
     laptop screen (the chart must fit its column: Vega maps the pointer in its own pixels)."""
     maps = result.maps(options.kind)
-    layer, name = options.layer, head_label(options.head)
+    layer, name = options.layer, export.head_label(options.head)
     if options.head is not None:
         maps._check_head(layer, options.head)
     query_tokens, key_tokens = maps.tokens_in(layer)
@@ -157,12 +144,12 @@ def head_zoom(result: RunResult, options: ZoomOptions) -> Figure:
                                     compact=True)
     where = f"queries {rows.start}-{rows.stop - 1}", f"keys {cols.start}-{cols.stop - 1}"
     return Figure(
-        _stem(result, maps.kind, f"layer {layer}", f"head {name}", *where), chart=chart,
+        export.run_stem(result, maps.kind, f"layer {layer}", f"head {name}", *where), chart=chart,
         table=lambda: export.matrix_frame(region, query_tokens[rows], key_tokens[cols]),
         arrays=lambda: {"weights": region, "allowed": allowed,
                         "query_positions": np.arange(rows.start, rows.stop), "key_positions": np.arange(cols.start,
                                                                                                         cols.stop)},
-        metadata=_metadata(result, kind=maps.kind, layer=layer, head=name, region=" ".join(where)))
+        metadata=export.run_metadata(result, kind=maps.kind, layer=layer, head=name, region=" ".join(where)))
 
 
 @dataclass(frozen=True)
@@ -241,7 +228,7 @@ FOCUS_BARS = 1024  # keys drawn as bars; a longer row is shown as its top keys i
 def focus(result: RunResult, options: FocusOptions) -> Figure:
     """One query token's attention over the keys, as bars in token order (masked keys left out)."""
     maps = result.maps(options.kind)
-    layer, name = options.layer, head_label(options.head)
+    layer, name = options.layer, export.head_label(options.head)
     query_tokens, key_tokens = maps.tokens_in(layer)
     query = options.query if options.query >= 0 else len(query_tokens) + options.query
     if not 0 <= query < len(query_tokens):
@@ -254,13 +241,13 @@ def focus(result: RunResult, options: FocusOptions) -> Figure:
     row, allowed = maps.row(layer, options.head, query), maps.row_allowed(layer, query)
     chart = heatmap.token_bars(row, key_tokens, f"Where '{label}' looks", allowed)
     return Figure(
-        _stem(result, maps.kind, f"layer {layer}", f"head {name}", f"query {query}"), chart=chart, width="stretch",
+        export.run_stem(result, maps.kind, f"layer {layer}", f"head {name}", f"query {query}"), chart=chart, width="stretch",
         caption=with_marks("", [label], key_tokens),
         table=lambda: pd.DataFrame({"key": key_tokens, "weight": row, "visible": allowed}),
         payload=lambda: {"model": result.model.key, "kind": maps.kind, "layer": layer, "head": name, "query": query,
                          "query_token": query_tokens[query], "key_tokens": key_tokens, "weights": row},
         arrays=lambda: {"weights": row, "allowed": allowed},
-        metadata=_metadata(result, kind=maps.kind, layer=layer, head=name, query=query))
+        metadata=export.run_metadata(result, kind=maps.kind, layer=layer, head=name, query=query))
 
 
 @view("next_token", "Next token", NoOptions)
@@ -271,13 +258,13 @@ def next_token(result: TextResult, options: NoOptions) -> Figure:
     tokens = [t.token for t in result.next_token]
     probabilities = [t.probability for t in result.next_token]
     return Figure(
-        _stem(result, "next token"),
+        export.run_stem(result, "next token"),
         chart=heatmap.probability_bars(tokens, probabilities, f"Top {len(tokens)} after the last token"),
         width="stretch", caption=with_marks("", tokens),
         table=lambda: pd.DataFrame({"token": tokens, "token_id": [t.token_id for t in result.next_token],
                                     "probability": probabilities}),
         payload=lambda: {"model": result.model.key, "tokens": tokens, "probabilities": probabilities},
-        metadata=_metadata(result))
+        metadata=export.run_metadata(result))
 
 
 @dataclass(frozen=True)
@@ -307,9 +294,9 @@ def generation_step(result: TextResult, options: StepOptions) -> Figure:
                                  f"Step {options.step}: where the model looked to choose '{chosen.token}'"),
               heatmap.probability_bars(candidates, probabilities, f"Candidates at step {options.step}",
                                        highlight=chosen.token))
-    name = head_label(options.head)
+    name = export.head_label(options.head)
     return Figure(
-        _stem(result, "generation", f"step {options.step}", f"layer {options.layer}", f"head {name}"),
+        export.run_stem(result, "generation", f"step {options.step}", f"layer {options.layer}", f"head {name}"),
         charts=charts, layout=((3, 2),), width="stretch",  # where it looked, wider than its candidates
         caption=with_marks(f"{STEP_CONVENTION} Attention and probabilities come from one teacher-forced forward "
                            "over the final text; probabilities are the model's raw distribution, before temperature, "
@@ -321,7 +308,7 @@ def generation_step(result: TextResult, options: StepOptions) -> Figure:
                          "weights": weights[visible], "candidates": candidates,
                          "candidate_probabilities": probabilities},
         arrays=lambda: {"weights": weights[visible], "candidate_probabilities": np.asarray(probabilities)},
-        metadata=_metadata(result, step=options.step, layer=options.layer, head=name))
+        metadata=export.run_metadata(result, step=options.step, layer=options.layer, head=name))
 
 
 @dataclass(frozen=True)
@@ -338,7 +325,7 @@ def special_tokens(result: TextResult, options: ShareOptions) -> Figure:
     share = heads.special_token_share(maps, result.special_positions)
     names = ", ".join(sorted({result.tokens[i] for i in result.special_positions}))
     return Figure(
-        _stem(result, "special token share"),
+        export.run_stem(result, "special token share"),
         chart=heatmap.head_statistic_chart(share, f"share on {names}", scheme=options.scheme),
         caption=f"Mean share of each head's attention that lands on the special tokens ({names}). Clark et al. "
                 "(2019) found many BERT heads park their attention there when they have nothing better to do: here "
@@ -346,4 +333,4 @@ def special_tokens(result: TextResult, options: ShareOptions) -> Figure:
         table=lambda: pd.DataFrame(share, index=pd.Index(range(share.shape[0]), name="layer"),
                                    columns=[f"head {h}" for h in range(share.shape[1])]),
         payload=lambda: {"model": result.model.key, "special_tokens": names, "share": share},
-        arrays=lambda: {"share": share}, metadata=_metadata(result, special_tokens=names))
+        arrays=lambda: {"share": share}, metadata=export.run_metadata(result, special_tokens=names))

@@ -14,9 +14,8 @@ import numpy as np
 import pandas as pd
 
 from models.core.results import RunResult, TextResult
-from viz import heatmap
+from viz import export, heatmap
 from viz.figure import Figure, view
-from viz.figures.attention import _metadata, _stem, head_label
 
 DETAIL_PX = 640  # a pyramid level's window is drawn at most this many pixels a side
 PROFILE_BINS = 600  # a long row's weights over the key positions, drawn as this many bins' maxima
@@ -40,7 +39,7 @@ def head_level(result: RunResult, options: LevelOptions) -> Figure:
     from models.core.tiles import pyramid_tile
 
     maps = result.maps(options.kind)
-    layer, name = options.layer, head_label(options.head)
+    layer, name = options.layer, export.head_label(options.head)
     query_tokens, key_tokens = maps.tokens_in(layer)
     whole = options.queries == (0, 0) and options.keys == (0, 0)
     queries = (0, len(query_tokens)) if whole else (options.queries[0], options.queries[1] + 1)
@@ -54,14 +53,14 @@ def head_level(result: RunResult, options: LevelOptions) -> Figure:
                                             else ", cell by cell")
                + f"; colours saturate at {vmax:.3f}.")
     return Figure(
-        _stem(result, maps.kind, f"layer {layer}", f"head {name}", *where), image=image, caption=caption,
+        export.run_stem(result, maps.kind, f"layer {layer}", f"head {name}", *where), image=image, caption=caption,
         table=lambda: pd.DataFrame({"first query": tiles.query_edges[:-1].repeat(tiles.shape[1]),
                                     "first key": np.tile(tiles.key_edges[:-1], tiles.shape[0]),
                                     "maximum": tiles.maximum.ravel(), "mean": tiles.mean.ravel(),
                                     "visible": tiles.visible.ravel()}),
         arrays=lambda: {"query_edges": tiles.query_edges, "key_edges": tiles.key_edges, "maximum": tiles.maximum,
                         "mean": tiles.mean, "visible": tiles.visible},
-        metadata=_metadata(result, kind=maps.kind, layer=layer, head=name, region=" ".join(where), tile=tile))
+        metadata=export.run_metadata(result, kind=maps.kind, layer=layer, head=name, region=" ".join(where), tile=tile))
 
 
 @dataclass(frozen=True)
@@ -97,7 +96,7 @@ def query_row(result: RunResult, options: RowOptions) -> Figure:
     MB, its head's map 68 GB): the ``top`` keys with their tokens in context, and the whole row as a profile over
     the key positions (each bin's largest weight)."""
     maps = result.maps(options.kind)
-    layer, name = options.layer, head_label(options.head)
+    layer, name = options.layer, export.head_label(options.head)
     query_tokens, key_tokens = maps.tokens_in(layer)
     query = options.query if options.query >= 0 else len(query_tokens) + options.query
     if not 0 <= query < len(query_tokens):
@@ -127,7 +126,7 @@ def query_row(result: RunResult, options: RowOptions) -> Figure:
         x=alt.X("first key:Q", title="key position"), y=alt.Y("weight:Q", title="largest weight in the bin"),
         tooltip=["first key", "last key", alt.Tooltip("weight:Q", format=".4f")],
     ).properties(title="The whole row", width=360, height=180, autosize=heatmap.PAD)
-    stem = _stem(result, maps.kind, f"layer {layer}", f"head {name}", f"query {query}")
+    stem = export.run_stem(result, maps.kind, f"layer {layer}", f"head {name}", f"query {query}")
     return Figure(
         stem, charts=(top_chart, profile_chart), caption=(
             f"Layer {layer}, {'average of heads' if options.head is None else f'head {options.head}'}: the exact "
@@ -137,7 +136,7 @@ def query_row(result: RunResult, options: RowOptions) -> Figure:
         payload=lambda: {"model": result.model.key, "kind": maps.kind, "layer": layer, "head": name, "query": query,
                          "query_token": query_tokens[query], "top": top.to_dict("list")},
         arrays=lambda: {"weights": row, "allowed": allowed},
-        metadata=_metadata(result, kind=maps.kind, layer=layer, head=name, query=query))
+        metadata=export.run_metadata(result, kind=maps.kind, layer=layer, head=name, query=query))
 
 
 def _profile(row: np.ndarray, allowed: np.ndarray) -> pd.DataFrame:
