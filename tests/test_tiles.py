@@ -104,6 +104,8 @@ GRID = [  # (case keyword arguments, query edges, key edges)
     ({"dtype": torch.bfloat16}, tiles.uniform_edges(0, 40, 16), tiles.uniform_edges(0, 40, 4)),
     ({"dtype": torch.float16, "heads": 2, "kv_heads": 2, "d": 20}, tiles.uniform_edges(0, 40, 32),
      tiles.uniform_edges(0, 40, 32)),  # a head dimension that is no power of two
+    ({"batch": 1, "heads": 2, "kv_heads": 1, "queries": 150, "keys": 150, "bias": False, "padded": False},
+     [0, 130, 150], tiles.uniform_edges(0, 150, 50)),  # a query tile of several row blocks: the kernel splits its rows
 ]
 
 
@@ -112,7 +114,7 @@ def test_the_pytorch_path_equals_the_float64_reference(arguments, query_edges, k
     check_backend(case(**arguments), "torch", query_edges, key_edges)
 
 
-INTERPRETED = GRID[:1] + GRID[2:5]  # the interpreter runs a program at a time in Python: a few cases, small
+INTERPRETED = GRID[:1] + GRID[2:5] + GRID[6:]  # the interpreter runs a program at a time in Python: a few cases, small
 
 
 def test_the_triton_kernels_equal_the_float64_reference_in_the_interpreter():

@@ -4,10 +4,11 @@
   ``BLOCK_N`` at a time with an online softmax (running maximum ``m`` and sum ``l``, base 2 as in Triton's fused
   attention tutorial) and writes each row's log-sum-exp, and optionally ``Σ p·s`` and ``Σ p·|i − j|`` for its
   entropy and mean distance. Masked keys are never loaded past the causal edge or outside the item's key range.
-- ``tile_kernel``: one program per query tile and output; for each block of its rows and each key tile it
-  recomputes ``p = exp(s − L)`` block by block with the normalisers of the first kernel, and keeps the tile's
-  maximum, sum and visible count, and each row's maximum. A tile that no row of the block can see is skipped, so a
-  causal head costs half its tiles.
+- ``tile_kernel``: programs over query tiles × row blocks of a tile × key tiles (``_splits``: enough of them that
+  a causal map's heavy last rows do not run alone at the end); for each block of its rows and each of its key tiles
+  a program recomputes ``p = exp(s − L)`` block by block with the normalisers of the first kernel, and adds the
+  tile's maximum, sum and visible count, and each row's maximum, into the outputs atomically. A tile that no row of
+  the block can see is skipped, so a causal head costs half its tiles.
 
 Both kernels take the mask as rules (causal + offset, a sliding window, each item's key range) and a bias only as a
 function of ``j − i`` (``relative_bias``); anything given whole goes to the PyTorch path. Block sizes are
@@ -57,7 +58,7 @@ def _row_kernel(Q, K, BIAS, KEY_START, KEY_STOP, HEADS, LSE, ROW_MAX, PS, PD,
                 CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_BIAS: tl.constexpr, STATISTICS: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
                 UPCAST: tl.constexpr):
-    block = tl.program_id(0)
+    block = tl.num_programs(0) - 1 - tl.program_id(0)  # the last rows first: a causal map's see the most keys
     b = tl.program_id(1) // n_outputs
     slot = tl.program_id(1) % n_outputs
     head = tl.load(HEADS + slot)
@@ -134,23 +135,29 @@ def _tile_kernel(Q, K, BIAS, KEY_START, KEY_STOP, HEADS, LSE, QUERY_EDGES, KEY_E
                  stride_ob, stride_og, stride_oq,
                  stride_rb, stride_rg,
                  n_queries, head_dim, n_outputs, per_output, n_key_tiles, group, lse_start, window_start,
-                 scale_log2, offset, window,
+                 scale_log2, offset, window, rows_per_split, tiles_per_split, n_key_splits,
                  CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_BIAS: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
                  UPCAST: tl.constexpr):
     tile_q = tl.program_id(0)
-    b = tl.program_id(1) // n_outputs
-    slot = tl.program_id(1) % n_outputs
+    row_split = tl.program_id(1)
+    b = tl.program_id(2) // (n_outputs * n_key_splits)
+    slot = (tl.program_id(2) // n_key_splits) % n_outputs
+    key_split = tl.program_id(2) % n_key_splits
     r0 = tl.load(QUERY_EDGES + tile_q)
     r1 = tl.load(QUERY_EDGES + tile_q + 1)
+    own_first = r0 + row_split * rows_per_split  # this program's rows of the tile, and its share of the key tiles
+    own_stop = tl.minimum(r1, own_first + rows_per_split)
+    first_tile = key_split * tiles_per_split
+    stop_tile = tl.minimum(n_key_tiles, first_tile + tiles_per_split)
     key_start = tl.load(KEY_START + b)
     key_stop = tl.load(KEY_STOP + b)
     dims = tl.arange(0, BLOCK_D)
     dim_ok = dims < head_dim
-    for first_row in range(r0, r1, BLOCK_M):
+    for first_row in range(own_first, own_stop, BLOCK_M):
         rows = first_row + tl.arange(0, BLOCK_M)
-        row_ok = rows < r1
-        last_row = tl.minimum(first_row + BLOCK_M, r1) - 1
+        row_ok = rows < own_stop
+        last_row = tl.minimum(first_row + BLOCK_M, own_stop) - 1
         lo = key_start
         hi = key_stop
         if CAUSAL:
@@ -158,7 +165,7 @@ def _tile_kernel(Q, K, BIAS, KEY_START, KEY_STOP, HEADS, LSE, QUERY_EDGES, KEY_E
         if HAS_WINDOW:
             lo = tl.maximum(lo, first_row + offset - window + 1)
         row_top = tl.zeros([BLOCK_M], tl.float32)
-        for tile_k in range(0, n_key_tiles):
+        for tile_k in range(first_tile, stop_tile):
             c0 = tl.maximum(tl.load(KEY_EDGES + tile_k), lo)
             c1 = tl.minimum(tl.load(KEY_EDGES + tile_k + 1), hi)
             if c0 < c1:  # some row of this block may see some key of this tile
@@ -202,11 +209,13 @@ def _tile_kernel(Q, K, BIAS, KEY_START, KEY_STOP, HEADS, LSE, QUERY_EDGES, KEY_E
                     total += tl.sum(summed, 1)
                     seen_count += tl.sum(seen.to(tl.float32), 1)
                 row_top = tl.maximum(row_top, top)
+                # other programs hold the tile's other rows and keys: the outputs are combined atomically
+                # (weights are ≥ 0, so a float maximum over zero-initialised outputs is exact)
                 out = b * stride_ob + slot * stride_og + tile_q * stride_oq + tile_k
-                tl.store(OUT_MAX + out, tl.maximum(tl.load(OUT_MAX + out), tl.max(top, 0)))
-                tl.store(OUT_SUM + out, tl.load(OUT_SUM + out) + tl.sum(total, 0))
-                tl.store(OUT_SEEN + out, tl.load(OUT_SEEN + out) + tl.sum(seen_count, 0))
-        tl.store(ROW_MAX + b * stride_rb + slot * stride_rg + (rows - window_start), row_top, mask=row_ok)
+                tl.atomic_max(OUT_MAX + out, tl.max(top, 0))
+                tl.atomic_add(OUT_SUM + out, tl.sum(total, 0))
+                tl.atomic_add(OUT_SEEN + out, tl.sum(seen_count, 0))
+        tl.atomic_max(ROW_MAX + b * stride_rb + slot * stride_rg + (rows - window_start), row_top, mask=row_ok)
 
 
 @functools.lru_cache(maxsize=2)
@@ -241,6 +250,21 @@ def _common(scores: Scores) -> tuple:
         bias_args = (bias, bias.stride(0) if bias.shape[0] > 1 else 0, bias.stride(1) if bias.shape[1] > 1 else 0,
                      bias.stride(2))
     return key_start, key_stop, bias_args
+
+
+PROGRAMS = 8192  # programs the tile kernel is split into at least, where the window allows: a GPU runs ~1,000 at once,
+# and with one program per query tile a causal overview's last tile (every key before it) ran alone at the end
+
+
+def _splits(query_tiles: int, key_tiles: int, outputs: int, row_blocks: int) -> tuple[int, int]:
+    """(row splits, key splits) of the tile kernel's grid: one program per query tile and output does every row
+    block of its tile over every key tile, which at 131,072 tokens left 512 programs of very unequal work (a
+    causal map's last row of tiles sees every key). Split the rows of a tile first, then its keys, until there
+    are about ``PROGRAMS`` programs."""
+    programs = max(1, query_tiles * outputs)
+    row_splits = max(1, min(row_blocks, -(-PROGRAMS // programs)))
+    key_splits = max(1, min(key_tiles, -(-PROGRAMS // (programs * row_splits))))
+    return row_splits, key_splits
 
 
 def _check_dtypes(scores: Scores) -> None:
@@ -291,14 +315,17 @@ def tile_pass(scores: Scores, heads: list[int], query_edges: torch.Tensor, key_e
     widest_k = int(torch.diff(key_edges).max())
     block_m = min(64, max(16, triton.next_power_of_2(widest_q)))  # small tiles (deep zoom levels): small blocks
     block_n = min(64, max(16, triton.next_power_of_2(widest_k)))
+    row_splits, key_splits = _splits(tq, tk, scores.batch * outputs, triton.cdiv(widest_q, block_m))
+    rows_per_split = triton.cdiv(triton.cdiv(widest_q, block_m), row_splits) * block_m
+    tiles_per_split = triton.cdiv(tk, key_splits)
     q, k = scores.query, scores.key
-    tile_kernel[(tq, scores.batch * outputs)](
+    tile_kernel[(tq, row_splits, scores.batch * outputs * key_splits)](
         q, k, bias, key_start, key_stop, head_ids, lse, query_edges.to(device, torch.int32),
         key_edges.to(device, torch.int32), maximum, total, seen, row_max,
         *q.stride(), *k.stride(), sbb, sbh, sbn, lse.stride(0), lse.stride(1),
         maximum.stride(0), maximum.stride(1), maximum.stride(2), row_max.stride(0), row_max.stride(1),
         scores.queries, q.shape[-1], outputs, per_output, tk, scores.group, normalisers.rows[0], window_start,
-        scores.scaling * LOG2E, scores.offset, scores.window,
+        scores.scaling * LOG2E, scores.offset, scores.window, rows_per_split, tiles_per_split, key_splits,
         CAUSAL=scores.causal, HAS_WINDOW=scores.window > 0, HAS_BIAS=scores.relative_bias is not None,
         BLOCK_M=block_m, BLOCK_N=block_n, **_blocks(scores))
     return TilePass(query_edges, key_edges, maximum, total, seen, row_max)
