@@ -50,3 +50,19 @@ def test_bad_uploads_are_explained(data, message):
 
 def test_utf8_upload_with_bom_is_read():
     assert text.decode_upload("\ufeffhello 🙂".encode("utf-8")) == "hello 🙂"
+
+
+def test_distinct_ids_decode_in_one_batch_as_one_by_one(tokenizer):
+    """``text.decoded`` (one batch call) gives each id's ``decode([id])``, special tokens and repeats included; a
+    tokenizer with no batch call is decoded one id at a time."""
+    ids = tokenizer("Attention is all you need — naïve café, 東京 ✓ [SEP] you need")["input_ids"]
+    expected = {i: tokenizer.decode([i]) for i in ids}
+    assert text.decoded(tokenizer, ids) == expected
+    assert text.token_pieces(tokenizer, ids) == tuple(expected[i] for i in ids)
+
+    class OneByOne:
+        def decode(self, token_ids):
+            return tokenizer.decode(token_ids)
+
+    assert text.decoded(OneByOne(), ids) == expected
+    assert text.display_tokens(OneByOne(), ids) == text.display_tokens(tokenizer, ids)

@@ -74,8 +74,9 @@ if lens_tab.open is not False:
         n, kept = len(result.tokens), getattr(result, "residual_start", 0)
         st.caption("The logit lens: the residual stream after each layer, put through the model's own final norm "
                    "and unembedding, as if the model stopped there. " + (
-                       f"This long run kept the stream of its last {n - kept} positions only (memory): a window that "
-                       f"starts before position {kept} re-runs the model up to its end first." if kept else
+                       f"This run kept the stream of its last {n - kept} positions only (a long prompt's whole "
+                       f"stream, or on a GPU its copy, costs more than a forward): a window that starts before "
+                       f"position {kept} re-runs the model up to its end first." if kept else
                        "Read from the run above, no second forward."))
         left, right = st.columns(2)
         count = left.select_slider("Positions shown", LENS_COUNTS, value=16, key="gpt_lens_count")

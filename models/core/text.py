@@ -35,10 +35,22 @@ def display_token(text: str) -> str:
     return visible_text(text[1:] if text.startswith(" ") else text)
 
 
+def decoded(tokenizer, ids) -> dict[int, str]:
+    """Each distinct id of ``ids`` decoded alone (``tokenizer.decode([i])``), in one batch call where the tokenizer
+    has one: a fast tokenizer decodes the batch in Rust, where one Python call per id cost ~10 ms at 4,096 tokens,
+    a third of a GPU's forward."""
+    distinct = sorted(set(map(int, ids)))
+    batch_decode = getattr(tokenizer, "batch_decode", None)
+    texts = batch_decode([[i] for i in distinct]) if batch_decode is not None else None
+    if texts is None or len(texts) != len(distinct):
+        texts = [tokenizer.decode([i]) for i in distinct]
+    return dict(zip(distinct, texts))
+
+
 def token_pieces(tokenizer, ids) -> tuple[str, ...]:
     """Each token's own text as the tokenizer decodes it, leading spaces kept: joined, a stretch of them reads as the
     text did ("Mrs Dursley of number four"), where display labels would read "Mrs D urs ley of number four"."""
-    pieces = {i: tokenizer.decode([i]) for i in set(map(int, ids))}  # each distinct id decoded once
+    pieces = decoded(tokenizer, ids)
     return tuple(pieces[int(i)] for i in ids)
 
 
@@ -62,7 +74,7 @@ def with_marks(caption: str, *labels) -> str:
 
 
 def display_tokens(tokenizer, ids) -> list[str]:
-    labels = {i: display_token(tokenizer.decode([i])) for i in set(map(int, ids))}  # each distinct id decoded once
+    labels = {i: display_token(text) for i, text in decoded(tokenizer, ids).items()}
     return [labels[int(i)] for i in ids]
 
 
