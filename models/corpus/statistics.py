@@ -41,6 +41,7 @@ from models.corpus.forward import (  # noqa: F401  (batches and the limits: this
     Reduction,
     batches,
 )
+from models.corpus import statistics_triton
 from models.corpus.readers import Document
 
 STATISTICS = {
@@ -84,9 +85,16 @@ class HeadStatistics(Reduction):
 
     values: np.ndarray | None = None
 
+    def __init__(self, layers: int = 1):
+        self.capacity = layers  # self-attention layers a batch has: the fused kernel's outputs are made once for all
+
     def start(self, batch: Batch) -> None:
         ids, valid = batch.ids, batch.valid()  # (B, S)
         width = batch.width
+        self.ids, self.lengths = ids, batch.lengths.to(torch.int32)
+        self.fused: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # (out, peak, peak_key) per layer
+        self.fused_count = 0
+        self.masks: dict[int, bool | None] = {}  # per mask: causal, padding only, or neither (the PyTorch path)
         self.valid = valid
         self.count = valid.sum(-1)  # (B,) real queries
         self.query_share = valid / self.count[:, None].to(torch.float64)  # (B, S): a mean over real queries
@@ -131,7 +139,39 @@ class HeadStatistics(Reduction):
             self.plans[key] = tiles
         return self.plans[key]
 
+    def _causal(self, call: LayerCall) -> bool | None:
+        """Whether the fused kernel takes this layer, causal (True) or not (False); None: the PyTorch path."""
+        if not statistics_triton.usable(call.query, call.key, call.position_bias):
+            return None
+        if id(call.mask) not in self.masks:
+            self.masks[id(call.mask)] = statistics_triton.described(call.mask.allowed, self.lengths)
+        return self.masks[id(call.mask)]
+
+    def _fused_layer(self, call: LayerCall, causal: bool) -> int:
+        """One launch: this layer's statistics into the batch's fused outputs; returns its slot there."""
+        batch, heads, width = call.query.shape[:3]
+        if self.fused is None or self.fused_count == self.fused[0].shape[0]:  # made once a batch (grown if needed)
+            size = max(self.capacity, 2 * self.fused_count, 1)
+            device = call.query.device
+            grown = (torch.zeros(size, batch, heads, statistics_triton.FIELDS, device=device),
+                     torch.full((size, batch, heads), -1, dtype=torch.int64, device=device),
+                     torch.zeros(size, batch, heads, width, dtype=torch.int32, device=device))
+            if self.fused is not None:
+                for new, old in zip(grown, self.fused):
+                    new[:self.fused_count] = old
+            self.fused = grown
+        slot = self.fused_count
+        out, peak, peak_key = (part[slot] for part in self.fused)
+        statistics_triton.layer_statistics(call.query, call.key, call.scaling, causal, self.ids.to(call.query.device),
+                                           self.lengths.to(call.query.device), out, peak, peak_key)
+        self.fused_count += 1
+        return slot
+
     def layer(self, call: LayerCall) -> None:
+        causal = self._causal(call)
+        if causal is not None:
+            self.layers.append(self._fused_layer(call, causal))  # an int: the layer's slot in the fused outputs
+            return
         batch, heads = call.query.shape[:2]
         tiles = call.tiles()
         query_share, distance = self._local(tiles[0].weights.device, tiles[0].weights.dtype)
@@ -170,8 +210,16 @@ class HeadStatistics(Reduction):
         self.layers.append(layer.to(self.valid.device))  # a model spread over GPUs: gathered on the first
 
     def finish(self) -> None:
-        raw = torch.stack(self.layers, dim=1).cpu().numpy()  # (B, layers, H, 10): the one host copy
-        self.layers = []
+        fused = None
+        if self.fused is not None:  # (B, fused layers, H, 10), decoded on the device
+            fused = statistics_triton.decode(*(part[:self.fused_count] for part in self.fused)).transpose(0, 1)
+        if all(isinstance(layer, int) for layer in self.layers) and fused is not None:
+            stacked = fused[:, self.layers]
+        else:
+            stacked = torch.stack([fused[:, layer].to(self.valid.device) if isinstance(layer, int) else layer
+                                   for layer in self.layers], dim=1)
+        raw = stacked.cpu().numpy()  # (B, layers, H, 10): the one host copy
+        self.layers, self.fused = [], None
         count = self.count.cpu().numpy().astype(raw.dtype)[:, None, None]
         previous_count = np.maximum(count - 1, 1)  # queries 1.. of a document
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -205,7 +253,7 @@ class StatisticsRunner(BatchRunner):
         return [done[document.doc_id] for document, _ in tokenized], skipped
 
     def _run_batch(self, batch: Batch, also: list[Reduction]) -> list[DocumentStatistics]:
-        statistics = HeadStatistics()
+        statistics = HeadStatistics(self.layers)
         routing = self.forward(batch, [*also, statistics], routing=self.is_moe)  # statistics last: see there
         values = statistics.values
         lengths = batch.lengths.tolist()
