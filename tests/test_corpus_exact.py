@@ -243,7 +243,27 @@ def test_smollm2_numbers_are_todays(reference, dtype):
     # bfloat16: the recorded batches exactly (a bfloat16 forward's rounding depends on what it is batched with)
     count = 6 if dtype == "float32" else 12
     results, _ = statistics.StatisticsRunner(loaded, 256).run(bundled("python-docs").head(count).documents)
-    assert_as_recorded(reference, "smollm2" if dtype == "float32" else "smollm2_bf16", results)
+    if dtype == "float32":
+        assert_as_recorded(reference, "smollm2", results)
+        return
+    # A bfloat16 forward's rounding also depends on the CPU's bfloat16 kernels (oneDNN with AVX512-BF16 or without)
+    # and on PyTorch's version: the run recorded on one machine differed from this one's by up to 30% of its own
+    # distance from float32 (entropy 0.027 of 0.093 bits). So each statistic must stay as close to the float32 numbers
+    # as the recorded bfloat16 run did, with room for that: every head within twice the recorded run's largest
+    # distance, and on average within twice its average distance.
+    compared = 0
+    for name in statistics.STATISTICS:
+        found, recorded = [], []
+        for item in results:
+            float32, bfloat16 = f"smollm2/{item.doc_id}/{name}", f"smollm2_bf16/{item.doc_id}/{name}"
+            if float32 in reference and bfloat16 in reference:
+                found.append(np.abs(item.statistics[name] - reference[float32]))
+                recorded.append(np.abs(reference[bfloat16] - reference[float32]))
+                compared += 1
+        found, recorded = np.concatenate(found), np.concatenate(recorded)
+        assert np.nanmax(found) <= 2 * np.nanmax(recorded), name
+        assert np.nanmean(found) <= 2 * np.nanmean(recorded), name
+    assert compared == count * len(statistics.STATISTICS)
 
 
 def test_moe_numbers_are_todays(reference):

@@ -106,8 +106,7 @@ class HeadStatistics(Reduction):
         targets &= torch.ones(width, width, dtype=torch.bool, device=ids.device).tril(-1)
         targets &= valid[:, :, None] & valid[:, None, :]
         self.target_queries = targets.any(-1).sum(-1)  # (B,) 0: no repeats, the score is NaN
-        query, document, key = targets.transpose(0, 1).nonzero(as_tuple=True)  # sorted by query: tiles slice it
-        self.targets = (document, query, key)  # every target cell
+        self.target_cells = targets  # listed by ``_plan`` (the PyTorch path) only: a nonzero waits for the device
         self.plans: dict[int, list] = {}
         self.local: dict[tuple, tuple] = {}
         self.layers: list[torch.Tensor] = []
@@ -128,7 +127,8 @@ class HeadStatistics(Reduction):
             allowed[:, :, 0] = False
             allowed.diagonal(dim1=-2, dim2=-1).fill_(False)
             no_peak = ~(allowed.any(-1) & self.valid)  # (B, q)
-            document, query, key_ = self.targets
+            # every target cell, sorted by query: the tiles slice it
+            query, document, key_ = self.target_cells.transpose(0, 1).nonzero(as_tuple=True)
             bounds = torch.tensor([tile[0] for tile in call.mask.tiles] + [call.mask.tiles[-1][1]],
                                   device=query.device)
             cuts = torch.searchsorted(query, bounds).tolist()  # the cells of each tile: a slice of the sorted list
