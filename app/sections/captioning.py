@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app import display, resources, url_state, widgets
+from app import display, presentation, resources, url_state, widgets
 from app.sections import faithfulness as faithfulness_section
 from models.families.captioning import model as captioning
 from models.minis.captioning import metrics as scene_metrics
@@ -221,7 +221,8 @@ def image_tokens(result, colormap: str) -> None:
     st.markdown(f"**{regions.count} image tokens** from {len(regions.frames)} frame(s): "
                 f"{widgets.plain(regions.description)}.")
     picture = draw.outline_regions(result.image.image, captioning.display_boxes(result), regions.frame_of, 448)
-    st.image(picture, caption="every image token's region of your picture (one colour per frame)")
+    st.image(picture, caption="every image token's region of your picture (one colour per frame)",
+             width="stretch" if presentation.is_on() else "content")
     frames = [{"frame": f.name, "tokens": f.grid[0] * f.grid[1], "grid": f"{f.grid[0]} × {f.grid[1]}",
                "covers (pixels)": f"x {f.box[0]:.0f}–{f.box[2]:.0f}, y {f.box[1]:.0f}–{f.box[3]:.0f}"}
               for f in regions.frames]

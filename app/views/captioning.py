@@ -35,19 +35,21 @@ st.markdown("“At each time step the decoder uses a different context vector to
             "vision–language model's attention from the word to its image tokens, each token drawn on the pixels it "
             "came from.")
 
-source = st.radio("Input", SOURCES, horizontal=True, key="cap_input")
-scene = None
-if source == SOURCES[0]:
-    sections.scene_buttons()
-    seed = int(st.number_input("Scene (random seed)", 0, 9999, sections.SCENES[0], key="cap_seed",
-                               help="1–3 shapes on a 3 × 3 grid; the grammar knows every object's mask"))
-    scene = scenes.page_scene(seed)
-    inputs = ImageInput(Image.fromarray(scene.image), f"scene {seed}")
-else:
-    inputs = image_input.image_picker("cap")
-    if inputs is None:
-        st.stop()
-settings = sections.decoding_settings(loaded)
+# on a projector the input and decoding controls fold away, so the caption's strip starts above the fold
+with st.expander("Input and decoding", expanded=False) if presentation.is_on() else st.container():
+    source = st.radio("Input", SOURCES, horizontal=True, key="cap_input")
+    scene = None
+    if source == SOURCES[0]:
+        sections.scene_buttons()
+        seed = int(st.number_input("Scene (random seed)", 0, 9999, sections.SCENES[0], key="cap_seed",
+                                   help="1–3 shapes on a 3 × 3 grid; the grammar knows every object's mask"))
+        scene = scenes.page_scene(seed)
+        inputs = ImageInput(Image.fromarray(scene.image), f"scene {seed}")
+    else:
+        inputs = image_input.image_picker("cap")
+        if inputs is None:
+            st.stop()
+    settings = sections.decoding_settings(loaded)
 result = widgets.run_or_stop(loaded, inputs, settings)
 for notice in result.notices:
     st.info(widgets.plain(notice))

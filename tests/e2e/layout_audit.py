@@ -43,9 +43,10 @@ FOLLOW_UPS = {("gpt", "Generate and step through"): ("Generate",),
 # its content box is the column less its padding. Hidden tab panels have no layout and are skipped.
 GEOMETRY_JS = r"""() => {
   const main = document.querySelector('[data-testid="stMain"]');
+  // a closed expander keeps its content laid out, but nobody sees it
   const shown = e => {
     const r = e.getBoundingClientRect();
-    return r.width > 2 && r.height > 2 && e.offsetParent !== null;
+    return r.width > 2 && r.height > 2 && e.offsetParent !== null && !e.closest('details:not([open])');
   };
   const figures = [];
   for (const element of main.querySelectorAll('[data-testid="stVegaLiteChart"], [data-testid="stImage"], ' +

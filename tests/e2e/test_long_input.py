@@ -1,6 +1,8 @@
 """The GPT page at 2,048 tokens in a real browser: the overview image, the cell-by-cell zoom with its range sliders,
 the all-heads grid and the per-head statistics table all render, charts fit their columns, and another head re-draws
 without a model run."""
+import re
+
 from tests.e2e.conftest import assert_healthy, open_page, screenshot, wait_until_idle
 
 SENTENCES = ["The animal didn't cross the street because it was too tired.",
@@ -39,7 +41,8 @@ def test_gpt_page_stays_usable_at_2048_tokens(page, app_url):
     page.get_by_role("option", name="head 3", exact=True).click()
     wait_until_idle(page)
     assert_healthy(page)
-    assert "layer 0, head 3: all 2048 × 2048" in page.inner_text("body")
+    # the layer is the one the page chose for this text (models/analysis/showcase.py); the head is the one picked
+    assert re.search(r"layer \d+, head 3: all 2048 × 2048", page.inner_text("body"))
 
     page.get_by_role("tab", name="All heads (model view)").click()
     wait_until_idle(page, timeout_s=300)  # the summary of 270 heads is computed once per input

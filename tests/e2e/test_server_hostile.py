@@ -15,6 +15,7 @@ import os
 import socket
 import time
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 
@@ -136,8 +137,10 @@ def test_100kb_query_string_and_invalid_utf8_in_the_link_give_a_page(watched, br
     assert_nothing_injected(page)
     assert "only the first" in alert_text(page)  # the text is cut to the token limit, with a notice
     assert charts_visible(page) >= 2
-    assert "gpt_text" not in page.url  # the page took the text out of its link (links hold at most 1,500 characters)
-    assert "gpt_layer=0" in page.url  # the impossible layer was refused: the default is shown
+    link = parse_qs(urlparse(page.url).query)
+    assert "gpt_text" not in link  # the page took the text out of its link (links hold at most 1,500 characters)
+    assert link["gpt_text_omitted"] == ["100000"]  # and says so: the page it opens tells its visitor
+    assert 0 <= int(link["gpt_layer"][0]) < 30  # the impossible layer was refused: the page's own choice is shown
 
     open_gpt(page, server, "?gpt_text=%FF%FEcat%C3%28sat%80on%20the%20mat&gpt_head=%FF")
     assert_healthy(page)

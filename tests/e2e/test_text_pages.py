@@ -52,6 +52,10 @@ def test_gpt_page_logit_lens_tab(page, app_url):
 def test_gpt_page_head_ablation_tab(page, app_url):
     open_page(page, app_url, "?gpt_tab=Which+heads+matter", timeout_s=300)
     assert_healthy(page)
+    assert "with every head on" not in page.inner_text("body")  # a tab opened in passing computes nothing
+    page.get_by_role("button", name="Switch off each of the 270 heads").click()  # 270 forward passes, on request
+    wait_until_idle(page, timeout_s=300)
+    assert_healthy(page)
     body = page.inner_text("body")
     assert "with every head on" in body and "key/value group" in body  # SmolLM2: 9 query heads, 3 K/V groups
     assert charts_visible(page) >= 1

@@ -370,7 +370,7 @@ def caption_architectures(metrics: dict, options: ArchitecturesOptions) -> Figur
                                                                                              format=".1%")])
     ticks = base.mark_tick(color="black", thickness=2, size=22).encode(y="architecture:N", x=alt.X("random:Q")
                                                                        ).transform_filter("isValid(datum.random)")
-    chart = alt.layer(bars, ticks, data=frame).properties(width=220, height=120).facet(  # three facets within 1280 px
+    chart = alt.layer(bars, ticks, data=frame).properties(width=180, height=120).facet(  # three facets in 820 px
         column=alt.Column("measure:N", title=None, header=alt.Header(labelFontSize=13),
                           sort=["pointing game", "right object (2–3 objects)", "caption exact match"])
     ).properties(autosize=PAD)
