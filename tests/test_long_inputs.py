@@ -167,6 +167,9 @@ def _peak_bytes(fn):
     return result, peak_rss_bytes() - before
 
 
+NOISE_BYTES = 16 * 2**20  # RSS a busy test process gains besides the measured call (a quarter of the map guarded against)
+
+
 def test_long_input_stays_within_its_memory_bound():
     import transformers
 
@@ -197,7 +200,9 @@ def test_long_input_stays_within_its_memory_bound():
 
     summary, peak = _peak_bytes(lambda: heads.summarize(maps))  # the all-heads grid: streamed, no (q, k) map
     assert summary.thumbnails.shape == (layers, heads_, 64, 64)
-    assert peak <= maps.reduction_peak_bytes() + summary.thumbnails.nbytes  # one chunk of rows (64 MB on a CPU)
+    # one chunk of rows (64 MB on a CPU), and room for the process's own noise: in the whole suite (other tests'
+    # threads, pages touched for the first time) RSS rose 8.5 MB past the bound once, where a (q, k) map is 64 MB
+    assert peak <= maps.reduction_peak_bytes() + summary.thumbnails.nbytes + NOISE_BYTES
 
 
 # --- token text never becomes a Vega expression ------------------------------------------------------------------
