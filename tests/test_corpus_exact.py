@@ -122,6 +122,46 @@ def test_tiles_of_query_rows_give_the_numbers_of_one_tile(llama_folder, device):
         np.testing.assert_array_equal(a.peak_key, b.peak_key)
 
 
+@pytest.mark.parametrize("family", ["causal_lm", "encoder"])
+def test_on_a_cpu_the_layers_output_comes_from_the_statistics_weights(llama_folder, bert_folder, family,
+                                                                      monkeypatch):
+    """On a CPU corpus mode computes each layer's output from the weights it made for the statistics (tiles of a
+    causal mask, GQA, padding) instead of SDPA computing them again: SDPA is never called, and the model's last
+    hidden states on the real tokens are SDPA's (float64: to 1e-12)."""
+    from transformers.integrations import sdpa_attention
+
+    folder = llama_folder if family == "causal_lm" else bert_folder
+    loaded = loaded_in(folder, "cpu", torch.float64, family)
+    runner = statistics.StatisticsRunner(loaded, 64, max_padding=100.0, limits=forward.BatchLimits(
+        padding=100.0, tile_rows=5))
+    (group, *_) = runner.groups(runner.tokenized(documents(TEXTS))[0])
+    batch = runner.padded(group)
+    assert len(group) > 1 and not bool(batch.valid().all())  # padding in the batch
+    with torch.inference_mode():
+        expected = runner.base(input_ids=batch.ids, attention_mask=batch.attention_mask, **runner.extra)[0]
+    real, calls = sdpa_attention.sdpa_attention_forward, []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sdpa_attention, "sdpa_attention_forward", counted)
+    kept = []
+
+    class Keep(forward.Reduction):  # the last hidden states, read through a forward hook on the base model
+        def layer(self, call):
+            pass
+
+    handle = runner.base.register_forward_hook(lambda module, args, output: kept.append(output[0]))
+    try:
+        runner.forward(batch, [Keep(), statistics.HeadStatistics(runner.layers)])
+    finally:
+        handle.remove()
+    assert not calls
+    valid = batch.valid()
+    torch.testing.assert_close(kept[0][valid], expected[valid], rtol=1e-12, atol=1e-12)
+
+
 def test_half_precision_products_path_gives_the_float32_scores(llama_folder, monkeypatch):
     """CUDA multiplies a bfloat16 model's q and k as they are, into float32 (``bmm(..., out_dtype=float32)``);
     the CPU has no such kernel, so here ``bmm`` is given one (exact products, float32 sums) and the path is taken:

@@ -68,7 +68,9 @@ def capture_attention_forward(module, query, key, value, attention_mask, **kwarg
         return override(module, query, key, value, attention_mask, **kwargs)
     recorder = _ACTIVE.get()
     if recorder is not None:
-        recorder.record(module, query, key, attention_mask, kwargs)
+        output = recorder.attend(module, query, key, value, attention_mask, kwargs)
+        if output is not None:  # the recorder computed the weights anyway: their product with v, no second pass
+            return output, None
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 
@@ -173,6 +175,12 @@ class Recorder:
         if name.startswith("decoder.") or ".decoder." in name:
             return "decoder"
         return "self"
+
+    def attend(self, module, query, key, value, attention_mask, kwargs) -> torch.Tensor | None:
+        """Record the call; return the attention output ``(B, q, H, d)`` if this recorder computed it from the
+        weights it made anyway (corpus statistics on a CPU), or None: SDPA computes it."""
+        self.record(module, query, key, attention_mask, kwargs)
+        return None
 
     def record(self, module, query, key, attention_mask, kwargs) -> None:
         name = self.module_names.get(id(module), f"<unnamed {type(module).__name__}>")
