@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.layout_audit import wait_idle
+
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = Path(os.environ.get("SCREENSHOT_DIR", ROOT / "artifacts" / "screenshots"))
@@ -100,23 +102,13 @@ def page(browser):
 
 
 def wait_until_idle(page, timeout_s: float = 180) -> None:
-    """Wait until Streamlit has finished running the script, then let the charts draw.
-
-    ``stApp``'s ``data-test-script-state`` goes initial -> running -> notRunning; progress bars (model loading) must
-    be gone too.
+    """Wait until Streamlit has finished running the script and every visible chart has drawn, for half a second
+    in a row (``layout_audit.wait_idle``: the script state, spinners and progress bars (model loading), stale
+    elements of the previous run, Vega charts without their marks yet). The first 0.3 s let a click's rerun start.
     """
     page.wait_for_selector('[data-testid="stApp"]', timeout=timeout_s * 1000)
-    deadline = time.time() + timeout_s
-    time.sleep(0.5)
-    while time.time() < deadline:
-        state = page.get_attribute('[data-testid="stApp"]', "data-test-script-state")
-        if (state == "notRunning" and not page.locator('[data-testid="stProgress"]').count()
-                and not page.locator('[data-stale="true"]').count()):  # stale: from the previous run, not redrawn
-            break
-        time.sleep(0.5)
-    else:
-        raise AssertionError(f"the page was still running after {timeout_s} s")
-    time.sleep(1.5)  # Vega charts render after the script finishes
+    page.wait_for_timeout(300)
+    wait_idle(page, timeout_s, settle_s=0.5, drawing_s=10)
 
 
 def open_page(page, app_url: str, path: str, timeout_s: float = 240) -> None:
@@ -131,7 +123,7 @@ def assert_healthy(page) -> None:
     assert "Traceback" not in page.locator('[data-testid="stMain"]').inner_text()
 
 
-def charts_visible(page, settle_s: float = 2, timeout_s: float = 30) -> int:
+def charts_visible(page, settle_s: float = 1, timeout_s: float = 30) -> int:
     """How many charts (Vega) and images are visible, once that number has not changed for ``settle_s`` (Vega draws
     after the script finishes, later on a busy machine); at most ``timeout_s`` of waiting."""
     def count() -> int:
