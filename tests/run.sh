@@ -22,4 +22,6 @@ fi
 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 export SCREENSHOT_DIR="${SCREENSHOT_DIR:-$PWD/artifacts/screenshots}"
-exec .venv/bin/python -m pytest -p no:cacheprovider --timeout=900 -q -ra tests "$@"
+# Two workers: the browser tests (one xdist group, tests/e2e/conftest.py) spend most of their time waiting for the
+# server and the browser (the machine ~40% busy), so the other tests run beside them on the second worker.
+exec .venv/bin/python -m pytest -p no:cacheprovider --timeout=900 -q -ra -n "${TEST_WORKERS:-2}" --dist loadgroup tests "$@"
