@@ -22,6 +22,21 @@ fi
 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 export SCREENSHOT_DIR="${SCREENSHOT_DIR:-$PWD/artifacts/screenshots}"
-# Two workers: the browser tests (one xdist group, tests/e2e/conftest.py) spend most of their time waiting for the
-# server and the browser (the machine ~40% busy), so the other tests run beside them on the second worker.
-exec .venv/bin/python -m pytest -p no:cacheprovider --timeout=900 -q -ra -n "${TEST_WORKERS:-2}" --dist loadgroup tests "$@"
+PYTEST=(.venv/bin/python -m pytest -p no:cacheprovider --timeout=900 -q -ra)
+if [ "$#" -gt 0 ]; then  # chosen tests or options: one run, as asked
+  exec "${PYTEST[@]}" tests "$@"
+fi
+# The whole suite in two processes at once: the browser tests (tests/e2e: one server, one browser) spend most of their
+# time waiting for the page (the machine is ~40% busy meanwhile), so the other tests run beside them. The browser
+# tests' report follows the others'; the run fails if either fails.
+mkdir -p artifacts
+"${PYTEST[@]}" tests/e2e >artifacts/e2e-tests.log 2>&1 &
+browser_tests=$!
+trap 'kill "$browser_tests" 2>/dev/null || true' INT TERM
+status=0
+"${PYTEST[@]}" tests --ignore=tests/e2e || status=$?
+browser_status=0
+wait "$browser_tests" || browser_status=$?
+echo "== the browser tests (tests/e2e), run beside the others =="
+cat artifacts/e2e-tests.log
+[ "$status" -eq 0 ] && [ "$browser_status" -eq 0 ]

@@ -27,15 +27,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 _taken: list[Path] = []
 
 
-def pytest_collection_modifyitems(config, items) -> None:
-    """Every browser test in one xdist group: one worker runs them all against one server and one browser, while
-    ``tests/run.sh``'s other worker runs the rest of the suite."""
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(item.fspath).parents:
-            item.add_marker(pytest.mark.xdist_group("browser"))
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
