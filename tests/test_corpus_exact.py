@@ -132,8 +132,7 @@ def test_on_a_cpu_the_layers_output_comes_from_the_statistics_weights(llama_fold
 
     folder = llama_folder if family == "causal_lm" else bert_folder
     loaded = loaded_in(folder, "cpu", torch.float64, family)
-    runner = statistics.StatisticsRunner(loaded, 64, max_padding=100.0, limits=forward.BatchLimits(
-        padding=100.0, tile_rows=5))
+    runner = statistics.StatisticsRunner(loaded, 64, limits=forward.BatchLimits(padding=100.0, tile_rows=5))
     (group, *_) = runner.groups(runner.tokenized(documents(TEXTS))[0])
     batch = runner.padded(group)
     assert len(group) > 1 and not bool(batch.valid().all())  # padding in the batch
@@ -146,15 +145,10 @@ def test_on_a_cpu_the_layers_output_comes_from_the_statistics_weights(llama_fold
         return real(*args, **kwargs)
 
     monkeypatch.setattr(sdpa_attention, "sdpa_attention_forward", counted)
-    kept = []
-
-    class Keep(forward.Reduction):  # the last hidden states, read through a forward hook on the base model
-        def layer(self, call):
-            pass
-
+    kept = []  # the last hidden states, read through a forward hook on the base model
     handle = runner.base.register_forward_hook(lambda module, args, output: kept.append(output[0]))
     try:
-        runner.forward(batch, [Keep(), statistics.HeadStatistics(runner.layers)])
+        runner.forward(batch, [statistics.HeadStatistics(runner.layers)])
     finally:
         handle.remove()
     assert not calls

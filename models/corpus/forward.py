@@ -336,10 +336,11 @@ class CorpusRecorder(capture.Recorder):
         rounding of its output. A GPU keeps its fused SDPA kernel (the fused statistics kernel makes no weights)."""
         own = (query.device.type == "cpu" and query.dtype in (torch.float32, torch.float64)
                and not kwargs.get("dropout") and kwargs.get("softcap") is None and kwargs.get("s_aux") is None)
-        call = self.record(module, query, key, attention_mask, kwargs, value if own else None)
-        return None if call is None else call.output
+        return self.record(module, query, key, attention_mask, kwargs, value if own else None)
 
-    def record(self, module, query, key, attention_mask, kwargs, value=None) -> LayerCall | None:
+    def record(self, module, query, key, attention_mask, kwargs, value=None) -> torch.Tensor | None:
+        """Hand the call to every reduction; with ``value``, return the output its weights give (None when no
+        reduction computed weights, or for cross-attention, which is not read)."""
         name = self.module_names.get(id(module), "")
         if self.kind_of(module, name) == "cross":
             return None
@@ -361,9 +362,8 @@ class CorpusRecorder(capture.Recorder):
             reduction.layer(call)
         output = call.output
         call.release()
-        call.output = output
         self.index += 1
-        return call
+        return output
 
 
 def _accepts(model, name: str) -> bool:
