@@ -75,3 +75,31 @@ def test_corpus_page_opens_on_the_shipped_heads_map(patched_loader, fresh_caches
     assert "shipped with the app" in captions
     assert str(store.SHIPPED.parent) not in captions and str(tmp_path) not in captions  # no server path
     assert at.metric[0].value == f"{store.SHIPPED_DOCUMENTS:,}"
+
+
+def test_an_upload_with_unreadable_parts_says_so_before_the_run():
+    """A truncated .zip among the uploads is named at once with its reason (its name shown as typed, not as
+    Markdown), before any run; the readable file still counts as a document."""
+    def script():
+        from types import SimpleNamespace
+
+        import streamlit as st
+
+        from app.sections import corpus
+
+        class Upload(SimpleNamespace):
+            def getvalue(self):
+                return self.data
+
+        st.session_state.setdefault("corpus_source", corpus.UPLOAD)
+        st.file_uploader = lambda *args, **kwargs: [Upload(name="notes.txt", data=b"One paragraph.\n\nAnother."),
+                                                    Upload(name="**broken**.zip", data=b"PK\x03\x04 cut short")]
+        picked = corpus.corpus_picker()
+        st.text(f"documents {len(picked.documents)}")
+
+    at = AppTest.from_function(script, default_timeout=60).run()
+    assert not at.exception
+    assert [t.value for t in at.text] == ["documents 2"]
+    (warning,) = at.warning
+    assert "1 part(s) of the upload cannot be read" in warning.value
+    assert r"\*\*broken\*\*\.zip\: not a valid zip archive" in warning.value

@@ -45,6 +45,11 @@ def corpus_picker() -> readers.Corpus:
         data = [(f.name, f.getvalue()) for f in files]
         digest = hashlib.sha256(b"".join(hashlib.sha256(d).digest() for _, d in data)).hexdigest()[:10]
         corpus = readers.read_files(data, f"upload-{digest}")
+        if corpus.skipped:  # said now, not only in the run's table: a broken file is no surprise after Run
+            shown = "; ".join(f"{item.doc_id}: {item.reason}" for item in corpus.skipped[:5])
+            more = f" (and {len(corpus.skipped) - 5:,} more)" if len(corpus.skipped) > 5 else ""
+            st.warning(f"{len(corpus.skipped):,} part(s) of the upload cannot be read and will be skipped: "
+                       f"{widgets.plain(shown)}{more}")
     else:
         corpus = readers.bundled(source, None if source == "python-docs" else int(count))
         st.caption(f"Licence: {widgets.plain(corpus.licence)}")
