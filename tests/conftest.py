@@ -122,6 +122,20 @@ def url_param(at, name):
     return value[0] if isinstance(value, list) else value
 
 
+@pytest.fixture(autouse=True)
+def streamlit_left_as_found():
+    """Fails a test that leaves one of streamlit's functions replaced (``st.file_uploader = ...`` in an AppTest
+    script instead of a patch that is undone): streamlit is one module for the whole test process, so the replacement
+    would answer for every later test's page."""
+    import streamlit as st
+
+    before = dict(vars(st))
+    yield
+    changed = sorted(name for name, value in vars(st).items()
+                     if not name.startswith("_") and name in before and before[name] is not value)
+    assert not changed, f"the test left streamlit.{', streamlit.'.join(changed)} replaced"
+
+
 @pytest.fixture
 def fresh_caches():
     """Streamlit's caches empty before and after the test: a model, run or analysis cached by an earlier test (in the

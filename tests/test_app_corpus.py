@@ -82,6 +82,7 @@ def test_an_upload_with_unreadable_parts_says_so_before_the_run():
     Markdown), before any run; the readable file still counts as a document."""
     def script():
         from types import SimpleNamespace
+        from unittest import mock
 
         import streamlit as st
 
@@ -91,10 +92,12 @@ def test_an_upload_with_unreadable_parts_says_so_before_the_run():
             def getvalue(self):
                 return self.data
 
+        uploads = [Upload(name="notes.txt", data=b"One paragraph.\n\nAnother."),
+                   Upload(name="**broken**.zip", data=b"PK\x03\x04 cut short")]
         st.session_state.setdefault("corpus_source", corpus.UPLOAD)
-        st.file_uploader = lambda *args, **kwargs: [Upload(name="notes.txt", data=b"One paragraph.\n\nAnother."),
-                                                    Upload(name="**broken**.zip", data=b"PK\x03\x04 cut short")]
-        picked = corpus.corpus_picker()
+        # patched only while the picker runs: streamlit is one module for the whole test process
+        with mock.patch.object(st, "file_uploader", lambda *args, **kwargs: uploads):
+            picked = corpus.corpus_picker()
         st.text(f"documents {len(picked.documents)}")
 
     at = AppTest.from_function(script, default_timeout=60).run()
