@@ -27,7 +27,11 @@ def test_corpus_page_runs_resumes_and_shows_heads_embedding_and_search(patched_l
     assert at.metric[0].value == "12" and int(at.metric[1].value.replace(",", "")) > 12  # documents, tokens
     assert len(at.dataframe) == 2  # top examples and every head
     assert check_files(offered["corpus_map"])["json"]
-    assert "[" in at.dataframe[0].value["query_context"][0]  # the token in its context
+    assert "[" in at.dataframe[0].value["query in context"][0]  # the token in its context
+    # the tables name their columns in words, as the charts do (the CSV keeps its field names)
+    headers = [str(name) for table in at.dataframe for name in table.value.columns]
+    assert "Entropy (bits)" in headers and "Entropy (bits), spread" in headers
+    assert not [name for name in headers if "_" in name], headers
     at.session_state["corpus_n"] = 20  # another N is another results folder: nothing done there yet
     at.run()
     assert any("0 of 20 documents done" in c.value for c in at.caption)

@@ -16,10 +16,12 @@ from models.corpus import engine, readers, store
 from models.corpus.statistics import STATISTICS
 from viz.figures.corpus import (
     COLOURS,
+    CONTEXT_NAMES,
     CorpusOptions,
     EmbeddingOptions,
     SearchOptions,
     TopOptions,
+    screen_columns,
 )
 
 UPLOAD = "Upload .txt / .jsonl / .zip"
@@ -148,11 +150,11 @@ def heads_tab(heads, folder: Path, spec, layer: int, head: int, revision: str) -
     loaded = widgets.load_or_stop(spec)  # the contexts are decoded with the model's tokenizer
     top = widgets.figure_or_none("corpus_top", None, TopOptions(str(folder), layer, head, 8, revision), loaded)
     if top is not None:
-        st.dataframe(top.table()[["doc_id", "peak_weight", "query_context", "key_context"]],
+        st.dataframe(screen_columns(top.table()[list(CONTEXT_NAMES)]),
                      hide_index=True)
         display.offer(top, "corpus_top")
-    st.markdown("**Every head** (sortable: click a column; `_std` = spread over documents)")
-    st.dataframe(heads.table(), hide_index=True, height=300)
+    st.markdown("**Every head** (sortable: click a column; *spread* = standard deviation over documents)")
+    st.dataframe(screen_columns(heads.table()), hide_index=True, height=300)
 
 
 def embedding_tab(folder: Path, spec, info) -> None:

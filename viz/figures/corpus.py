@@ -31,6 +31,18 @@ def _slug(*parts) -> str:
     return re.sub(r"[^a-z0-9_-]+", "-", "_".join(str(p) for p in parts).lower()).strip("-_")[:120] or "corpus"
 
 
+# what the tables' columns are called on screen; the CSV, JSON and CLI keep the field names
+CONTEXT_NAMES = {"doc_id": "document", "peak_weight": "peak weight", "query_context": "query in context",
+                 "key_context": "key in context"}
+
+
+def screen_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its columns named as the page shows them: statistics by their labels (``entropy_bits`` →
+    "Entropy (bits)", ``entropy_bits_std`` → "Entropy (bits), spread"), the top examples' fields in words."""
+    names = CONTEXT_NAMES | STATISTICS | {f"{name}_std": f"{label}, spread" for name, label in STATISTICS.items()}
+    return frame.rename(columns=names)
+
+
 def heads_payload(summary: CorpusSummary) -> dict:
     """The CLI's JSON: documents, tokens and one entry per head with every statistic and its spread."""
     table = summary.heads_table()
@@ -67,7 +79,10 @@ def top_examples_figure(examples: pd.DataFrame, model: str, layer: int, head: in
     chart = alt.Chart(frame).mark_bar().encode(
         y=alt.Y("doc_id:N", sort=alt.EncodingSortField("rank"), title=None),
         x=alt.X("peak_weight:Q", title="peak weight (off first token and diagonal)", scale=alt.Scale(domain=[0, 1])),
-        tooltip=["doc_id", alt.Tooltip("peak_weight:Q", format=".3f"), "query_context", "key_context"],
+        tooltip=[alt.Tooltip("doc_id:N", title=CONTEXT_NAMES["doc_id"]),
+                 alt.Tooltip("peak_weight:Q", format=".3f", title=CONTEXT_NAMES["peak_weight"]),
+                 alt.Tooltip("query_context:N", title=CONTEXT_NAMES["query_context"]),
+                 alt.Tooltip("key_context:N", title=CONTEXT_NAMES["key_context"])],
     ).properties(width=360, height=22 * max(len(frame), 1), autosize=PAD)
     return Figure(_slug("corpus", model, "top", f"l{layer}", f"h{head}"), chart=chart, table=frame,
                   payload=lambda: {"layer": layer, "head": head, "examples": frame.to_dict("records")},
