@@ -150,21 +150,27 @@ def test_image_beyond_max_px_shows_block_maxima():
 
 # --- memory: the long-input path at n = 4,096 on a tiny model ----------------------------------------------------
 
-def _peak_bytes(fn):
+def _peak_bytes(fn, attempts: int = 3):
     """(fn(), the peak of the process's resident memory above its level before the call): numpy and torch alike
-    (tracemalloc sees numpy's allocations only). Linux's VmHWM, reset through /proc/self/clear_refs."""
+    (tracemalloc sees numpy's allocations only). Linux's VmHWM, reset through /proc/self/clear_refs. The smallest
+    peak of ``attempts`` calls: what the rest of a busy test process gains meanwhile only ever adds to a peak (in CI
+    once 2.3 MB past the noise allowance), while an allocation of the call itself shows in every attempt."""
     import gc
 
     from bench.measure import peak_rss_bytes, reset_peak_rss, rss_bytes
     from models.core import memory
 
     memory.use_fixed_mmap_threshold()  # as the app sets its process up: large blocks are returned when freed
-    gc.collect()
-    memory.release_freed_heap()
-    before = rss_bytes()
-    reset_peak_rss()
-    result = fn()
-    return result, peak_rss_bytes() - before
+    peaks = []
+    for _ in range(attempts):
+        result = None
+        gc.collect()
+        memory.release_freed_heap()
+        before = rss_bytes()
+        reset_peak_rss()
+        result = fn()
+        peaks.append(peak_rss_bytes() - before)
+    return result, min(peaks)
 
 
 NOISE_BYTES = 16 * 2**20  # RSS a busy test process gains besides the measured call (a quarter of the map guarded against)
