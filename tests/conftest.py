@@ -136,6 +136,26 @@ def streamlit_left_as_found():
     assert not changed, f"the test left streamlit.{', streamlit.'.join(changed)} replaced"
 
 
+@pytest.fixture(autouse=True)
+def tables_name_columns_in_words(monkeypatch):
+    """Every AppTest run of a page fails if a table it shows names a column in snake_case (``peak_weight``): the
+    screen speaks words (issue 28); the CSV and JSON downloads may keep field names."""
+    import re
+
+    from streamlit.testing.v1 import AppTest
+
+    run = AppTest._run
+
+    def checked(self, *args, **kwargs):
+        result = run(self, *args, **kwargs)
+        headers = [str(name) for element in [*result.dataframe, *result.table] for name in element.value.columns]
+        field_names = [name for name in headers if re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)+", name)]
+        assert not field_names, f"a table on the page names its columns {field_names}"
+        return result
+
+    monkeypatch.setattr(AppTest, "_run", checked)
+
+
 @pytest.fixture
 def fresh_caches():
     """Streamlit's caches empty before and after the test: a model, run or analysis cached by an earlier test (in the

@@ -9,6 +9,9 @@ from viz.figures.decoding import LengthOptions, PenaltyOptions
 
 # SmolLM2-Instruct's chat format: its beams end (<|im_end|>) after 7 to 11 tokens, so α reorders them
 CHAT_PROMPT = "<|im_start|>user\nName one colour of the rainbow. One word.<|im_end|>\n<|im_start|>assistant\n"
+# the beams' table as the page shows it (the CSV keeps the field names)
+BEAM_COLUMNS = {"hypothesis": "hypothesis", "text": "text", "sum_logprob": "Σ log p", "score": "score (Σ log p / L^α)",
+                "rank_before": "rank at α = 0", "rank_after": "rank at this α"}
 KEYS = ["gpt_pen_step", "gpt_pen_presence", "gpt_pen_frequency", "gpt_pen_repetition", "gpt_pen_alpha"]
 
 
@@ -56,7 +59,5 @@ def show(generated, loaded) -> None:
         figure = widgets.figure_or_none("length_penalty", generated, LengthOptions(float(alpha)), loaded)
     if figure is not None:
         display.show(figure, "gpt_length_penalty")
-        columns = ["hypothesis", "text", "sum_logprob", "score", "rank_before", "rank_after"]
-        st.dataframe(figure.table()[columns],
-                     hide_index=True)
+        st.dataframe(figure.table()[list(BEAM_COLUMNS)].rename(columns=BEAM_COLUMNS), hide_index=True)
     url_state.publish(KEYS)

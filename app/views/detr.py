@@ -11,6 +11,7 @@ from viz.figures.detr import BoxesOptions, QueriesOptions, QueryOptions
 from viz.figures.vit import HEAD_AVERAGE
 
 SOURCES = ("Generated shapes", "Photo or your image")
+BOX_COLUMNS = {"class_id": "class id", "no_object": "no-object probability"}  # the CSV keeps the field names
 FIRST_SCENE = 33  # three shapes, each found by one query of the mini (not every scene is: see its card)
 SHARED = ["model_detr", "detr_input", "detr_seed", *image_input.shared_keys("detr"), "detr_layer", "detr_head",
           "detr_threshold", "detr_view", "detr_query"]
@@ -88,5 +89,5 @@ with query_tab:
 with boxes_tab:
     if (figure := widgets.figure_or_none("detr_boxes", result, BoxesOptions(threshold))) is not None:
         display.show(figure, "detr_boxes")
-        st.dataframe(figure.table(), hide_index=True)
+        st.dataframe(figure.table().rename(columns=BOX_COLUMNS), hide_index=True)
 url_state.publish(SHARED)
