@@ -66,3 +66,31 @@ def test_distinct_ids_decode_in_one_batch_as_one_by_one(tokenizer):
 
     assert text.decoded(OneByOne(), ids) == expected
     assert text.display_tokens(OneByOne(), ids) == text.display_tokens(tokenizer, ids)
+
+
+def test_each_id_is_decoded_once_per_tokenizer_and_forgotten_with_it(tokenizer):
+    """A prompt run labels its tokens three times (tokens, figure labels, text pieces): the second and third, and the
+    next run's known ids, come from the tokenizer's memo; a tokenizer gone takes its memo with it."""
+    import gc
+
+    calls = []
+
+    class Counting:
+        def decode(self, token_ids):
+            calls.extend(token_ids)
+            return tokenizer.decode(token_ids)
+
+    counting = Counting()
+    first = tokenizer("the cat sat on the mat")["input_ids"]
+    second = tokenizer("the dog sat on the cat")["input_ids"]
+    labels = text.display_tokens(counting, first)
+    assert text.token_pieces(counting, first) == tuple(tokenizer.decode([i]) for i in first)
+    assert sorted(calls) == sorted(set(first))  # each distinct id once, for both calls
+    assert text.display_tokens(counting, first) == labels
+    text.display_tokens(counting, second)
+    assert sorted(calls) == sorted(set(first) | set(second))  # only "dog" was new
+    key = id(counting)
+    assert key in text._DECODED
+    del counting
+    gc.collect()
+    assert key not in text._DECODED
