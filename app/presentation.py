@@ -24,6 +24,11 @@ html, body, [data-testid="stAppViewContainer"] { font-size: 18px; }
 h1 { font-size: 1.8rem !important; padding: 0 !important; }
 h2, h3 { font-size: 1.4rem !important; }
 [data-testid="stCaptionContainer"] { font-size: 1rem; }
+/* widget labels, options, buttons, tabs, metrics, typed text and inline code: Streamlit draws them at 0.875rem or
+   smaller, 15.75 px here; the back of the hall needs the 18 px the figures' text gets */
+[data-testid="stMain"] :is(p, label, li, summary, textarea, input, td, th) { font-size: 1rem !important; }
+[data-testid="stMain"] [data-baseweb="select"] div { font-size: 1rem !important; }
+[data-testid="stMain"] code, [data-testid="stCode"] :is(pre, code, span) { font-size: 1rem !important; }
 [data-testid="stFileUploader"] > label { display: none; }
 [data-testid="stFileUploaderDropzone"] { padding: 0; min-height: 0; background: none; border: none; }
 [data-testid="stFileUploaderDropzoneInstructions"] { display: none; }

@@ -13,7 +13,8 @@ per tab state; ``View.findings`` lists what a lecturer would see go wrong:
   figure must start in the top ``FOLD_SHARE`` of the window, so that a good part of it shows); a chart or image not
   filling most of its column (``FILL_WIDTH`` of its width, or ``FILL_HEIGHT`` of the window's height: a square
   heatmap in a wide column); text in a chart under ``MIN_TEXT_PX`` (each SVG ``<text>``'s font size times the CSS
-  scale of its drawing; a chart drawn on a canvas is a finding of its own, as its text cannot be read).
+  scale of its drawing; a chart drawn on a canvas is a finding of its own, as its text cannot be read); the page's
+  own text (widget labels, options, buttons, tabs, typed text, code) under ``MIN_TEXT_PX`` too.
 
 Used by tests/e2e/test_layout_audit.py, and runnable alone against a running app for a report:
 ``python -m tests.e2e.layout_audit http://localhost:8501 [page ...]``.
@@ -41,7 +42,7 @@ FOLLOW_UPS = {("gpt", "Generate and step through"): ("Generate",),
 # Everything measured in one pass of the page. Figures: Vega charts (their svg/canvas drawing, which is what sticks
 # out when a chart is wider than its element), images, tables. A figure's column is its stColumn, else the main block;
 # its content box is the column less its padding. Hidden tab panels have no layout and are skipped.
-GEOMETRY_JS = r"""() => {
+GEOMETRY_JS = r"""(MIN_TEXT_PX) => {
   const main = document.querySelector('[data-testid="stMain"]');
   // a closed expander keeps its content laid out, but nobody sees it
   const shown = e => {
@@ -89,6 +90,20 @@ GEOMETRY_JS = r"""() => {
     if (kind === 'VegaLiteChart' && drawn.tagName === 'CANVAS') figure.canvas = true;
     figures.push(figure);
   }
+  // the page's own text (labels, options, buttons, tabs, typed text, code) under the figures' minimum, by the
+  // element that holds it; formulas' sub- and superscripts (KaTeX) are smaller by design and not counted
+  const smallText = {};
+  const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    const node = walker.currentNode, holder = node.parentElement;
+    const content = node.textContent.replace(/[\u200b\s]/g, '');
+    if (!content || holder.closest('svg, .katex, [data-testid="stDataFrame"]') || !shown(holder)) continue;
+    const px = parseFloat(getComputedStyle(holder).fontSize);
+    if (px >= MIN_TEXT_PX - 0.05) continue;
+    const place = holder.closest('[data-testid]');
+    const key = (place ? place.getAttribute('data-testid') : holder.tagName) + ' at ' + Math.round(px * 10) / 10 + ' px';
+    if (!(key in smallText)) smallText[key] = content.slice(0, 24);
+  }
   const undrawn = Array.from(main.querySelectorAll('[data-testid="stVegaLiteChart"]')).filter(c =>
     shown(c) && !c.querySelector('svg.marks, canvas.marks')).length;
   const sidebar = document.querySelector('[data-testid="stSidebar"]');
@@ -99,6 +114,7 @@ GEOMETRY_JS = r"""() => {
     exceptions: Array.from(document.querySelectorAll('[data-testid="stException"]'))
       .map(e => e.innerText.slice(0, 300)),
     undrawn,
+    smallText,
     sidebarWidth: sr && sr.right > 0 && getComputedStyle(sidebar).visibility !== 'hidden' ? Math.round(sr.right) : 0,
   };
 }"""
@@ -202,6 +218,8 @@ def findings(geometry: dict, presentation: bool, default: bool) -> list[str]:
             found.append(f"{_label(figure)} has text under {MIN_TEXT_PX} px: {samples}")
         if figure.get("canvas"):
             found.append(f"{_label(figure)} is drawn on a canvas: its text cannot be measured")
+    found += [f"the page's text is under {MIN_TEXT_PX} px: {where} ('{text}')"
+              for where, text in geometry.get("smallText", {}).items()]
     return found
 
 
@@ -230,10 +248,10 @@ def wait_idle(page, timeout_s: float = 300, settle_s: float = 0.6, drawing_s: fl
 
 def measure(page) -> dict:
     """The geometry, once two measurements 300 ms apart agree (Vega lays out after it draws; images load late)."""
-    last = page.evaluate(GEOMETRY_JS)
+    last = page.evaluate(GEOMETRY_JS, MIN_TEXT_PX)
     for _ in range(20):
         page.wait_for_timeout(300)
-        now = page.evaluate(GEOMETRY_JS)
+        now = page.evaluate(GEOMETRY_JS, MIN_TEXT_PX)
         if json.dumps(now["figures"]) == json.dumps(last["figures"]):
             return now
         last = now
