@@ -21,7 +21,6 @@ from viz.figures.corpus import (
     EmbeddingOptions,
     SearchOptions,
     TopOptions,
-    screen_columns,
 )
 
 UPLOAD = "Upload .txt / .jsonl / .zip"
@@ -141,6 +140,13 @@ def show_results(folder: Path, spec) -> None:
             if (experts := widgets.figure_or_none("corpus_experts", None, CorpusOptions(str(folder),
                                                                                          revision=revision))):
                 display.show(experts, "corpus_experts")
+
+
+def screen_columns(frame):
+    """``frame`` with its columns named as the page shows them: statistics by their labels (``entropy_bits`` →
+    "Entropy (bits)", ``entropy_bits_std`` → "Entropy (bits), spread"), the top examples' fields in words."""
+    names = CONTEXT_NAMES | STATISTICS | {f"{name}_std": f"{label}, spread" for name, label in STATISTICS.items()}
+    return frame.rename(columns=names)
 
 
 def heads_tab(heads, folder: Path, spec, layer: int, head: int, revision: str) -> None:

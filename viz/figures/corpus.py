@@ -36,13 +36,6 @@ CONTEXT_NAMES = {"doc_id": "document", "peak_weight": "peak weight", "query_cont
                  "key_context": "key in context"}
 
 
-def screen_columns(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` with its columns named as the page shows them: statistics by their labels (``entropy_bits`` →
-    "Entropy (bits)", ``entropy_bits_std`` → "Entropy (bits), spread"), the top examples' fields in words."""
-    names = CONTEXT_NAMES | STATISTICS | {f"{name}_std": f"{label}, spread" for name, label in STATISTICS.items()}
-    return frame.rename(columns=names)
-
-
 def heads_payload(summary: CorpusSummary) -> dict:
     """The CLI's JSON: documents, tokens and one entry per head with every statistic and its spread."""
     table = summary.heads_table()
