@@ -156,8 +156,7 @@ def heads_tab(heads, folder: Path, spec, layer: int, head: int, revision: str) -
     loaded = widgets.load_or_stop(spec)  # the contexts are decoded with the model's tokenizer
     top = widgets.figure_or_none("corpus_top", None, TopOptions(str(folder), layer, head, 8, revision), loaded)
     if top is not None:
-        st.dataframe(screen_columns(top.table()[list(CONTEXT_NAMES)]),
-                     hide_index=True)
+        st.dataframe(screen_columns(top.table()[list(CONTEXT_NAMES)]), hide_index=True)
         display.offer(top, "corpus_top")
     st.markdown("**Every head** (sortable: click a column; *spread* = standard deviation over documents)")
     st.dataframe(screen_columns(heads.table()), hide_index=True, height=300)
