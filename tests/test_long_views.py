@@ -13,7 +13,7 @@ from models.core import capture, memory_fit, results, tiles
 from models.core.inputs import TextInput
 from models.core.results import CausalMask, DescribedMask, RecomputedAttention, RelativeBias
 from tests.conftest import ROOT, tiny_model
-from tests.test_long_inputs import _peak_bytes
+from tests.test_long_inputs import _peak_bytes, measured_alone
 
 
 @pytest.fixture
@@ -118,7 +118,8 @@ def test_a_causal_mask_over_a_window_keeps_its_rules():
 
 # --- memory: a view at 16,384 tokens ---------------------------------------------------------------------------------
 
-def test_a_view_at_16384_tokens_allocates_far_less_than_the_map():
+def view_peaks_at_16384_tokens() -> dict:
+    """RSS peaks of the overview, a row and a window at 16,384 tokens, and of a 128 MB probe, with the views' checks."""
     n, d = 16_384, 16
     generator = torch.Generator().manual_seed(0)
     maps = RecomputedAttention(
@@ -126,16 +127,24 @@ def test_a_view_at_16384_tokens_allocates_far_less_than_the_map():
         queries=[torch.randn(2, n, d, generator=generator).half()],
         keys=[torch.randn(1, n, d, generator=generator).half()],
         scalings=[d ** -0.5], allowed_masks=[CausalMask(n, n)], mask_index=[0])
-    assert maps.streams
-    whole_map = n * n * 4  # 1 GiB in float32
-    _, probe = _peak_bytes(lambda: torch.ones(whole_map // 8 // 4))  # the probe sees 128 MB: it is not blind
-    assert probe >= whole_map // 8 * 0.9
-    overview, peak = _peak_bytes(lambda: maps.tiles(0, 1, tile=tiles.pyramid_tile(n, 900)))
-    assert overview.shape == (512, 512) and peak < whole_map / 8, peak
-    row, peak = _peak_bytes(lambda: maps.row(0, 0, n - 1))
-    assert row.shape == (n,) and abs(float(row.sum()) - 1) < 1e-3 and peak < whole_map / 64, peak
-    window, peak = _peak_bytes(lambda: maps.window(0, None, (n - 64, n), (n - 64, n)))
-    assert window.shape == (64, 64) and peak < whole_map / 8, peak
+    _, probe = _peak_bytes(lambda: torch.ones(n * n // 8))
+    overview, overview_peak = _peak_bytes(lambda: maps.tiles(0, 1, tile=tiles.pyramid_tile(n, 900)))
+    row, row_peak = _peak_bytes(lambda: maps.row(0, 0, n - 1))
+    window, window_peak = _peak_bytes(lambda: maps.window(0, None, (n - 64, n), (n - 64, n)))
+    return {"streams": maps.streams, "probe": probe, "overview_shape": list(overview.shape),
+            "overview": overview_peak, "row_sum": float(row.sum()), "row_shape": list(row.shape), "row": row_peak,
+            "window_shape": list(window.shape), "window": window_peak}
+
+
+def test_a_view_at_16384_tokens_allocates_far_less_than_the_map():
+    peaks = measured_alone(view_peaks_at_16384_tokens)
+    whole_map = 16_384 * 16_384 * 4  # 1 GiB in float32
+    assert peaks["streams"]
+    assert peaks["probe"] >= whole_map // 8 * 0.9, peaks  # the probe sees 128 MB: it is not blind
+    assert peaks["overview_shape"] == [512, 512] and peaks["overview"] < whole_map / 8, peaks
+    assert peaks["row_shape"] == [16_384] and abs(peaks["row_sum"] - 1) < 1e-3, peaks
+    assert peaks["row"] < whole_map / 64, peaks
+    assert peaks["window_shape"] == [64, 64] and peaks["window"] < whole_map / 8, peaks
 
 
 # --- capture keeps q/k where the model is ----------------------------------------------------------------------------
