@@ -184,7 +184,7 @@ def measured_alone(function) -> dict:
     """``function()`` (a module-level function of a test module that returns numbers) run in a new Python process.
     In a process that has run other tests, glibc serves the call's blocks from the heap's freed chunks, whose pages
     stay resident when freed again, so RSS counts every block the call touched rather than those alive at once: the
-    all-heads summary at 4,096 tokens peaked at 82 MB after the app and corpus tests (in CI 86.7 and 94.4 MB) and at
+    all-heads summary at 4,096 tokens peaked at 82 MB after the app and corpus tests (in CI 82.7 and 94.4 MB) and at
     47 MB alone; a fresh process with 400 MB of freed, pinned heap reproduces it (77 MB)."""
     code = f"import json; from {function.__module__} import {function.__name__} as f; print(json.dumps(f()))"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
