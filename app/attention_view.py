@@ -10,7 +10,7 @@ import dataclasses
 import altair as alt
 import streamlit as st
 
-from app import display, presentation, resources, url_state, widgets
+from app import display, presentation, resources, tables, url_state, widgets
 from models.analysis import heads, roles, showcase
 from models.core.results import AttentionMaps, RunResult
 from viz import heatmap
@@ -123,8 +123,7 @@ def query_row(result: RunResult, kind: str, layer: int, head: int | None, key: s
     figure = widgets.figure_or_none("query_row", result, RowOptions(kind, layer, head, int(query)))
     if figure is not None:
         display.show(figure, f"{key}_row", downloads=False)
-        st.dataframe(figure.table(), hide_index=True, key=f"{key}_row_table",
-                     column_config={"weight": st.column_config.NumberColumn(format="%.4f")})
+        tables.show(figure.table(), {"weight": "%.4f"})
         display.offer(figure, f"{key}_row")
 
 

@@ -80,6 +80,18 @@ def test_detr_page_draws_every_tab_and_takes_a_photo(tiny_detr):
     assert "Sample photo 'cat'" in _captions(at) and "True objects" not in _captions(at)
 
 
+def test_in_presentation_mode_the_detections_are_text_the_hall_can_read(tiny_detr):
+    """The data grid draws on a canvas at 14 px whatever the page's type; a projector gets an HTML table at 18 px."""
+    at = _page()
+    at.query_params["detr_seed"] = "11"
+    at.query_params["detr_threshold"] = "0.0"
+    at.session_state["presentation"] = True  # the sidebar's switch (app/main.py draws it; this runs the page alone)
+    at.run()
+    assert not at.exception, at.exception
+    assert len(at.dataframe) == 0 and len(at.table) == 1
+    assert len(at.table[0].value) == TINY.num_queries and "no-object probability" in at.table[0].value.columns
+
+
 def _png(image: Image.Image) -> bytes:
     out = io.BytesIO()
     image.save(out, "PNG")

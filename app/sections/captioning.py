@@ -4,10 +4,9 @@ only: the numbers come from ``models.families.captioning`` through the cached vi
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import streamlit as st
 
-from app import display, presentation, resources, url_state, widgets
+from app import display, presentation, resources, tables, url_state, widgets
 from app.sections import faithfulness as faithfulness_section
 from models.families.captioning import model as captioning
 from models.minis.captioning import metrics as scene_metrics
@@ -118,7 +117,7 @@ def scene_pointing(result, scene, layer, head) -> None:
                      "mostly its object": bool(scene_metrics.right_object(coverage, word.object, top))})
     st.markdown("**On this scene** the grammar knows each object's mask: does each noun's and colour word's "
                 "most-attended cell touch the object it names?")
-    st.dataframe(pd.DataFrame(rows), hide_index=True)
+    tables.show(rows)
 
 
 def _word_picker(result, key: str, label: str = "Word") -> int:
@@ -188,10 +187,8 @@ def faithfulness(result, loaded, layer, head, colormap: str) -> None:
                 "**Deletion** greys out the most relevant image regions first (a faithful map makes p fall fast: "
                 "low area); **insertion** starts from a grey image and reveals them (p should rise fast: high area). "
                 f"Random: {payload['methods']['random']['seeds']} shuffled orders.")
-    st.dataframe(found.table(), hide_index=True, width="stretch",
-                 column_config={"deletion AUC (lower better)": st.column_config.NumberColumn(format="%.3f"),
-                                "insertion AUC (higher better)": st.column_config.NumberColumn(format="%.3f"),
-                                "seconds": st.column_config.NumberColumn(format="%.2f")})
+    tables.show(found.table(), {"deletion AUC (lower better)": "%.3f", "insertion AUC (higher better)": "%.3f",
+                                "seconds": "%.2f"})
     weak = payload["no_better_than_random"]
     if "raw_attention" in weak:
         st.warning("Raw attention does no better than random for this word: greying out the regions it attends "
@@ -226,7 +223,7 @@ def image_tokens(result, colormap: str) -> None:
     frames = [{"frame": f.name, "tokens": f.grid[0] * f.grid[1], "grid": f"{f.grid[0]} × {f.grid[1]}",
                "covers (pixels)": f"x {f.box[0]:.0f}–{f.box[2]:.0f}, y {f.box[1]:.0f}–{f.box[3]:.0f}"}
               for f in regions.frames]
-    st.dataframe(pd.DataFrame(frames), hide_index=True)
+    tables.show(frames)
     if result.sink_scores is not None and (figure := widgets.figure_or_none("caption_sinks", result)) is not None:
         show(figure, "cap_sinks")
     if result.prompt:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import display, resources, widgets
+from app import display, resources, tables, widgets
 from models.core import loading
 from models.corpus import engine, readers, store
 from models.corpus.statistics import STATISTICS
@@ -123,7 +123,7 @@ def show_results(folder: Path, spec) -> None:
         frame = results.table()
         skipped = frame[frame["status"] == "skipped"]
         with st.expander("Skipped, with the reason"):
-            st.dataframe({"document": list(skipped.doc_id), "reason": list(skipped.reason)}, hide_index=True)
+            tables.show({"document": list(skipped.doc_id), "reason": list(skipped.reason)})
     if not int(metadata["documents"]):
         st.info("No document has been read yet: press Run.")
         return
@@ -156,10 +156,10 @@ def heads_tab(heads, folder: Path, spec, layer: int, head: int, revision: str) -
     loaded = widgets.load_or_stop(spec)  # the contexts are decoded with the model's tokenizer
     top = widgets.figure_or_none("corpus_top", None, TopOptions(str(folder), layer, head, 8, revision), loaded)
     if top is not None:
-        st.dataframe(screen_columns(top.table()[list(CONTEXT_NAMES)]), hide_index=True)
+        tables.show(screen_columns(top.table()[list(CONTEXT_NAMES)]))
         display.offer(top, "corpus_top")
     st.markdown("**Every head** (sortable: click a column; *spread* = standard deviation over documents)")
-    st.dataframe(screen_columns(heads.table()), hide_index=True, height=300)
+    tables.show(screen_columns(heads.table()), height=300)
 
 
 def embedding_tab(folder: Path, spec, info) -> None:

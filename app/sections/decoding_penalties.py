@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import display, url_state, widgets
+from app import display, tables, url_state, widgets
 from viz.figures.decoding import LengthOptions, PenaltyOptions
 
 # SmolLM2-Instruct's chat format: its beams end (<|im_end|>) after 7 to 11 tokens, so α reorders them
@@ -59,5 +59,5 @@ def show(generated, loaded) -> None:
         figure = widgets.figure_or_none("length_penalty", generated, LengthOptions(float(alpha)), loaded)
     if figure is not None:
         display.show(figure, "gpt_length_penalty")
-        st.dataframe(figure.table()[list(BEAM_COLUMNS)].rename(columns=BEAM_COLUMNS), hide_index=True)
+        tables.show(figure.table()[list(BEAM_COLUMNS)].rename(columns=BEAM_COLUMNS))
     url_state.publish(KEYS)

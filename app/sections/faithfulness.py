@@ -15,13 +15,13 @@ import streamlit as st
 from PIL import Image
 from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
 
-from app import display, resources, url_state, widgets
+from app import display, resources, tables, url_state, widgets
 from models.analysis import explanations as explainable
 from models.analysis.attribution import COMPLETENESS_TOLERANCE, METHODS, method_name
 from models.analysis.faithfulness import PROBABILITY, measure_symbol
 from models.core.inputs import ImageInput
 from models.families.vit import explain as vit_explain
-from viz.figures.faithfulness import NONE, FaithfulnessOptions, LocalisationOptions
+from viz.figures.faithfulness import FaithfulnessOptions, LocalisationOptions
 
 MINI = "vit_shapes"
 LOCALISATION_IMAGES = (8, 16, 32, 64, 128)
@@ -252,9 +252,8 @@ def _table_and_curves(found, key: str, unit: str) -> None:
         _summary(payload, unit)
     frame = found.table()
     # the random row has no verdict of its own and no seconds: "—", not "None"
-    shown = frame.style.format({"deletion AUC (lower better)": "{:.3f}", "insertion AUC (higher better)": "{:.3f}",
-                                "seconds": "{:.2f}"}, na_rep=NONE)
-    st.dataframe(shown, hide_index=True, width="stretch")
+    tables.show(frame, {"deletion AUC (lower better)": "%.3f", "insertion AUC (higher better)": "%.3f",
+                        "seconds": "%.2f"})
     weak = [method_name(method) for method in payload["no_better_than_random"]]
     if weak:
         st.warning("No better than random on this input (deletion AUC not below random's mean − 1 sd, or insertion "
@@ -271,8 +270,7 @@ def _this_shape(grids: dict, sample, result) -> None:
             rows.append({"method": method_name(method), "top patch on the shape": hit, "IoU with the shape": iou})
     st.markdown("**This shape** (the generator knows its mask): does each map's top patch touch it, and how well do the "
                 "patches above the map's mean overlap the patches it covers at least half of?")
-    st.dataframe(rows, hide_index=True, column_config={"IoU with the shape": st.column_config.NumberColumn(
-        format="%.2f")})
+    tables.show(rows, {"IoU with the shape": "%.2f"})
 
 
 def _localisation(loaded, key: str) -> None:

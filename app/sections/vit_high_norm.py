@@ -3,7 +3,7 @@ registers makes them and why attention maps light up there (Darcet et al. 2024, 
 Registers"), with their norms as a histogram and a table."""
 import streamlit as st
 
-from app import display, widgets
+from app import display, tables, widgets
 
 SHARED = ["vit_mark_high_norm", "vit_high_norm_in_scale"]
 
@@ -43,6 +43,5 @@ def show(result) -> None:
     with left:
         display.show(figure, "vit_norms")
     table = figure.table()
-    right.dataframe(table[table["high-norm"]] if flagged else table.head(5), hide_index=True,
-                    column_config={"norm": st.column_config.NumberColumn(format="%.1f"),
-                                   "modified z": st.column_config.NumberColumn(format="%.1f")})
+    tables.show(table[table["high-norm"]] if flagged else table.head(5), {"norm": "%.1f", "modified z": "%.1f"},
+                where=right)

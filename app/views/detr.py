@@ -4,7 +4,7 @@ import numpy as np
 import streamlit as st
 from PIL import Image
 
-from app import display, image_input, resources, url_state, widgets
+from app import display, image_input, resources, tables, url_state, widgets
 from models.core.inputs import ImageInput
 from models.minis.detr_shapes import data as scenes
 from viz.figures.detr import BoxesOptions, QueriesOptions, QueryOptions
@@ -12,6 +12,8 @@ from viz.figures.vit import HEAD_AVERAGE
 
 SOURCES = ("Generated shapes", "Photo or your image")
 BOX_COLUMNS = {"class_id": "class id", "no_object": "no-object probability"}  # the CSV keeps the field names
+BOX_FORMATS = {"score": "%.3f", "no-object probability": "%.3f", "x0": "%.1f", "y0": "%.1f", "x1": "%.1f",
+               "y1": "%.1f"}  # probabilities to a thousandth, box corners to a tenth of a pixel
 FIRST_SCENE = 33  # three shapes, each found by one query of the mini (not every scene is: see its card)
 SHARED = ["model_detr", "detr_input", "detr_seed", *image_input.shared_keys("detr"), "detr_layer", "detr_head",
           "detr_threshold", "detr_view", "detr_query"]
@@ -89,5 +91,5 @@ with query_tab:
 with boxes_tab:
     if (figure := widgets.figure_or_none("detr_boxes", result, BoxesOptions(threshold))) is not None:
         display.show(figure, "detr_boxes")
-        st.dataframe(figure.table().rename(columns=BOX_COLUMNS), hide_index=True)
+        tables.show(figure.table().rename(columns=BOX_COLUMNS), BOX_FORMATS)
 url_state.publish(SHARED)

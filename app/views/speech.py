@@ -2,7 +2,7 @@
 from that attention and played back, and the encoder's 1,500 × 1,500 self-attention (Radford et al. 2022)."""
 import streamlit as st
 
-from app import attention_view, display, url_state, widgets
+from app import attention_view, display, tables, url_state, widgets
 from app.sections import speech as sections
 from models import families
 from models.families.speech import language as speech_language
@@ -91,11 +91,12 @@ TIMING_COLUMNS = {"word": "word", "start": "start (s)", "end": "end (s)", "ct2_s
 def words_tab():
     figure = widgets.figure_or_none("word_timestamps", result, None, loaded)
     if figure is None:  # not a packaged model: this app's timings alone
-        st.dataframe([{"word": w.text, "start (s)": round(w.start, 2), "end (s)": round(w.end, 2)}
-                      for w in result.words], hide_index=True)
+        tables.show([{"word": w.text, "start (s)": w.start, "end (s)": w.end} for w in result.words],
+                    {"start (s)": "%.2f", "end (s)": "%.2f"})
         return
     display.show(figure, "sp_timing")
-    st.dataframe(figure.table().rename(columns=TIMING_COLUMNS).round(2), hide_index=True)
+    seconds = {name: "%.2f" for name in TIMING_COLUMNS.values() if name != "word"}
+    tables.show(figure.table().rename(columns=TIMING_COLUMNS), seconds)
 
 
 def steps_tab():

@@ -2,7 +2,7 @@
 (Liu et al. 2021). Every structure shown is read from the loaded model's own buffers; attention is captured."""
 import streamlit as st
 
-from app import display, image_input, presentation, url_state, widgets
+from app import display, image_input, presentation, tables, url_state, widgets
 from app.sections import faithfulness as faithfulness_section
 from viz import swin_charts
 from viz.figures.swin import (
@@ -94,7 +94,7 @@ with tabs[0]:
             with column:
                 display.show(grid, f"swin_stage_{s.index}", downloads=False)
     if (stages := widgets.figure_or_none("hierarchy", result, HierarchyOptions(half))) is not None:
-        st.dataframe(stages.table(), hide_index=True)
+        tables.show(stages.table())
     merging = [s for s in structure.stages if s.merge is not None]
     for column, s in zip(st.columns(max(1, len(merging))), merging):
         if (merge := widgets.figure_or_none("patch_merging", result, MergingOptions(s.index))) is not None:
@@ -153,7 +153,7 @@ with tabs[5]:
     if (cost := widgets.figure_or_none("window_cost", result)) is not None:
         st.markdown(cost.caption)
         display.show(cost, "swin_cost", caption=False)
-        st.dataframe(cost.table(), hide_index=True)
+        tables.show(cost.table())
 
 if tabs[6].open:  # explanations through windows and merges, and their deletion/insertion curves (issue 17)
     with tabs[6]:

@@ -1,9 +1,8 @@
 """Translation: which source words each output word looked at (Bahdanau et al. 2015, fig. 3), step by step, and a
 Transformer's cross-attention beside a GRU's additive attention."""
-import pandas as pd
 import streamlit as st
 
-from app import attention_view, display, resources, sidebar, url_state, widgets
+from app import attention_view, display, resources, sidebar, tables, url_state, widgets
 from app.sections import decoder_lens, faithfulness_text, vocabulary
 from models import families
 from models.core.inputs import TextInput
@@ -172,7 +171,7 @@ def quality_tab():
     if not metrics:
         st.info("No measurements yet: train the minis with `python -m models.minis.translation.train`.")
         return
-    st.dataframe(pd.DataFrame(card.summary_rows(metrics)), hide_index=True)
+    tables.show(card.summary_rows(metrics))
     if (accuracy := widgets.figure_or_none("accuracy_by_length", None, None, loaded)) is not None:
         display.show(accuracy, "tr_quality")
     if metrics["models"].get("transformer", {}).get("alignment"):
