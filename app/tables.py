@@ -15,16 +15,15 @@ import pandas as pd
 import streamlit as st
 
 from app import presentation
+from viz.figure import NONE
 
 PRESENTATION_ROWS = 40  # longer tables stay the scrolling grid: a lecture reads a few rows, a researcher sorts many
 SCROLL_FROM_ROWS = 12  # past this an HTML table scrolls inside half a 1080-pixel screen, beside its figure
 SCROLL_HEIGHT_PX = 540
 STYLED_CELLS = 20_000  # larger tables go to the grid as numbers: pandas' Styler renders each cell in Python
-NONE = "—"
 
 
-def show(data, formats: Mapping[str, str] | None = None, *, height: int | None = None, where=None,
-         width: str = "stretch") -> None:
+def show(data, formats: Mapping[str, str] | None = None, *, height: int | None = None, where=None) -> None:
     """``data`` (a DataFrame, a list of row dicts or a dict of columns) without its index, the columns named in
     ``formats`` printed with those printf formats, missing values as a dash; ``where``: a column or container
     (default: the page); ``height`` (pixels) for the scrolling grid."""
@@ -33,15 +32,15 @@ def show(data, formats: Mapping[str, str] | None = None, *, height: int | None =
     formats = dict(formats or {})
     if presentation.is_on() and len(frame) <= PRESENTATION_ROWS:
         tall = len(frame) > SCROLL_FROM_ROWS
-        where.table(_styled(frame, formats), hide_index=True, width=width,
+        where.table(_styled(frame, formats), hide_index=True,
                     height=SCROLL_HEIGHT_PX if tall else "content")
         return
     sized = {"height": height} if height is not None else {}
     if frame.size <= STYLED_CELLS:  # sorting still uses the numbers; the cells show the formats
-        where.dataframe(_styled(frame, formats), hide_index=True, width=width, **sized)
-    else:  # a query's row over 131,072 keys: the grid formats the numbers itself
+        where.dataframe(_styled(frame, formats), hide_index=True, **sized)
+    else:  # the corpus page's every-head table of a large model (80 × 64 heads: 81,920 cells)
         numbers_as = {name: st.column_config.NumberColumn(format=spec) for name, spec in formats.items()}
-        where.dataframe(frame, hide_index=True, width=width, column_config=numbers_as, **sized)
+        where.dataframe(frame, hide_index=True, column_config=numbers_as, **sized)
 
 
 def _styled(frame: pd.DataFrame, formats: dict[str, str]):

@@ -23,6 +23,8 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
+NONE = "—"  # a table cell with nothing to say, on the page and in its CSV
+
 
 @dataclass(frozen=True)
 class NoOptions:

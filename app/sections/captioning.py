@@ -187,8 +187,7 @@ def faithfulness(result, loaded, layer, head, colormap: str) -> None:
                 "**Deletion** greys out the most relevant image regions first (a faithful map makes p fall fast: "
                 "low area); **insertion** starts from a grey image and reveals them (p should rise fast: high area). "
                 f"Random: {payload['methods']['random']['seeds']} shuffled orders.")
-    tables.show(found.table(), {"deletion AUC (lower better)": "%.3f", "insertion AUC (higher better)": "%.3f",
-                                "seconds": "%.2f"})
+    tables.show(found.table(), faithfulness_section.AUC_FORMATS)
     weak = payload["no_better_than_random"]
     if "raw_attention" in weak:
         st.warning("Raw attention does no better than random for this word: greying out the regions it attends "

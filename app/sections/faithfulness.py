@@ -25,6 +25,7 @@ from viz.figures.faithfulness import FaithfulnessOptions, LocalisationOptions
 
 MINI = "vit_shapes"
 LOCALISATION_IMAGES = (8, 16, 32, 64, 128)
+AUC_FORMATS = {"deletion AUC (lower better)": "%.3f", "insertion AUC (higher better)": "%.3f", "seconds": "%.2f"}
 
 
 # Integrated Gradients' steps a family's default passes the completeness check with (under 5% off): SmolLM2 on the
@@ -252,8 +253,7 @@ def _table_and_curves(found, key: str, unit: str) -> None:
         _summary(payload, unit)
     frame = found.table()
     # the random row has no verdict of its own and no seconds: "—", not "None"
-    tables.show(frame, {"deletion AUC (lower better)": "%.3f", "insertion AUC (higher better)": "%.3f",
-                        "seconds": "%.2f"})
+    tables.show(frame, AUC_FORMATS)
     weak = [method_name(method) for method in payload["no_better_than_random"]]
     if weak:
         st.warning("No better than random on this input (deletion AUC not below random's mean − 1 sd, or insertion "

@@ -17,13 +17,12 @@ from models.analysis.faithfulness import AUC_NOTE, Faithfulness, measure_symbol
 from models.core.results import ImageResult
 from models.core.text import with_marks
 from viz import export, image_overlay
-from viz.figure import Figure, view
+from viz.figure import NONE, Figure, view
 from viz.heatmap import PAD
 
 TILE_PIXELS = 192
 LABEL_PIXELS = 24  # the method's name above each map
 RANDOM_MAP = "Random map"  # the localisation's baseline
-NONE = "—"  # a table cell with nothing to say (the random row's own verdict)
 
 
 @dataclass(frozen=True)
