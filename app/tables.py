@@ -23,14 +23,16 @@ SCROLL_HEIGHT_PX = 540
 STYLED_CELLS = 20_000  # larger tables go to the grid as numbers: pandas' Styler renders each cell in Python
 
 
-def show(data, formats: Mapping[str, str] | None = None, *, height: int | None = None, where=None) -> None:
+def show(data, formats: Mapping[str, str] | None = None, *, height: int | None = None, where=None,
+         sortable: bool = False) -> None:
     """``data`` (a DataFrame, a list of row dicts or a dict of columns) without its index, the columns named in
     ``formats`` printed with those printf formats, missing values as a dash; ``where``: a column or container
-    (default: the page); ``height`` (pixels) for the scrolling grid."""
+    (default: the page); ``height`` (pixels) for the scrolling grid; ``sortable``: always the grid, whose columns
+    sort on a click (the page says so), even in presentation mode."""
     where = where if where is not None else st
     frame = data if isinstance(data, pd.DataFrame) else pd.DataFrame(data)
     formats = dict(formats or {})
-    if presentation.is_on() and len(frame) <= PRESENTATION_ROWS:
+    if presentation.is_on() and len(frame) <= PRESENTATION_ROWS and not sortable:
         tall = len(frame) > SCROLL_FROM_ROWS
         where.table(_styled(frame, formats), hide_index=True,
                     height=SCROLL_HEIGHT_PX if tall else "content")

@@ -19,6 +19,7 @@ def _page(presentation: bool):
     st.session_state["presentation"] = presentation
     tables.show([{"method": "Grad-CAM", "deletion AUC": 0.123456, "seconds": None},
                  {"method": "<b>random</b>", "deletion AUC": 0.5, "seconds": 1.25}], {"deletion AUC": "%.3f"})
+    tables.show({"head": [0, 1], "entropy": [1.5, 2.5]}, sortable=True)  # the page says "click a column to sort"
     tables.show({"key": list(range(tables.PRESENTATION_ROWS + 1)),
                  "weight": np.full(tables.PRESENTATION_ROWS + 1, 0.01)}, {"weight": "%.4f"})
 
@@ -26,16 +27,17 @@ def _page(presentation: bool):
 def test_presentation_mode_shows_a_short_table_as_text_the_hall_can_read():
     at = AppTest.from_function(_page, kwargs={"presentation": True}, default_timeout=60).run()
     assert not at.exception, at.exception
-    assert len(at.table) == 1 and len(at.dataframe) == 1  # the short one as text, the long one still the grid
+    # the short one as text; a sortable one and the long one still the grid
+    assert len(at.table) == 1 and len(at.dataframe) == 2
     shown = at.table[0].proto.arrow_data.styler.display_values
     assert shown  # the cells travel as the formatted text
-    assert at.dataframe[0].value.shape == (tables.PRESENTATION_ROWS + 1, 2)
+    assert at.dataframe[1].value.shape == (tables.PRESENTATION_ROWS + 1, 2)
 
 
 def test_outside_presentation_mode_every_table_is_the_sortable_grid():
     at = AppTest.from_function(_page, kwargs={"presentation": False}, default_timeout=60).run()
     assert not at.exception, at.exception
-    assert len(at.table) == 0 and len(at.dataframe) == 2
+    assert len(at.table) == 0 and len(at.dataframe) == 3
     assert at.dataframe[0].value["deletion AUC"].tolist() == [0.123456, 0.5]  # sorting sees the numbers
 
 

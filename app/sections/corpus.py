@@ -159,7 +159,7 @@ def heads_tab(heads, folder: Path, spec, layer: int, head: int, revision: str) -
         tables.show(screen_columns(top.table()[list(CONTEXT_NAMES)]))
         display.offer(top, "corpus_top")
     st.markdown("**Every head** (sortable: click a column; *spread* = standard deviation over documents)")
-    tables.show(screen_columns(heads.table()), height=300)
+    tables.show(screen_columns(heads.table()), height=300, sortable=True)
 
 
 def embedding_tab(folder: Path, spec, info) -> None:
