@@ -19,15 +19,17 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 def case(batch=2, heads=4, kv_heads=2, queries=40, keys=40, d=16, causal=True, padded=True, bias=True, window=0,
-         offset=0, dtype=torch.float32, device="cpu", seed=0) -> tiles.Scores:
+         offset=0, dtype=torch.float32, device="cpu", seed=0, softcap=0.0, sink=False) -> tiles.Scores:
     generator = torch.Generator().manual_seed(seed)
     query = torch.randn(batch, heads, queries, d, generator=generator).to(device, dtype)
     key = torch.randn(batch, kv_heads, keys, d, generator=generator).to(device, dtype)
     relative = torch.randn(1, heads, queries + keys - 1, generator=generator).to(device) if bias else None
     starts = tuple(3 * b for b in range(batch)) if padded else ()  # left padding: item b's first 3b keys
     stops = tuple(keys - 5 * b for b in range(batch)) if padded else ()  # right padding: its last 5b keys
-    return tiles.Scores(query, key, d ** -0.5, causal=causal, offset=offset, window=window, key_start=starts,
-                        key_stop=stops, relative_bias=relative)
+    # sinks from −2 to 2: some rows give most of themselves to the sink, some little
+    sinks = torch.linspace(-2, 2, heads).to(device) if sink else None
+    return tiles.Scores(query, key, d ** -0.5 * (4 if softcap else 1), causal=causal, offset=offset, window=window,
+                        key_start=starts, key_stop=stops, relative_bias=relative, softcap=softcap, sink=sinks)
 
 
 def reduce_reference(weights: torch.Tensor, seen: torch.Tensor, query_edges, key_edges):
@@ -61,11 +63,17 @@ def check_backend(scores: tiles.Scores, backend: str, query_edges, key_edges, he
     passed = tiles.row_pass(scores, heads, statistics=True, backend=backend)
     torch.testing.assert_close(passed.row_max.cpu().double(), chosen.amax(-1), atol=atol, rtol=0)
     entropy = -torch.special.xlogy(chosen, chosen).sum(-1) / LN2
+    if scores.sink is not None:  # the sink is one more outcome of each row's distribution
+        sink_share = (1 - chosen.sum(-1)).clamp_min(0)
+        entropy = entropy - torch.special.xlogy(sink_share, sink_share) / LN2
+        found = tiles.sink_shares(scores, heads, backend=backend)
+        torch.testing.assert_close(found.cpu().double(), sink_share, atol=atol, rtol=0)
     torch.testing.assert_close(passed.entropy_bits.cpu().double(), entropy, atol=50 * atol, rtol=1e-5)
     gap = (torch.arange(scores.keys)[None, :] - torch.arange(scores.queries)[:, None]).abs().double()
     torch.testing.assert_close(passed.distance.cpu().double(), (chosen * gap).sum(-1), atol=500 * atol, rtol=1e-5)
     sees_nothing = ~seen[:, 0].any(-1)  # (B, Q)
-    assert torch.isinf(passed.normaliser.cpu()[sees_nothing[:, None].expand_as(passed.normaliser)]).all()
+    if scores.sink is None:  # with a sink, such a row gives all of itself to the sink
+        assert torch.isinf(passed.normaliser.cpu()[sees_nothing[:, None].expand_as(passed.normaliser)]).all()
 
     single = tiles.tile_pass(scores, heads, query_edges, key_edges, normalisers=passed, backend=backend)
     window = (slice(query_edges[0], query_edges[-1]), slice(key_edges[0], key_edges[-1]))
@@ -106,6 +114,12 @@ GRID = [  # (case keyword arguments, query edges, key edges)
      tiles.uniform_edges(0, 40, 32)),  # a head dimension that is no power of two
     ({"batch": 1, "heads": 2, "kv_heads": 1, "queries": 150, "keys": 150, "bias": False, "padded": False},
      [0, 130, 150], tiles.uniform_edges(0, 150, 50)),  # a query tile of several row blocks: the kernel splits its rows
+    # Gemma 2's soft-capped scores (a scale large enough that the cap bends them) and gpt-oss's sinks, with a
+    # sliding window and padding (rows that see nothing give all of themselves to the sink)
+    ({"softcap": 2.0, "window": 6}, tiles.uniform_edges(0, 40, 8), tiles.uniform_edges(0, 40, 8)),
+    ({"sink": True, "window": 5, "bias": False}, tiles.uniform_edges(0, 40, 8), tiles.uniform_edges(0, 40, 8)),
+    ({"sink": True, "softcap": 3.0, "dtype": torch.bfloat16, "causal": False}, tiles.uniform_edges(0, 40, 16),
+     tiles.uniform_edges(0, 40, 10)),
 ]
 
 

@@ -26,12 +26,49 @@ import contextvars
 import mmap
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from models.core import memory
 
 ATTENTION_NAME = "capture"
 CAPTURE_DESCRIPTION = "AttentionInterface 'capture' (SDPA forward; weights recomputed from the layer's q, k and mask)"
+CAPTURE_EAGER_DESCRIPTION = ("AttentionInterface 'capture' (the model's own eager attention for the forward, for its "
+                             "{terms}; weights recomputed from the layer's q, k, mask and {terms})")
+
+# What capture does with each keyword a model hands its attention function. A keyword that is neither here nor in
+# IGNORED_KEYWORDS, given a value, refuses the run at the first attention call, before any output exists: a forward
+# that silently differs from the model's own is the worst defect this project can have (DESIGN.md).
+KEYWORDS = {
+    "scaling": "multiplies q·k",
+    "dropout": "0 in eval mode (a run in training mode is refused)",
+    "is_causal": "SDPA's causal rule when no mask is given",
+    "position_bias": "an additive position bias (T5's buckets and others), added to the recomputed scores",
+    "softcap": "the scores capped to c·tanh(s / c) before the mask (Gemma 2): the model's eager math runs",
+    "s_aux": "a learned sink logit per head in every row's denominator (gpt-oss): the model's eager math runs",
+    "sinks": "as s_aux",
+    "sliding_window": "already in the mask transformers builds for the layer (kept as a rule)",
+    "indices": "sparse attention's top-k keys, already scattered into the mask transformers builds",
+}
+# keywords that change nothing about which weights the softmax gives (bookkeeping the model passes through)
+IGNORED_KEYWORDS = frozenset((
+    "output_attentions", "output_hidden_states", "output_router_logits", "use_cache", "position_ids",
+    "cache_position", "logits_to_keep", "deterministic", "layer_idx", "past_key_values", "past_key_value",
+    "return_dict", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "token_type_ids",
+    "layer_head_mask", "head_mask", "query_length", "target_dtype", "kwargs", "position_embeddings",
+))
+
+
+class UnsupportedAttention(ValueError):
+    """A model hands its attention function something capture does not know how to honour."""
+
+
+EAGER_PATH = "eager"  # the implementation name of the fallback: the model's own eager attention, weights returned
+EAGER_PATH_DESCRIPTION = (
+    "the model's own eager attention, read with output_attentions=True: its attention does not pass through "
+    "transformers' AttentionInterface, so every layer's map is held whole (N² per layer and head). Long inputs, "
+    "the fused long-input reductions, edge knockout and the explanations that differentiate through attention "
+    "are not available on this path")
 CROSS_ATTENTION_NAMES = ("encoder_attn", "crossattention", "EncDecAttention", "cross_attn")
 
 _ACTIVE: contextvars.ContextVar["Recorder | None"] = contextvars.ContextVar("attention_recorder", default=None)
@@ -56,10 +93,86 @@ def register() -> None:
     _registered = True
 
 
+def model_type(module) -> str:
+    """The architecture a module belongs to, as transformers names it (``config.model_type``)."""
+    config = getattr(module, "config", None)
+    return str(getattr(config, "model_type", "") or type(module).__name__)
+
+
+def check_keywords(module, kwargs: dict) -> None:
+    """Refuse, in words, a keyword this capture cannot honour (``KEYWORDS``), or dropout during training."""
+    unknown = sorted(name for name, value in kwargs.items()
+                     if value is not None and name not in KEYWORDS and name not in IGNORED_KEYWORDS)
+    if unknown:
+        raise UnsupportedAttention(
+            f"{model_type(module)} hands its attention function {', '.join(repr(n) for n in unknown)}, which this "
+            "app's capture does not know how to honour, so it draws no map rather than a wrong one. The eager path "
+            "(models loaded with attn_implementation='eager') may still work for it; please report the model.")
+    dropout = kwargs.get("dropout") or 0.0
+    if dropout and getattr(module, "training", False):
+        raise UnsupportedAttention(
+            f"{model_type(module)} is in training mode (attention dropout {dropout}): its weights would be random. "
+            "Call model.eval() first.")
+
+
+def score_terms(kwargs: dict) -> tuple[float, torch.Tensor | None]:
+    """(soft cap c or 0, sink logits ``(heads,)`` or None) the model asks its softmax to apply."""
+    softcap = kwargs.get("softcap")
+    sink = kwargs.get("s_aux")
+    if sink is None:
+        sink = kwargs.get("sinks")
+    if sink is not None and not isinstance(sink, torch.Tensor):
+        raise UnsupportedAttention(f"attention sinks given as {type(sink).__name__}, not as a tensor per head")
+    return float(softcap or 0.0), sink
+
+
+def terms_in_words(softcap: float, sink) -> str:
+    parts = (["soft-capped scores"] if softcap else []) + (["attention sinks"] if sink is not None else [])
+    return " and ".join(parts)
+
+
+def _eager_function(module):
+    """The model's own eager attention (its modeling file's ``eager_attention_forward``), else transformers'."""
+    import sys
+
+    modeling = sys.modules.get(type(module).__module__)
+    function = getattr(modeling, "eager_attention_forward", None)
+    if function is None:
+        from transformers.models.llama.modeling_llama import eager_attention_forward as function
+    return function
+
+
+def additive_mask(attention_mask, query: torch.Tensor, key: torch.Tensor, is_causal: bool):
+    """The mask SDPA would apply (boolean, True = attend; or None with its causal rule) as the additive float mask
+    eager attention adds to its scores: 0 where seen, the dtype's minimum where not."""
+    if attention_mask is not None and attention_mask.dtype != torch.bool:
+        return attention_mask
+    q_len, k_len = query.shape[2], key.shape[2]
+    if attention_mask is None:
+        if not (is_causal and q_len > 1):
+            return None
+        allowed = torch.ones(q_len, k_len, dtype=torch.bool, device=query.device).tril()[None, None]
+    else:
+        allowed = attention_mask
+    zeros = torch.zeros(allowed.shape, dtype=query.dtype, device=query.device)
+    return zeros.masked_fill(~allowed, torch.finfo(query.dtype).min)
+
+
+def eager_forward(module, query, key, value, attention_mask, **kwargs):
+    """The layer's forward by the model's own eager math, for what SDPA cannot compute (soft caps, sinks)."""
+    is_causal = kwargs.get("is_causal")
+    is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    mask = additive_mask(attention_mask, query, key, bool(is_causal))
+    output, _ = _eager_function(module)(module, query, key, value, mask, **kwargs)
+    return output
+
+
 def capture_attention_forward(module, query, key, value, attention_mask, **kwargs):
-    """The attention function models call: SDPA for the output, and a record of q, k, mask when recording."""
+    """The attention function models call: SDPA for the output (the model's own eager math where SDPA cannot honour
+    what it asks), and a record of q, k, mask and score terms when recording."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    check_keywords(module, kwargs)
     knockout = _KNOCKOUT.get()
     if knockout is not None:
         attention_mask = knockout.mask(module, attention_mask, query.shape[2], key.shape[2], query.device, kwargs)
@@ -71,6 +184,9 @@ def capture_attention_forward(module, query, key, value, attention_mask, **kwarg
         output = recorder.attend(module, query, key, value, attention_mask, kwargs)
         if output is not None:  # the recorder computed the weights anyway: their product with v, no second pass
             return output, None
+    softcap, sink = score_terms(kwargs)
+    if softcap or sink is not None:
+        return eager_forward(module, query, key, value, attention_mask, **kwargs), None
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 
@@ -154,6 +270,9 @@ class LayerRecord:
     # an additive bias: RelativeBias values (B or 1, H or 1, q + k − 1), or (B or 1, H or 1, q, k); or None
     bias: torch.Tensor | None
     relative: bool = False  # ``bias`` holds relative-bias vectors
+    softcap: float = 0.0  # scores capped to c·tanh(s / c) before the bias (0: none)
+    sink: torch.Tensor | None = None  # (H,) float32 sink logits on the model's device
+    number: int | None = None  # the model's own layer number (``module.layer_idx``), when it says
 
 
 @dataclass
@@ -162,8 +281,15 @@ class Recorder:
 
     module_names: dict[int, str]
     encoder_decoder: bool = False  # only then do "encoder." / "decoder." names mean different kinds
+    model_type: str = "this model"  # named in refusals
     records: dict[str, list[LayerRecord]] = field(default_factory=dict)
     _mask_cache: dict = field(default_factory=dict)  # id(mask) or an implicit-mask shape -> (allowed, bias)
+    # per module, weak references to the last call's q and k: a second call with the very same tensors (DiffLlama
+    # runs one softmax twice, over two halves of v) is the same map, not another layer
+    _last_call: dict = field(default_factory=dict)
+    repeated: dict = field(default_factory=dict)  # module name -> calls that repeated the same q and k
+    stored: dict = field(default_factory=dict)  # the eager path: kind -> [(layer number, (B, H, q, k) float32)]
+    rejected: int = 0  # maps the eager path returned that were no softmax weights (left out)
 
     def kind_of(self, module, name: str) -> str:
         if getattr(module, "is_cross_attention", False) or any(part in name for part in CROSS_ATTENTION_NAMES):
@@ -176,6 +302,23 @@ class Recorder:
             return "decoder"
         return "self"
 
+    def keep_eager(self, output) -> None:
+        """Read a forward's returned maps (the eager path): ``attentions`` (or an encoder–decoder's
+        ``encoder_attentions``, ``decoder_attentions``, ``cross_attentions``), one entry per layer; entries that
+        are no softmax map (a linear-attention layer's state, None) are left out, their layer numbers kept."""
+        fields = (("encoder_attentions", "encoder"), ("decoder_attentions", "decoder"),
+                  ("cross_attentions", "cross")) if self.encoder_decoder else (("attentions", "self"),)
+        for name, kind in fields:
+            maps = getattr(output, name, None)
+            if not maps:
+                continue
+            maps = [(n, w) for n, w in enumerate(maps) if isinstance(w, torch.Tensor) and w.dim() == 4]
+            kept = [(number, weights.detach().float().cpu().numpy()) for number, weights in maps
+                    if _is_softmax(weights)]
+            self.rejected += len(maps) - len(kept)
+            if kept:
+                self.stored.setdefault(kind, []).extend(kept)
+
     def attend(self, module, query, key, value, attention_mask, kwargs) -> torch.Tensor | None:
         """Record the call; return the attention output ``(B, q, H, d)`` if this recorder computed it from the
         weights it made anyway (corpus statistics on a CPU), or None: SDPA computes it."""
@@ -184,6 +327,9 @@ class Recorder:
 
     def record(self, module, query, key, attention_mask, kwargs) -> None:
         name = self.module_names.get(id(module), f"<unnamed {type(module).__name__}>")
+        if self._repeats(module, query, key):
+            self.repeated[name] = self.repeated.get(name, 0) + 1
+            return
         kind = self.kind_of(module, name)
         q_len, k_len = query.shape[2], key.shape[2]
         scaling = kwargs.get("scaling")
@@ -194,9 +340,20 @@ class Recorder:
             position_bias = position_bias[..., -k_len:].detach().float()
             bias = position_bias if bias is None else bias.to(position_bias.device) + position_bias
         relative = None if bias is None else _relative(bias)
+        softcap, sink = score_terms(kwargs)
+        number = getattr(module, "layer_idx", None)
         self.records.setdefault(kind, []).append(LayerRecord(
             name, keep(query, k_len), keep(key, k_len), scaling, allowed,
-            relative if relative is not None else bias, relative is not None))
+            relative if relative is not None else bias, relative is not None, softcap,
+            None if sink is None else sink.detach().float().reshape(-1), number if isinstance(number, int) else None))
+
+    def _repeats(self, module, query, key) -> bool:
+        """Whether this call hands the same q and k objects as the module's previous call (one map twice)."""
+        import weakref
+
+        last = self._last_call.get(id(module))
+        self._last_call[id(module)] = (weakref.ref(query), weakref.ref(key))
+        return last is not None and last[0]() is query and last[1]() is key
 
     def _described(self, module, attention_mask, kwargs, q_len: int, k_len: int):
         """The mask as rules where rules fit (SDPA's implicit causal mask, padding ranges), else as SDPA's boolean
@@ -265,7 +422,22 @@ class Recorder:
     # --- turning records into results ---------------------------------------------------------------------------
 
     def kinds(self) -> list[str]:
-        return list(self.records)
+        return list(self.records) + [kind for kind in self.stored if kind not in self.records]
+
+    def _stored_maps(self, kind: str, batch_index: int, query_positions, key_positions, query_tokens, key_tokens):
+        from models.core.results import StoredAttention
+
+        layers = self.stored[kind]
+        q_len, k_len = layers[0][1].shape[2:]
+        q_index = np.arange(q_len) if query_positions is None else np.asarray(query_positions)
+        k_index = np.arange(k_len) if key_positions is None else np.asarray(key_positions)
+        maps = [np.ascontiguousarray(weights[batch_index if len(weights) > 1 else 0][:, q_index][:, :, k_index])
+                for _, weights in layers]
+        return StoredAttention(
+            kind=kind,
+            query_tokens=list(query_tokens) if query_tokens is not None else [str(i) for i in range(len(q_index))],
+            key_tokens=list(key_tokens) if key_tokens is not None else [str(i) for i in range(len(k_index))],
+            layers=maps, layer_numbers=tuple(number for number, _ in layers))
 
     def attention_maps(self, kind: str, batch_index: int = 0, query_positions=None, key_positions=None,
                        query_tokens: list[str] | None = None, key_tokens: list[str] | None = None):
@@ -276,14 +448,25 @@ class Recorder:
         """
         from models.core.results import RecomputedAttention, RelativeBias
 
+        if kind not in self.records and kind in self.stored:
+            return self._stored_maps(kind, batch_index, query_positions, key_positions, query_tokens, key_tokens)
         if kind not in self.records:
-            raise ValueError(f"no {kind!r} attention was recorded (recorded: {', '.join(self.records) or 'none'})")
+            raise ValueError(f"no {kind!r} attention was recorded (recorded: {', '.join(self.kinds()) or 'none'})")
         layers = self.records[kind]
         q_len, k_len = layers[0].query.shape[2], layers[0].key.shape[2]
+        key_counts = sorted({int(rec.key.shape[2]) for rec in layers if rec.query.shape[2] == q_len})
+        if len(key_counts) > 1:
+            raise ValueError(
+                f"{self.model_type}'s layers attend the same {q_len} queries to different numbers of keys "
+                f"({', '.join(map(str, key_counts))}): some attend to compressed blocks of tokens rather than to "
+                "tokens, and no map here can label such keys, so none is drawn.")
         q_pos = _positions(query_positions, q_len)
         k_pos = _positions(key_positions, k_len)
         queries, keys, scalings, masks, mask_index, biases = [], [], [], [], [], []
         mask_ids: dict[int, int] = {}
+        numbers = [rec.number for rec in layers]
+        if any(n is None for n in numbers) or len(set(numbers)) != len(numbers):
+            numbers = list(range(len(layers)))  # the model does not say: counted in call order
         for rec in layers:
             queries.append(_select(_item(rec.query, batch_index), 1, q_pos))
             keys.append(_select(_item(rec.key, batch_index), 1, k_pos))
@@ -309,6 +492,9 @@ class Recorder:
             key_tokens=list(key_tokens) if key_tokens is not None else [str(i) for i in range(n_k)],
             queries=queries, keys=keys, scalings=scalings, allowed_masks=masks, mask_index=mask_index,
             biases=biases if any(b is not None for b in biases) else [],
+            softcaps=[rec.softcap for rec in layers] if any(rec.softcap for rec in layers) else [],
+            sinks=[rec.sink for rec in layers] if any(rec.sink is not None for rec in layers) else [],
+            layer_numbers=tuple(numbers),
         )
 
 
@@ -328,12 +514,20 @@ def describe_mask(allowed: torch.Tensor):
         offsets = {0, k_len - q_len} | ({int(first_row[-1])} if len(first_row) else set())
         candidates += [CausalMask(q_len, k_len, key_start=start, key_stop=stop, offset=offset)
                        for offset in sorted(offsets)]
+        # a sliding window (Mistral, Gemma's local layers): the last row sees the window's width of keys
+        last_row = torch.nonzero(allowed[-1]).flatten()
+        if len(last_row) and int(last_row[0]) > start:
+            width = int(last_row[-1]) - int(last_row[0]) + 1
+            candidates += [CausalMask(q_len, k_len, key_start=start, key_stop=stop, offset=offset, window=width)
+                           for offset in sorted(offsets)]
     cols = torch.arange(k_len, device=allowed.device)[None, :]
     rows = torch.arange(q_len, device=allowed.device)[:, None]
     for candidate in candidates:
         rule = (cols >= candidate.key_start) & (cols < candidate.key_stop)
         if candidate.causal:
             rule = rule & (cols - rows <= candidate.offset)
+        if candidate.window:
+            rule = rule & (cols - rows > candidate.offset - candidate.window)
         if bool(torch.equal(rule.expand(q_len, k_len), allowed.bool())):
             return candidate
     return None
@@ -504,6 +698,10 @@ def check_fits(model: torch.nn.Module, tokens: int, device: str, dtype: torch.dt
     if config is None:
         return
     kept = kept_bytes_per_token(config, device, dtype, tokens)
+    if on_eager_path(model):  # whole maps instead of q and k: every layer's (heads, N, N), in float32 on the host
+        text = _text_config(config)
+        heads = _first(text, "num_attention_heads", "n_head", "num_heads")
+        kept = _first(text, "num_hidden_layers", "n_layer", "num_layers") * heads * tokens * 4 * 2
     per_token = kept + working_bytes_per_token(config, dtype)
     free = memory_fit.free_for_tensors(device)
     if free is None or not per_token:
@@ -513,8 +711,9 @@ def check_fits(model: torch.nn.Module, tokens: int, device: str, dtype: torch.dt
         from models.core import limits
 
         fit = limits.tokens_that_fit(free, per_token, memory_fit.RUN_SHARE)
+        what = "whole attention maps (its eager path)" if on_eager_path(model) else "queries and keys"
         raise DoesNotFit(
-            f"A {tokens:,}-token input keeps {tokens * kept / 2**30:,.1f} GB of queries and keys on {device} (and "
+            f"A {tokens:,}-token input keeps {tokens * kept / 2**30:,.1f} GB of {what} on {device} (and "
             f"needs about {tokens * (per_token - kept) / 2**30:,.1f} GB more while the model runs), and {device} has "
             f"{max(free, 0) / 2**30:,.1f} GB free now: about {fit:,} tokens fit. Lower the token limit in the "
             "sidebar (or free memory on the device); everything else keeps working.")
@@ -533,19 +732,47 @@ def recording(model: torch.nn.Module):
     nothing, so it is refused.
     """
     recorder = Recorder(module_names={id(m): name for name, m in model.named_modules()},
-                        encoder_decoder=bool(getattr(model.config, "is_encoder_decoder", False)))
+                        encoder_decoder=bool(getattr(model.config, "is_encoder_decoder", False)),
+                        model_type=model_type(model))
     with observing(model, recorder):
         yield recorder
+
+
+def implementation(model) -> str | None:
+    return getattr(getattr(model, "config", None), "_attn_implementation", None)
+
+
+def on_eager_path(model) -> bool:
+    """Whether ``model``'s maps come from its own eager attention (``EAGER_PATH_DESCRIPTION``), not the capture."""
+    return implementation(model) == EAGER_PATH
+
+
+def require_interface(model, what: str) -> None:
+    """Refuse, in words, work that needs the capture function on a model drawn by the eager path."""
+    if on_eager_path(model):
+        raise ValueError(f"{what} needs the model's attention to pass through transformers' AttentionInterface, "
+                         f"and {model_type(model)} computes its own: its maps are drawn from its eager attention "
+                         "(the page says so), which cannot be changed per call. The other tabs work.")
 
 
 @contextlib.contextmanager
 def observing(model: torch.nn.Module, recorder: Recorder):
     """Hand every attention call of ``model`` in this thread to ``recorder.record`` inside the ``with`` block: a
-    ``Recorder`` subclass may reduce each layer at once instead of keeping its q and k (corpus statistics do)."""
+    ``Recorder`` subclass may reduce each layer at once instead of keeping its q and k (corpus statistics do).
+
+    A model on the eager path (its attention does not pass through the interface) instead returns its maps: the
+    calls of ``model`` in the block are asked for them (``output_attentions=True``, this call only) and its
+    outputs read (``Recorder.keep_eager``)."""
     register()
-    implementation = getattr(getattr(model, "config", None), "_attn_implementation", None)
-    if implementation != ATTENTION_NAME:
-        raise ValueError(f"this model runs attention with {implementation!r}; load it with "
+    if on_eager_path(model):
+        if type(recorder).record is not Recorder.record:
+            raise ValueError(f"{model_type(model)} draws its maps on the eager path, which gives whole maps, not "
+                             "the queries and keys this reduction reads; corpus statistics need the capture path")
+        with _eager_maps(model, recorder):
+            yield recorder
+        return
+    if implementation(model) != ATTENTION_NAME:
+        raise ValueError(f"this model runs attention with {implementation(model)!r}; load it with "
                          f"attn_implementation={ATTENTION_NAME!r} (models.core.loading does) to capture attention")
     token = _ACTIVE.set(recorder)
     try:
@@ -553,3 +780,98 @@ def observing(model: torch.nn.Module, recorder: Recorder):
     finally:
         _ACTIVE.reset(token)
         memory.release_freed_heap()  # the forward's activations, freed but pinned in the heap (models/core/memory.py)
+
+
+@contextlib.contextmanager
+def _eager_maps(model: torch.nn.Module, recorder: Recorder):
+    from models.core import hooks
+
+    def ask(module, args, kwargs):
+        return args, {**kwargs, "output_attentions": True}
+
+    def keep(module, args, kwargs, output):
+        recorder.keep_eager(output)
+
+    with hooks.installed(hooks.before(model, ask, with_kwargs=True), hooks.after(model, keep, with_kwargs=True)):
+        yield recorder
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What a four-token run showed about a model's attention, before any user input runs."""
+
+    recorded: bool  # some layer's map was captured (by the interface, or returned on the eager path)
+    softcap: bool = False
+    sinks: bool = False
+    error: str = ""  # the probe's run failed (then ``recorded`` is False): what it said
+    rejected: bool = False  # the eager path returned (B, H, q, k) "attentions" that are not softmax weights
+    # a language model whose captured self-attention let a token see later ones: its SDPA path skipped the
+    # causal mask on the word of a module flag that is wrong (BigBird-Pegasus's decoder), so its own eager
+    # path, which builds the mask, is the one to trust
+    not_causal: bool = False
+
+    def description(self) -> str:
+        """How this model's maps are drawn, in words (``LoadedModel.capture``)."""
+        terms = terms_in_words(self.softcap, True if self.sinks else None)
+        return CAPTURE_EAGER_DESCRIPTION.format(terms=terms) if terms else CAPTURE_DESCRIPTION
+
+
+def probe_inputs(model) -> dict | None:
+    """Four tokens for a text model (and two decoder tokens for an encoder–decoder); None for other inputs."""
+    if getattr(model, "main_input_name", "input_ids") != "input_ids":
+        return None
+    config = model.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    vocab = int(getattr(text, "vocab_size", 0) or getattr(config, "vocab_size", 0) or 8)
+    device = next(model.parameters()).device
+    ids = (torch.arange(1, 5, device=device) % vocab)[None]
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if getattr(config, "is_encoder_decoder", False):
+        start = next((v for v in (getattr(config, "decoder_start_token_id", None), getattr(config, "pad_token_id", None))
+                      if isinstance(v, int)), 0)
+        inputs["decoder_input_ids"] = torch.full((1, 2), start, device=device)
+    return inputs
+
+
+def probe(model) -> Probe | None:
+    """Run four tokens through ``model`` and say what its attention does: a keyword capture cannot honour raises
+    ``UnsupportedAttention`` (the load is refused in words); None for a model that reads other inputs than text
+    (then the first real run decides)."""
+    inputs = probe_inputs(model)
+    if inputs is None:
+        return None
+    recorder = Recorder(module_names={id(m): name for name, m in model.named_modules()},
+                        encoder_decoder=bool(getattr(model.config, "is_encoder_decoder", False)))
+    try:
+        with torch.inference_mode(), observing(model, recorder):
+            model(**inputs)
+    except UnsupportedAttention:
+        raise
+    except Exception as error:  # noqa: BLE001 - the probe is advice; the real run reports its own errors
+        import logging
+
+        logging.getLogger(__name__).info("attention probe of %s did not run: %s", model_type(model), error)
+        return Probe(False, error=f"{type(error).__name__}: {error}")
+    layers = [record for kind in recorder.records.values() for record in kind]
+    stored = any(recorder.stored.values())
+    language_model = type(model).__name__.endswith("ForCausalLM")
+    not_causal = language_model and any(_sees_later(record.allowed) for record in recorder.records.get("self", ()))
+    return Probe(bool(layers) or stored, any(r.softcap for r in layers),
+                 any(r.sink is not None for r in layers), rejected=recorder.rejected > 0 and not stored,
+                 not_causal=not_causal)
+
+
+def _sees_later(allowed) -> bool:
+    """Whether a recorded mask lets some query see a key after it (rules or a boolean array)."""
+    if isinstance(allowed, tuple):
+        return any(not rules.causal for rules in allowed)
+    return bool(torch.triu(allowed.bool(), diagonal=1).any())
+
+
+def _is_softmax(weights: torch.Tensor) -> bool:
+    """Whether ``(B, H, q, k)`` holds softmax rows (each sums to 1, or to 0 for a row that sees nothing, or less
+    with a sink), not some other state a linear-attention layer returns in their place."""
+    if weights.shape[-1] == 0 or not torch.is_floating_point(weights):
+        return False
+    sums = weights.float().sum(-1)
+    return bool((weights >= -1e-6).all()) and bool((sums <= 1 + 1e-3).all())

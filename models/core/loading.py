@@ -370,18 +370,58 @@ def load_transformers(spec: ModelSpec, auto_class, device: str = "cpu", dtype: s
     memory_fit.check(spec.id, memory_fit.parameter_count(model_class, config, source), device, torch_dtype(dtype))
     progress("Loading weights" + (" (downloading if not cached)" if spec.source == "hub" else ""), 0.45)
     spread = {"device_map": "auto"} if spans_gpus(device) else {}  # several GPUs: accelerate spreads a large model
-    with library_errors(spec, device=device), construction.LOCK:  # the default device is process-global
-        model = model_class.from_pretrained(
-            source, config=config, dtype=torch_dtype(dtype), attn_implementation=capture.ATTENTION_NAME,
-            trust_remote_code=False, use_safetensors=None, local_files_only=local_only, **spread)
+
+    def build(implementation: str):
+        with library_errors(spec, device=device), construction.LOCK:  # the default device is process-global
+            built = model_class.from_pretrained(
+                source, config=config, dtype=torch_dtype(dtype), attn_implementation=implementation,
+                trust_remote_code=False, use_safetensors=None, local_files_only=local_only, **spread)
+        progress(f"Moving to {device}" if not spread else "Spread over every GPU", 0.85)
+        built = (built if spread else built.to(device)).eval()
+        built.requires_grad_(False)
+        return built
+
+    try:
+        model = build(capture.ATTENTION_NAME)
+    except ValueError as error:
+        if capture.ATTENTION_NAME not in str(error):
+            raise
+        model = None  # its classes are chosen by implementation name and know no other (Falcon, GIT)
+    with library_errors(spec, device=device):
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=local_only,
                                                                trust_remote_code=False)
-    progress(f"Moving to {device}" if not spread else "Spread over every GPU", 0.85)
-    model = (model if spread else model.to(device)).eval()
-    model.requires_grad_(False)
+    description = capture.CAPTURE_DESCRIPTION
+    found = None
+    if model is not None:
+        progress("Checking how the model's attention runs (four tokens)", 0.9)
+        found = capture.probe(model)  # a keyword capture cannot honour: refused here, in words
+        if found is None or (found.recorded and not found.not_causal):
+            description = found.description() if found is not None else description
+        else:  # its attention never reached the interface (or the model needs its own masks): its eager maps
+            model = None  # one copy of the weights at a time
+    if model is None:
+        progress("Loading its own eager attention (its maps are read as it returns them)", 0.9)
+        model = build(capture.EAGER_PATH)
+        description = capture.EAGER_PATH_DESCRIPTION
+        eager = capture.probe(model)
+        if eager is not None and eager.rejected:
+            raise ValueError(
+                f"'{spec.id}' ({capture.model_type(model)}) returns as its attentions something that is not the "
+                "attention weights (its rows do not sum to 1: scores before the softmax, or a layer's state), so "
+                "this app cannot draw its maps exactly and draws none.")
+        if eager is not None and not eager.recorded and not eager.error:
+            raise ValueError(
+                f"'{spec.id}' ({capture.model_type(model)}): no attention weights reach this app. Its attention "
+                "does not pass through transformers' AttentionInterface, and its own eager forward returned no "
+                "maps (a state-space, recurrent or linear-attention model has none; a few others do not return "
+                "theirs). docs/MODELS.md lists what each architecture shows.")
+        if eager is not None and eager.error and found is not None:
+            # neither way ran four tokens: back to the capture, and the real run says what fails
+            model, description = build(capture.ATTENTION_NAME), capture.CAPTURE_DESCRIPTION
     progress("Ready", 1.0)
     max_positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    return LoadedModel(spec, model, tokenizer, device, dtype, max_positions)
+    max_positions = max_positions if isinstance(max_positions, int) and max_positions > 0 else None  # XLNet: −1
+    return LoadedModel(spec, model, tokenizer, device, dtype, max_positions, capture=description)
 
 
 # --- timm -----------------------------------------------------------------------------------------------------------

@@ -118,6 +118,22 @@ class AttentionMaps:
         """Boolean ``(queries, keys)``: True where the model let a query see a key (False = masked)."""
         raise NotImplementedError
 
+    def layer_number(self, layer: int) -> int:
+        """The model's own number of map ``layer`` (a hybrid's attention layers sit between others)."""
+        self._check_layer(layer)
+        numbers = getattr(self, "layer_numbers", ())
+        return int(numbers[layer]) if numbers else layer
+
+    @property
+    def has_sinks(self) -> bool:
+        """Whether a learned sink takes a share of some rows (then rows sum to one minus it)."""
+        return False
+
+    def sink_share(self, layer: int, head: int | None) -> np.ndarray | None:
+        """``(queries,)`` float32: each row's share that went to the head's sink (the head mean for None), or None
+        when the layer has no sink."""
+        return None
+
     def held_bytes(self) -> dict[str, int]:
         """Bytes these maps hold, by the device they are on (``{"cpu": …, "cuda:0": …}``): what a cache pays."""
         return {}
@@ -261,6 +277,8 @@ class StoredAttention(AttentionMaps):
     key_tokens: list[str]
     layers: list
     allowed_mask: np.ndarray | None = None  # (q, k) bool; None = every key visible
+    layer_numbers: tuple = ()  # the model's own number of each map (default 0, 1, ...)
+    sink_shares: list = field(default_factory=list)  # per layer: None or (heads, q) float32
 
     def __post_init__(self):
         for weights in self.layers:  # shared by every session that reads this result: nobody edits it in place
@@ -281,6 +299,18 @@ class StoredAttention(AttentionMaps):
     def allowed(self, layer: int) -> np.ndarray:
         q, k = self.layers[layer].shape[1:]
         return np.ones((q, k), dtype=bool) if self.allowed_mask is None else self.allowed_mask
+
+    @property
+    def has_sinks(self) -> bool:
+        return any(shares is not None for shares in self.sink_shares)
+
+    def sink_share(self, layer: int, head: int | None) -> np.ndarray | None:
+        self._check_layer(layer)
+        shares = self.sink_shares[layer] if layer < len(self.sink_shares) else None
+        if shares is None:
+            return None
+        shares = _host_array(shares)
+        return shares.mean(0) if head is None else shares[head]
 
     def held_bytes(self) -> dict[str, int]:
         return _held([*self.layers, self.allowed_mask])
@@ -313,7 +343,10 @@ class RecomputedAttention(AttentionMaps):
     model's device in the dtype capture kept (numpy arrays are taken as CPU tensors). ``allowed_masks[mask_index[i]]``
     is the mask the layer applied: a ``DescribedMask`` (causal, padding, window: no array) or a boolean ``(q, k)``
     array (layers usually share one). ``biases``, when present, hold per layer an additive score bias the model
-    added before softmax: a ``RelativeBias`` or a ``(heads or 1, q, k)`` array.
+    added before softmax: a ``RelativeBias`` or a ``(heads or 1, q, k)`` array. ``softcaps`` (per layer, 0 = none)
+    cap the scaled scores to ``c · tanh(s / c)`` before the bias; ``sinks`` (per layer, None or ``(heads,)``) are
+    learned logits in each row's denominator (``models/core/scores.py``). ``layer_numbers``: the model's own number
+    of each layer (default 0, 1, ...).
     """
 
     kind: str
@@ -325,6 +358,9 @@ class RecomputedAttention(AttentionMaps):
     allowed_masks: list
     mask_index: list[int]
     biases: list = field(default_factory=list)
+    softcaps: list = field(default_factory=list)  # per layer: 0 or None = none
+    sinks: list = field(default_factory=list)  # per layer: None or (heads,) float32
+    layer_numbers: tuple = ()
 
     def __post_init__(self):
         as_tensor = lambda a: torch.from_numpy(a) if isinstance(a, np.ndarray) else a  # noqa: E731
@@ -332,6 +368,7 @@ class RecomputedAttention(AttentionMaps):
         object.__setattr__(self, "keys", [as_tensor(k) for k in self.keys])
         object.__setattr__(self, "allowed_masks", [as_tensor(m) for m in self.allowed_masks])
         object.__setattr__(self, "biases", [as_tensor(b) for b in self.biases])
+        object.__setattr__(self, "sinks", [None if b is None else as_tensor(b) for b in self.sinks])
 
     @property
     def num_layers(self) -> int:
@@ -345,6 +382,14 @@ class RecomputedAttention(AttentionMaps):
     def num_kv_heads(self) -> int:
         """Key/value heads (fewer than ``num_heads`` under grouped-query attention)."""
         return int(self.keys[0].shape[0]) if self.keys else 0
+
+    @property
+    def uniform(self) -> bool:  # a model whose layers differ in heads (Inkling) is drawn layer by layer
+        return len({int(q.shape[0]) for q in self.queries}) <= 1
+
+    def heads_in(self, layer: int) -> int:
+        self._check_layer(layer)
+        return int(self.queries[layer].shape[0])
 
     @property
     def device(self) -> torch.device:
@@ -362,6 +407,27 @@ class RecomputedAttention(AttentionMaps):
     def _bias(self, layer: int):
         return self.biases[layer] if layer < len(self.biases) else None
 
+    def _softcap(self, layer: int) -> float:
+        return float(self.softcaps[layer] or 0.0) if layer < len(self.softcaps) else 0.0
+
+    def _sink(self, layer: int):
+        return self.sinks[layer] if layer < len(self.sinks) else None
+
+    @property
+    def has_sinks(self) -> bool:
+        return any(sink is not None for sink in self.sinks)
+
+    def sink_share(self, layer: int, head: int | None) -> np.ndarray | None:
+        from models.core import tiles
+
+        heads, average = self._heads(layer, head)
+        if self._sink(layer) is None:
+            return None
+        self._check_fits(self.reduction_peak_bytes(), f"layer {layer}'s sink shares")
+        shares = tiles.sink_shares(self.scores(layer), heads)[0]  # (heads, queries)
+        shares = shares.mean(0) if average else shares[0]
+        return shares.float().cpu().numpy()
+
     def scores(self, layer: int) -> "tiles.Scores":
         """Layer ``layer`` as the reduction engine takes it (batch of one), where its q and k are."""
         from models.core import tiles
@@ -374,13 +440,16 @@ class RecomputedAttention(AttentionMaps):
             rules["relative_bias"] = bias.values.to(query.device)[None]
         elif bias is not None:
             rules["bias"] = bias.to(query.device)[None]
-        return tiles.Scores(query, key, self.scalings[layer], **rules)
+        sink = self._sink(layer)
+        return tiles.Scores(query, key, self.scalings[layer], softcap=self._softcap(layer),
+                            sink=None if sink is None else sink.to(query.device, torch.float32), **rules)
 
     # --- whole maps (small inputs; refused with a message when they would not fit) ---------------------------------
 
     def _compute(self, layer: int) -> np.ndarray:
-        self._check_fits(self.head_peak_bytes() * self.num_heads, f"all {self.num_heads} heads of layer {layer}")
-        return self._dense(layer, list(range(self.num_heads)))
+        heads = self.heads_in(layer)
+        self._check_fits(self.head_peak_bytes() * heads, f"all {heads} heads of layer {layer}")
+        return self._dense(layer, list(range(heads)))
 
     @property
     def streams(self) -> bool:
@@ -400,10 +469,14 @@ class RecomputedAttention(AttentionMaps):
                 bias = bias.dense(len(self.query_tokens), len(self.key_tokens))
             elif bias is not None:
                 bias = _host_array(bias)
-            group = self.num_heads // self.num_kv_heads
+            group = query.shape[0] // key.shape[0]  # per layer: a hybrid's layers may differ (MiMo)
             allowed = self.allowed(layer)
+            sink = self._sink(layer)
+            sink = None if sink is None else sink.float().cpu().numpy()
             maps = [attention_probabilities(query[h:h + 1], key[h // group:h // group + 1], self.scalings[layer],
-                                            allowed, None if bias is None else bias[h if len(bias) > 1 else 0][None])
+                                            allowed, None if bias is None else bias[h if len(bias) > 1 else 0][None],
+                                            softcap=self._softcap(layer),
+                                            sink=None if sink is None else sink[h:h + 1])
                     for h in heads]
             weights = np.concatenate(maps)
             return weights.mean(axis=0, keepdims=True) if average else weights
@@ -426,13 +499,13 @@ class RecomputedAttention(AttentionMaps):
             self._check_head(layer, head)
             return self._compute_head(layer, head)
         self._check_fits(2 * self.head_peak_bytes(), f"the head average of layer {layer}")
-        weights = self._dense(layer, list(range(self.num_heads)), average=True)[0]
+        weights = self._dense(layer, list(range(self.heads_in(layer))), average=True)[0]
         weights.setflags(write=False)
         return weights
 
     def iter_heads(self, layer: int) -> Iterator[tuple[int, np.ndarray]]:
         self._check_layer(layer)
-        for head in range(self.num_heads):
+        for head in range(self.heads_in(layer)):
             yield head, self._compute_head(layer, head)
 
     def nbytes(self) -> int:
@@ -440,7 +513,8 @@ class RecomputedAttention(AttentionMaps):
         return sum(self.held_bytes().values())
 
     def held_bytes(self) -> dict[str, int]:
-        return _held([*self.queries, *self.keys, *self.allowed_masks, *self.biases])
+        return _held([*self.queries, *self.keys, *self.allowed_masks, *self.biases,
+                      *(sink for sink in self.sinks if sink is not None)])
 
     def head_peak_bytes(self) -> int:
         """Bound on the bytes one head's whole map costs (``head``/``iter_heads``): the float32 result on the host,
@@ -478,7 +552,7 @@ class RecomputedAttention(AttentionMaps):
     def _heads(self, layer: int, head: int | None) -> tuple[list[int], bool]:
         self._check_layer(layer)
         if head is None:
-            return list(range(self.num_heads)), True
+            return list(range(self.heads_in(layer))), True
         self._check_head(layer, head)
         return [head], False
 
@@ -526,7 +600,7 @@ class RecomputedAttention(AttentionMaps):
         self._check_layer(layer)
         self._check_fits(self.reduction_peak_bytes(), f"the heads of layer {layer}")
         scores = self.scores(layer)
-        heads = list(range(self.num_heads))
+        heads = list(range(self.heads_in(layer)))
         query_edges = _bins(len(self.query_tokens), size)
         key_edges = _bins(len(self.key_tokens), size)
         reduced = tiles.tile_pass(scores, heads, query_edges, key_edges)
@@ -603,12 +677,15 @@ class CausalMask(DescribedMask):
 
 
 def attention_probabilities(
-    query: np.ndarray, key: np.ndarray, scaling: float, allowed: np.ndarray, bias: np.ndarray | None = None
+    query: np.ndarray, key: np.ndarray, scaling: float, allowed: np.ndarray, bias: np.ndarray | None = None,
+    softcap: float = 0.0, sink: np.ndarray | None = None,
 ) -> np.ndarray:
     """softmax(q kᵀ · scaling + bias, masked) in float32, head by head to bound peak memory.
 
     query ``(H, q, d)``, key ``(H_kv, k, d)``, allowed ``(q, k)`` bool -> ``(H, q, k)``; masked entries are exactly 0
-    and a query that may see no key at all (a padding position) gets an all-zero row.
+    and a query that may see no key at all (a padding position) gets an all-zero row. ``softcap``: the scaled
+    scores capped to ``c · tanh(s / c)`` first; ``sink (H,)``: a logit per head in every row's denominator (its
+    share is left out, so rows sum to one minus it).
     """
     heads, kv_heads = query.shape[0], key.shape[0]
     if heads % kv_heads:
@@ -623,12 +700,22 @@ def attention_probabilities(
         np.matmul(query[h].astype(np.float32, copy=False), key[h // group].astype(np.float32, copy=False).T,
                   out=scores)
         scores *= scale
+        if softcap:
+            scores /= np.float32(softcap)
+            np.tanh(scores, out=scores)
+            scores *= np.float32(softcap)
         if bias is not None:
             scores += bias[h]
         np.putmask(scores, blocked, -np.inf)
-        scores -= np.where(any_allowed, scores.max(axis=-1, keepdims=True), np.float32(0))
+        top = np.where(any_allowed, scores.max(axis=-1, keepdims=True), np.float32(-np.inf))
+        if sink is not None:
+            top = np.maximum(top, np.float32(sink[h]))
+        top = np.where(np.isfinite(top), top, np.float32(0))
+        scores -= top
         np.exp(scores, out=scores)
         total = scores.sum(axis=-1, keepdims=True)
+        if sink is not None:
+            total = total + np.exp(np.float32(sink[h]) - top)
         np.divide(scores, np.where(total > 0, total, np.float32(1)), out=scores)  # an all-masked row stays 0
     return out
 

@@ -17,7 +17,11 @@ class Scores:
     ``causal``, and ``j > i + offset − window`` when ``window`` (a sliding window of ``window`` keys), and
     ``allowed[b, i, j]`` when a whole mask is given. ``relative_bias (B or 1, H or 1, Q + K − 1)``: a bias that
     depends on ``j − i`` only, at index ``j − i + Q − 1`` (T5's buckets, ALiBi); ``bias (B or 1, H or 1, Q, K)`` one
-    given whole. Both are added to ``s`` before the softmax, as SDPA adds them.
+    given whole. Both are added to ``s`` before the softmax, as SDPA adds them. ``softcap`` ``c > 0`` caps the
+    scaled product first, ``c · tanh(q·k · scaling / c)`` (Gemma 2's attention logit soft-capping, applied before
+    the mask and bias as its eager attention does). ``sink (H,)``: a learned logit per query head that joins every
+    row's softmax denominator and takes its share of the row (gpt-oss's attention sinks), so the keys' weights sum
+    to one minus that share.
     """
 
     query: torch.Tensor
@@ -31,6 +35,8 @@ class Scores:
     allowed: torch.Tensor | None = None
     relative_bias: torch.Tensor | None = None
     bias: torch.Tensor | None = None
+    softcap: float = 0.0  # 0: none
+    sink: torch.Tensor | None = None  # (H,) float32 on the scores' device
 
     def __post_init__(self):
         if self.query.dim() != 4 or self.key.dim() != 4:
@@ -143,6 +149,8 @@ class Scores:
         query = self.query[:, head, row_start:row_stop].float()  # (B, r, d)
         scores = torch.matmul(query, keys[:, col_start:col_stop].transpose(1, 2))  # (B, r, c)
         scores.mul_(self.scaling)
+        if self.softcap:
+            scores.div_(self.softcap).tanh_().mul_(self.softcap)
         rows = torch.arange(row_start, row_stop, device=scores.device)
         cols = torch.arange(col_start, col_stop, device=scores.device)
         if self.relative_bias is not None:
@@ -154,6 +162,17 @@ class Scores:
             scores.add_(bias.to(scores.device, torch.float32))
         scores.masked_fill_(~self.visible(rows, cols), float("-inf"))
         return scores
+
+    def normaliser(self, logits: torch.Tensor, head: int) -> torch.Tensor:
+        """Each row's log-sum-exp ``(B, r, 1)`` from its logits ``(B, r, c)`` over every key it sees, with the
+        head's sink in the denominator when there is one; −inf for a row that sees nothing (and has no sink)."""
+        normaliser = torch.logsumexp(logits, dim=-1, keepdim=True)
+        if self.sink is not None:
+            normaliser = torch.logaddexp(normaliser, self.sink[head].to(normaliser.device, torch.float32))
+        return normaliser
+
+    def sink_logit(self, head: int) -> float | None:
+        return None if self.sink is None else float(self.sink[head])
 
 
 

@@ -79,7 +79,7 @@ def _chunks(scores: Scores, head: int, row_start: int, row_stop: int, key_float:
         r1 = min(row_stop, r0 + step)
         lo, hi = scores.key_span(r0, r1)
         logits = scores.scores(head, r0, r1, lo, hi, key_float)
-        normaliser = torch.logsumexp(logits, dim=-1, keepdim=True)  # (B, r, 1); −inf for a row that sees nothing
+        normaliser = scores.normaliser(logits, head)  # (B, r, 1); −inf for a row that sees nothing
         weights = logits.sub_(torch.where(torch.isfinite(normaliser), normaliser, 0.0)).exp_()  # in place
         yield r0, r1, lo, hi, normaliser[..., 0], weights
 
@@ -111,6 +111,9 @@ def row_pass(scores: Scores, heads: Sequence[int], rows: tuple[int, int] | None 
             if statistics and hi > lo:
                 entropy[:, slot, at] = torch.special.entr(weights).sum(-1) / LN2  # −p ln p, 0 at p = 0; bits
                 distance[:, slot, at] = _mean_distance(scores, weights, r0, r1, lo, hi)
+            if statistics and scores.sink is not None:  # the sink is one more outcome of the row's distribution
+                sink_share = torch.exp(scores.sink[head].float() - chunk_normaliser)
+                entropy[:, slot, at] += torch.special.entr(torch.nan_to_num(sink_share)) / LN2
     return RowPass(rows, normaliser, row_max, entropy, distance)
 
 
@@ -230,7 +233,7 @@ def _window_weights(scores: Scores, head: int, r0: int, r1: int, lo: int, hi: in
     they see, then ``exp(s − L)`` on the columns asked for (the whole row is a chunk's temporary, never kept)."""
     full_lo, full_hi = scores.key_span(r0, r1)
     logits = scores.scores(head, r0, r1, full_lo, full_hi, key_float)
-    normaliser = torch.logsumexp(logits, dim=-1, keepdim=True)
+    normaliser = scores.normaliser(logits, head)
     window = logits[:, :, lo - full_lo:hi - full_lo]
     return window.sub_(torch.where(torch.isfinite(normaliser), normaliser, 0.0)).exp_()  # in place: no copy
 
@@ -275,6 +278,8 @@ def pointwise(scores: Scores, head: int, rows: torch.Tensor, cols: torch.Tensor,
     query = scores.query[:, head, rows].float()  # (B, n, d)
     key = scores.key[:, head // scores.group, safe_cols].float()  # (B, n, d)
     logits = (query * key).sum(-1) * scores.scaling  # (B, n)
+    if scores.softcap:
+        logits = torch.tanh(logits / scores.softcap) * scores.softcap
     if scores.relative_bias is not None:
         bias = scores.relative_bias[:, head if scores.relative_bias.shape[1] > 1 else 0]
         logits = logits + bias[:, safe_cols - rows + scores.queries - 1].float()
@@ -334,6 +339,8 @@ def reference(scores: Scores) -> torch.Tensor:
     query = scores.query.detach().to("cpu", torch.float64)
     key = scores.key.detach().to("cpu", torch.float64).repeat_interleave(scores.group, dim=1)
     logits = torch.matmul(query, key.transpose(-1, -2)) * scores.scaling  # (B, H, Q, K)
+    if scores.softcap:
+        logits = torch.tanh(logits / scores.softcap) * scores.softcap
     rows = torch.arange(scores.queries)
     cols = torch.arange(scores.keys)
     if scores.relative_bias is not None:
@@ -343,8 +350,21 @@ def reference(scores: Scores) -> torch.Tensor:
         logits = logits + scores.bias.detach().to("cpu", torch.float64)
     seen = scores.visible(rows.to(scores.device), cols.to(scores.device)).cpu()[:, None]  # (B, 1, Q, K)
     logits = logits.masked_fill(~seen, float("-inf"))
+    if scores.sink is not None:  # one more logit per row in the denominator, dropped after the softmax
+        sink = scores.sink.detach().to("cpu", torch.float64)[None, :, None, None].expand(*logits.shape[:3], 1)
+        return torch.softmax(torch.cat([logits, sink], dim=-1), dim=-1)[..., :-1]
     weights = torch.softmax(logits, dim=-1)
     return torch.nan_to_num(weights, nan=0.0)  # a row that sees nothing: all 0
+
+
+def sink_shares(scores: Scores, heads: Sequence[int], rows: tuple[int, int] | None = None,
+                backend: str | None = None) -> torch.Tensor | None:
+    """``(B, heads, R)`` float32: the share of each row that went to the head's sink (None without sinks)."""
+    if scores.sink is None:
+        return None
+    passed = row_pass(scores, heads, rows, backend=backend)
+    sink = scores.sink.to(passed.normaliser.device, torch.float32)[torch.as_tensor(list(heads)).long()]
+    return torch.exp(sink[None, :, None] - passed.normaliser)
 
 
 def uniform_edges(start: int, stop: int, size: int) -> list[int]:

@@ -10,8 +10,9 @@
   tile's maximum, sum and visible count, and each row's maximum, into the outputs atomically. A tile that no row of
   the block can see is skipped, so a causal head costs half its tiles.
 
-Both kernels take the mask as rules (causal + offset, a sliding window, each item's key range) and a bias only as a
-function of ``j − i`` (``relative_bias``); anything given whole goes to the PyTorch path. Block sizes are
+Both kernels take the mask as rules (causal + offset, a sliding window, each item's key range), a bias only as a
+function of ``j − i`` (``relative_bias``), the scores' soft cap and each head's sink logit (the row kernel adds it to
+the denominator; the tile kernel reads the normalisers it wrote); anything given whole goes to the PyTorch path. Block sizes are
 ``constexpr``; ``tests/test_tiles.py`` runs both kernels through Triton's interpreter (CPU tensors) against the
 float64 reference over a grid of shapes, and on the GPU when there is one.
 """
@@ -49,13 +50,14 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def _row_kernel(Q, K, BIAS, KEY_START, KEY_STOP, HEADS, LSE, ROW_MAX, PS, PD,
+def _row_kernel(Q, K, BIAS, SINK, KEY_START, KEY_STOP, HEADS, LSE, ROW_MAX, PS, PD,
                 stride_qb, stride_qh, stride_qm, stride_qd,
                 stride_kb, stride_kh, stride_kn, stride_kd,
                 stride_bb, stride_bh, stride_bn,
                 stride_ob, stride_oh,
-                n_queries, head_dim, n_outputs, group, row_start, row_stop, scale_log2, offset, window,
+                n_queries, head_dim, n_outputs, group, row_start, row_stop, scaling, softcap, offset, window,
                 CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_BIAS: tl.constexpr, STATISTICS: tl.constexpr,
+                SOFTCAP: tl.constexpr, HAS_SINK: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
                 UPCAST: tl.constexpr):
     block = tl.num_programs(0) - 1 - tl.program_id(0)  # the last rows first: a causal map's see the most keys
@@ -94,7 +96,10 @@ def _row_kernel(Q, K, BIAS, KEY_START, KEY_STOP, HEADS, LSE, ROW_MAX, PS, PD,
                     mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
         if UPCAST:
             k = k.to(tl.float32)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2  # (BLOCK_M, BLOCK_N), base 2
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scaling  # (BLOCK_M, BLOCK_N)
+        if SOFTCAP:  # c · tanh(s / c), through exp2: finite at both ends
+            s = softcap * (1.0 - 2.0 / (tl.exp2(s * (2.8853900817779268 / softcap)) + 1.0))
+        s = s * 1.4426950408889634  # base 2
         relative = cols[None, :] - rows[:, None]
         if HAS_BIAS:
             s += tl.load(BIAS + b * stride_bb + head * stride_bh + (relative + n_queries - 1) * stride_bn,
@@ -115,12 +120,23 @@ def _row_kernel(Q, K, BIAS, KEY_START, KEY_STOP, HEADS, LSE, ROW_MAX, PS, PD,
             distance = tl.where(relative < 0, -relative, relative).to(tl.float32)
             pd_i = pd_i * alpha + tl.sum(p * distance, 1)
         m_i = m_new
+    top_key = m_i  # the row's largest key score (base 2), before the sink joins
+    if HAS_SINK:  # one more term of the denominator, with no key and no distance
+        sink = tl.load(SINK + head).to(tl.float32) * 1.4426950408889634
+        m_new = tl.maximum(m_i, sink)
+        alpha = tl.exp2(m_i - m_new)
+        beta = tl.exp2(sink - m_new)
+        l_i = l_i * alpha + beta
+        ps_i = ps_i * alpha + beta * sink
+        pd_i = pd_i * alpha
+        m_i = m_new
     has = l_i > 0
     safe_l = tl.where(has, l_i, 1.0)
     lse2 = m_i + tl.log2(safe_l)
     out = b * stride_ob + slot * stride_oh + (rows - row_start)
     tl.store(LSE + out, tl.where(has, lse2 * 0.6931471805599453, float("-inf")), mask=row_ok)
-    tl.store(ROW_MAX + out, tl.where(has, 1.0 / safe_l, 0.0), mask=row_ok)  # p of the row's top key = 2^(m − lse2)
+    top = tl.where(top_key == float("-inf"), 0.0, tl.exp2(top_key - tl.where(has, lse2, 0.0)))
+    tl.store(ROW_MAX + out, tl.where(has, top, 0.0), mask=row_ok)  # p of the row's top key
     if STATISTICS:
         tl.store(PS + out, tl.where(has, lse2 - ps_i / safe_l, 0.0), mask=row_ok)  # entropy, bits
         tl.store(PD + out, tl.where(has, pd_i / safe_l, 0.0), mask=row_ok)
@@ -135,8 +151,8 @@ def _tile_kernel(Q, K, BIAS, KEY_START, KEY_STOP, HEADS, LSE, QUERY_EDGES, KEY_E
                  stride_ob, stride_og, stride_oq,
                  stride_rb, stride_rg,
                  n_queries, head_dim, n_outputs, per_output, n_key_tiles, group, lse_start, window_start,
-                 scale_log2, offset, window, rows_per_split, tiles_per_split, n_key_splits,
-                 CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_BIAS: tl.constexpr,
+                 scaling, softcap, offset, window, rows_per_split, tiles_per_split, n_key_splits,
+                 CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
                  UPCAST: tl.constexpr):
     tile_q = tl.program_id(0)
@@ -195,7 +211,10 @@ def _tile_kernel(Q, K, BIAS, KEY_START, KEY_STOP, HEADS, LSE, QUERY_EDGES, KEY_E
                         if UPCAST:
                             q = q.to(tl.float32)
                             k = k.to(tl.float32)
-                        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2
+                        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scaling
+                        if SOFTCAP:
+                            s = softcap * (1.0 - 2.0 / (tl.exp2(s * (2.8853900817779268 / softcap)) + 1.0))
+                        s = s * 1.4426950408889634
                         if HAS_BIAS:
                             s += tl.load(BIAS + b * stride_bb + head * stride_bh + (relative + n_queries - 1)
                                          * stride_bn, mask=row_ok[:, None] & col_ok[None, :],
@@ -286,13 +305,15 @@ def row_pass(scores: Scores, heads: list[int], rows: tuple[int, int], statistics
     q, k = scores.query, scores.key
     block_m, block_n = 64, 64
     grid = (triton.cdiv(shape[2], block_m), scores.batch * len(heads))
+    sink = scores.sink.to(device, torch.float32) if scores.sink is not None else torch.zeros(1, device=device)
     row_kernel[grid](
-        q, k, bias, key_start, key_stop, head_ids, normaliser, row_max, entropy, distance,
+        q, k, bias, sink, key_start, key_stop, head_ids, normaliser, row_max, entropy, distance,
         *q.stride(), *k.stride(), sbb, sbh, sbn, normaliser.stride(0), normaliser.stride(1),
-        scores.queries, q.shape[-1], len(heads), scores.group, rows[0], rows[1], scores.scaling * LOG2E,
-        scores.offset, scores.window,
+        scores.queries, q.shape[-1], len(heads), scores.group, rows[0], rows[1], scores.scaling,
+        float(scores.softcap or 1.0), scores.offset, scores.window,
         CAUSAL=scores.causal, HAS_WINDOW=scores.window > 0, HAS_BIAS=scores.relative_bias is not None,
-        STATISTICS=statistics, BLOCK_M=block_m, BLOCK_N=block_n, **_blocks(scores))
+        STATISTICS=statistics, SOFTCAP=bool(scores.softcap), HAS_SINK=scores.sink is not None,
+        BLOCK_M=block_m, BLOCK_N=block_n, **_blocks(scores))
     return RowPass(rows, normaliser, row_max, entropy if statistics else None, distance if statistics else None)
 
 
@@ -325,7 +346,8 @@ def tile_pass(scores: Scores, heads: list[int], query_edges: torch.Tensor, key_e
         *q.stride(), *k.stride(), sbb, sbh, sbn, lse.stride(0), lse.stride(1),
         maximum.stride(0), maximum.stride(1), maximum.stride(2), row_max.stride(0), row_max.stride(1),
         scores.queries, q.shape[-1], outputs, per_output, tk, scores.group, normalisers.rows[0], window_start,
-        scores.scaling * LOG2E, scores.offset, scores.window, rows_per_split, tiles_per_split, key_splits,
+        scores.scaling, float(scores.softcap or 1.0), scores.offset, scores.window, rows_per_split,
+        tiles_per_split, key_splits,
         CAUSAL=scores.causal, HAS_WINDOW=scores.window > 0, HAS_BIAS=scores.relative_bias is not None,
-        BLOCK_M=block_m, BLOCK_N=block_n, **_blocks(scores))
+        SOFTCAP=bool(scores.softcap), BLOCK_M=block_m, BLOCK_N=block_n, **_blocks(scores))
     return TilePass(query_edges, key_edges, maximum, total, seen, row_max)

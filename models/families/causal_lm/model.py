@@ -149,8 +149,11 @@ def _forward(loaded: LoadedModel, ids: list[int], keep_last: int = 1, residual: 
             stream = torch.stack(slices).float().cpu().numpy()
         else:
             output = loaded.model(input_ids=input_ids, use_cache=False, output_hidden_states=residual, **keep)
-            stream = (torch.stack([state[0] for state in output.hidden_states]).float().cpu().numpy()
-                      if residual else None)
+            states = [state[0] for state in output.hidden_states] if residual else []
+            # a residual stream of several vectors per token (DeepSeek-V4's hyper-connections) or of changing
+            # width is no single point per layer for the lens to read: the lens says so, the maps are drawn
+            single = residual and len({tuple(state.shape) for state in states}) == 1
+            stream = torch.stack(states).float().cpu().numpy() if single else None
         logits = output.logits[0, -keep_last:]
         del output
     probabilities = torch.softmax(logits.float(), dim=-1).cpu()  # (keep_last, vocab)

@@ -6,6 +6,8 @@ many BERT heads.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from models.core import capture, loading, text
@@ -38,7 +40,11 @@ def run(loaded: LoadedModel, inputs: TextInput, options: None = None) -> TextRes
     with text_out_of_memory(loaded.device, len(tokenized.ids)), torch.inference_mode(), \
             capture.recording(loaded.model) as recorder:
         loaded.model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
-    maps = recorder.attention_maps("self", 0, query_tokens=tokenized.tokens, key_tokens=tokenized.tokens)
+    # an encoder–decoder typed into this page (BART, mBART): its encoder's self-attention is the page's
+    kind = "encoder" if "self" not in recorder.kinds() and "encoder" in recorder.kinds() else "self"
+    maps = recorder.attention_maps(kind, 0, query_tokens=tokenized.tokens, key_tokens=tokenized.tokens)
+    if kind == "encoder":
+        maps = dataclasses.replace(maps, kind="self")
     special_ids = set(loaded.tokenizer.all_special_ids)
     special = tuple(i for i, token_id in enumerate(tokenized.ids) if token_id in special_ids)
     return TextResult(model=loaded.info(), tokens=tokenized.tokens, attention={"self": maps},

@@ -1,0 +1,353 @@
+"""The support matrix: a tiny random model of every attention architecture transformers' auto mappings list, saved
+to a folder, typed into its page's model picker (the page's own load and run), and every map compared with the same
+folder run by transformers' eager attention (``output_attentions=True``).
+
+    python -m tests.support_matrix --write           # run every architecture, write docs/MODELS.md and the
+                                                     # expectations tests/data/support_matrix.json
+    python -m tests.support_matrix llama gemma2      # a few, printed
+
+Outcomes: ``exact`` (the capture path, every map within ``TOLERANCE`` of eager), ``exact (eager path)`` (the model's
+attention does not pass through transformers' AttentionInterface; its own eager maps are read), ``refused`` (a
+message in words, before the run), ``wrong`` and ``crash`` (both failures), and ``not built`` (this harness could not
+make a tiny model of it: the architecture is listed with the reason, not counted).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+EXPECTED = ROOT / "tests" / "data" / "support_matrix.json"
+DOC = ROOT / "docs" / "MODELS.md"
+TOLERANCE = 1e-5  # float32 maps and next-token probabilities against eager
+TEXT = "The cat sat on the mat because it was tired and the dog was not"
+VOCAB = 30522  # the packaged MiniLM tokenizer's, so that real text tokenises
+MAX_PARAMETERS = 20_000_000  # a config this harness failed to shrink is reported, not built
+
+# each page and the transformers auto mapping whose architectures a user would type into it
+PAGES = {
+    "causal_lm": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+    "encoder": "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+}
+PAGE_TITLES = {"causal_lm": "Language model (GPT)", "encoder": "Encoder (BERT)"}
+
+# sizes every tiny model gets, by the names configs use for them
+SIZES = {
+    64: ("hidden_size", "n_embd", "d_model", "dim", "embed_dim", "model_dim", "n_embed", "hidden_dim",
+         "embedding_size", "emb_dim", "word_embed_proj_dim", "input_embedding_size", "output_embedding_size",
+         "hidden_size_per_layer_input"),
+    2: ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "num_decoder_layers", "encoder_layers",
+        "decoder_layers", "num_experts_per_tok", "top_k", "moe_topk", "num_experts_per_token"),
+    4: ("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads", "decoder_attention_heads",
+        "num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "sliding_window",
+        "attention_window"),
+    8: ("rotary_dim", "rotary_emb_base_dim"),
+    16: ("head_dim", "d_kv", "d_head", "kv_channels", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "kv_lora_rank",
+         "mamba_dt_rank", "time_step_rank", "attention_head_dim"),
+    32: ("q_lora_rank", "moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size"),
+    128: ("intermediate_size", "n_inner", "ffn_dim", "d_ff", "encoder_ffn_dim", "decoder_ffn_dim", "ffn_hidden_size",
+          "ff_dim", "intermediate_dim"),
+}
+KV_HEADS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num")
+POSITIONS = ("max_position_embeddings", "n_positions", "max_seq_len", "max_sequence_length")
+DROPPED = ("architectures", "torch_dtype", "dtype", "_name_or_path", "transformers_version",
+           "model_type", "auto_map")
+
+
+LAYER_COUNTS = SIZES[2][:7]  # the names of a config's layer count
+KEEP_LAYERS = 4  # at most this many layers, chosen so that every kind of layer the model has is kept
+
+
+def _layer_choice(values: dict) -> list[int] | None:
+    """Which of the default config's layers a tiny model keeps: the first of each distinct kind (by every
+    per-layer list of names or flags: attention/linear/Mamba, sliding/full, dense/MoE), at least two, at most
+    ``KEEP_LAYERS``; None when the config has no layer count."""
+    count = next((values[n] for n in LAYER_COUNTS if isinstance(values.get(n), int) and values[n] > 0), None)
+    if count is None:
+        return None
+    kinds = [v for n, v in values.items() if isinstance(v, (list, str)) and len(v) == count and n != "model_type"
+             and all(isinstance(x, (str, bool)) for x in v)]
+    chosen: list[int] = []
+    seen = set()
+    for index in range(count):
+        signature = tuple(kind[index] for kind in kinds)
+        if signature not in seen:
+            seen.add(signature)
+            chosen.append(index)
+    for index in range(count):  # at least two layers (a stream through more than one block)
+        if len(chosen) >= 2:
+            break
+        if index not in chosen:
+            chosen.append(index)
+    return sorted(chosen)[:KEEP_LAYERS]
+
+
+def _shrunk(values: dict, layers: list[int] | None = None) -> dict:
+    """A config dict with every size this harness knows set small and its per-layer entries cut to ``layers``
+    (sub-configs too)."""
+    out = {}
+    chosen = _layer_choice(values) if layers is None else layers
+    count = next((values[n] for n in LAYER_COUNTS if isinstance(values.get(n), int) and values[n] > 0), None)
+    for name, value in values.items():
+        if name in DROPPED:
+            continue
+        if isinstance(value, dict) and name.endswith("config"):
+            out[name] = _shrunk(value)
+            continue
+        if chosen is not None and count and isinstance(value, (list, str)) and len(value) == count and \
+                name not in ("model_type",) and not name.endswith("token_id"):
+            picked = [value[i] for i in chosen]
+            out[name] = "".join(picked) if isinstance(value, str) else picked
+            if all(isinstance(x, int) and not isinstance(x, bool) for x in picked):
+                out[name] = [_small(name, x) for x in picked]
+            continue
+        if chosen is not None and isinstance(value, dict) and value and \
+                all(str(k).lstrip("-").isdigit() for k in value):  # per-layer settings by layer index
+            out[name] = {str(chosen.index(int(k))) if isinstance(k, str) else chosen.index(int(k)): v
+                         for k, v in value.items() if int(k) in chosen}
+            continue
+        if isinstance(value, bool) or value is None:
+            out[name] = value
+            continue
+        if name in LAYER_COUNTS and isinstance(value, int) and chosen is not None and value == count:
+            out[name] = len(chosen)
+            continue
+        out[name] = _small(name, value)
+    if "qk_head_dim" in out and "qk_nope_head_dim" in out and "qk_rope_head_dim" in out:
+        out["qk_head_dim"] = out["qk_nope_head_dim"] + out["qk_rope_head_dim"]  # MLA: derived, keep consistent
+    return out
+
+
+def _small(name: str, value):
+    if not isinstance(value, int) or isinstance(value, bool):
+        return value
+    for size, names in SIZES.items():
+        if name in names:
+            return size
+    if name in KV_HEADS:
+        return 2
+    if name in POSITIONS:
+        return min(value, 512)
+    if name == "vocab_size":
+        return VOCAB
+    if name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id") and value >= VOCAB:
+        return 0
+    return value
+
+
+def tiny_config(model_type: str):
+    """A seeded tiny config of ``model_type``: 2 layers, 4 heads (2 key/value heads where grouped), d = 64."""
+    from transformers import CONFIG_MAPPING
+
+    config_class = CONFIG_MAPPING[model_type]
+    values = _shrunk(config_class().to_dict())
+    values.update(OVERRIDES.get(model_type, {}))
+    return config_class(**values)
+
+
+# where the generic shrinking is not enough (a tiny model of that architecture needs these)
+OVERRIDES: dict[str, dict] = {
+    "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1},
+}
+
+
+@dataclass
+class Outcome:
+    page: str
+    model_type: str
+    architecture: str = ""
+    status: str = "not built"  # exact | exact (eager path) | refused | wrong | crash | not built
+    path: str = ""  # how the page drew it (capture description)
+    max_difference: float | None = None
+    next_token_difference: float | None = None
+    layers: int = 0
+    message: str = ""
+    seconds: float = 0.0
+    kinds: list[str] = field(default_factory=list)
+
+
+def _model_class(page: str, model_type: str):
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    names = getattr(modeling_auto, PAGES[page])
+    name = names[model_type]
+    name = name[0] if isinstance(name, (list, tuple)) else name
+    return getattr(transformers, name, None), name
+
+
+def build(page: str, model_type: str, folder: Path) -> str:
+    """Save a seeded tiny random model of ``model_type`` (as the page's auto class builds it) and the MiniLM tokenizer
+    to ``folder``, as a user saves theirs; returns the model class name."""
+    from tests.conftest import minilm_tokenizer
+
+    config = tiny_config(model_type)
+    model_class, name = _model_class(page, model_type)
+    if model_class is None:
+        raise LookupError(f"transformers has no class {name}")
+    with torch.device("meta"):
+        meta = model_class._from_config(copy.deepcopy(config))
+    parameters = sum(p.numel() for p in meta.parameters())
+    if parameters > MAX_PARAMETERS:
+        raise LookupError(f"{parameters / 1e6:.0f} M parameters after shrinking (the harness missed a size)")
+    torch.manual_seed(0)
+    model = model_class._from_config(copy.deepcopy(config), attn_implementation="eager").eval()
+    ids = torch.tensor([[101, 1996, 4937, 2938, 2006, 1996, 13523, 102]])
+    try:  # the tiny model must run as transformers made it, or it is this harness's fault
+        with torch.inference_mode():
+            model(input_ids=ids, use_cache=False)
+    except Exception as error:
+        raise LookupError(f"the tiny model does not run in eager: {type(error).__name__}: "
+                          f"{str(error).splitlines()[0][:160] if str(error) else ''}") from error
+    model.save_pretrained(folder)
+    minilm_tokenizer().save_pretrained(folder)
+    return name
+
+
+def _eager(page: str, folder: Path, ids: list[int]):
+    """(attention maps per layer (heads, q, k) float32, next-token probabilities or None) from transformers' own
+    eager attention on the same folder and ids."""
+    import transformers
+
+    auto = transformers.AutoModelForCausalLM if page == "causal_lm" else transformers.AutoModel
+    model = auto.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32).eval()
+    input_ids = torch.tensor([ids])
+    with torch.inference_mode():
+        output = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), output_attentions=True,
+                       use_cache=False)
+    attentions = getattr(output, "encoder_attentions", None) or output.attentions  # an encoder–decoder's encoder
+    maps = {number: a[0].float().numpy() for number, a in enumerate(attentions or ())
+            if isinstance(a, torch.Tensor) and a.dim() == 4 and a.shape[-1] == len(ids)}
+    probabilities = None
+    if page == "causal_lm":
+        probabilities = torch.softmax(output.logits[0, -1].float(), -1).numpy()
+    return maps, probabilities
+
+
+def check(page: str, model_type: str, workdir: Path) -> Outcome:
+    """Build, load through the page's path, run, compare with eager."""
+    from models import families
+    from models.core.inputs import TextInput
+
+    outcome = Outcome(page, model_type)
+    started = time.perf_counter()
+    folder = workdir / f"{page}-{model_type}"
+    try:
+        outcome.architecture = build(page, model_type, folder)
+    except Exception as error:  # noqa: BLE001 - the harness's own failure, reported as "not built"
+        outcome.message = f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
+        outcome.seconds = time.perf_counter() - started
+        return outcome
+    try:
+        spec = families.custom(page, str(folder))
+        loaded = families.load(spec, "cpu", "float32")
+        result = families.run(loaded, TextInput(TEXT, 64))
+        outcome.path = loaded.capture
+        outcome.kinds = list(result.attention)
+    except ValueError as error:
+        outcome.status = "refused"
+        outcome.message = str(error)
+        outcome.seconds = time.perf_counter() - started
+        return outcome
+    except Exception as error:  # noqa: BLE001 - a crash is what the matrix exists to find
+        outcome.status = "crash"
+        outcome.message = f"{type(error).__name__}: {error}"[:500] + "\n" + traceback.format_exc(limit=-3)[-1500:]
+        outcome.seconds = time.perf_counter() - started
+        return outcome
+    try:
+        ids = list(result.token_ids)
+        reference, probabilities = _eager(page, folder, ids)
+        maps = result.attention["self"]
+        outcome.layers = maps.num_layers
+        numbers = [maps.layer_number(layer) for layer in range(maps.num_layers)]
+        if len(reference) == len(numbers) and sorted(reference) != numbers:
+            # eager attentions of a hybrid list its attention layers only, in order
+            reference = dict(zip(numbers, (reference[n] for n in sorted(reference))))
+        if sorted(reference) != numbers:
+            outcome.status = "wrong"
+            outcome.message = f"layers {numbers} drawn, eager returned maps of layers {sorted(reference)}"
+        else:
+            worst = 0.0
+            for layer, number in enumerate(numbers):
+                expected = reference[number]
+                drawn = maps.layer(layer)
+                if drawn.shape != expected.shape:
+                    raise AssertionError(f"layer {layer}: drawn {drawn.shape}, eager {expected.shape}")
+                difference = float(np.abs(drawn - expected).max())
+                if maps.sink_share(layer, 0) is not None:
+                    # some eager implementations (Granite SWA) return the weights before the sink takes its
+                    # share and scale the output instead: the same map up to each row's sink share
+                    total = drawn.sum(-1, keepdims=True)
+                    renormalised = drawn / np.where(total > 0, total, 1)
+                    difference = min(difference, float(np.abs(renormalised - expected).max()))
+                worst = max(worst, difference)
+            outcome.max_difference = worst
+            if probabilities is not None and result.next_token:
+                drawn = np.array([t.probability for t in result.next_token])
+                expected = probabilities[[t.token_id for t in result.next_token]]
+                outcome.next_token_difference = float(np.abs(drawn - expected).max())
+            exact = worst <= TOLERANCE and (outcome.next_token_difference or 0.0) <= TOLERANCE
+            eager_path = "eager" in outcome.path.lower() and "capture" not in outcome.path.split("(")[0].lower()
+            outcome.status = ("exact (eager path)" if eager_path else "exact") if exact else "wrong"
+    except Exception as error:  # noqa: BLE001
+        outcome.status = "wrong"
+        outcome.message = f"compared with eager: {type(error).__name__}: {error}"[:500]
+    outcome.seconds = time.perf_counter() - started
+    return outcome
+
+
+def architectures(page: str) -> list[str]:
+    from transformers.models.auto import modeling_auto
+
+    return sorted(getattr(modeling_auto, PAGES[page]))
+
+
+def quiet() -> None:
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def run_all(pages=tuple(PAGES), only: list[str] | None = None, log=print) -> list[Outcome]:
+    torch.set_num_threads(1)
+    quiet()
+    outcomes = []
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        os.environ["ATTN_EXPLORER_MODEL_DIRS"] = str(workdir)
+        for page in pages:
+            for model_type in architectures(page):
+                if only and model_type not in only:
+                    continue
+                outcome = check(page, model_type, workdir)
+                outcomes.append(outcome)
+                log(f"{page:10s} {model_type:28s} {outcome.status:20s} {outcome.seconds:5.1f}s "
+                    f"{'' if outcome.max_difference is None else f'{outcome.max_difference:.1e}'} "
+                    f"{outcome.message.splitlines()[0][:140] if outcome.message else ''}")
+    return outcomes
+
+
+if __name__ == "__main__":
+    arguments = sys.argv[1:]
+    write = "--write" in arguments
+    names = [a for a in arguments if not a.startswith("--")]
+    results = run_all(only=names or None)
+    if write:
+        EXPECTED.write_text(json.dumps([asdict(o) for o in results], indent=1))

@@ -1,0 +1,85 @@
+"""Models users bring: what their attention function is handed is honoured exactly, or refused in words before the
+run (issue 36). Soft-capped scores (Gemma 2), attention sinks (gpt-oss), and a keyword nobody taught the capture.
+
+The support matrix (tests/test_support_matrix.py) runs every architecture; these are the cases the issue names,
+each checked through the page's own path against transformers' eager attention, maps and next-token distribution.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests import support_matrix
+
+TOLERANCE = 1e-5
+
+
+@pytest.fixture()
+def model_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tmp_path))
+    support_matrix.quiet()
+    return tmp_path
+
+
+def _page_run(folder, page="causal_lm"):
+    from models import families
+    from models.core.inputs import TextInput
+
+    loaded = families.load(families.custom(page, str(folder)))
+    return loaded, families.run(loaded, TextInput(support_matrix.TEXT, 64))
+
+
+@pytest.mark.parametrize("model_type", ["gpt_oss", "gemma2"])
+def test_sinks_and_soft_caps_are_drawn_and_run_as_the_model_does(model_dir, model_type):
+    folder = model_dir / model_type
+    support_matrix.build("causal_lm", model_type, folder)
+    loaded, result = _page_run(folder)
+    reference, probabilities = support_matrix._eager("causal_lm", folder, list(result.token_ids))
+    maps = result.attention["self"]
+    assert maps.num_layers == len(reference) == 2
+    for layer, expected in enumerate(reference):
+        np.testing.assert_allclose(maps.layer(layer), expected, atol=TOLERANCE, rtol=0)
+    drawn = np.array([t.probability for t in result.next_token])
+    np.testing.assert_allclose(drawn, probabilities[[t.token_id for t in result.next_token]], atol=TOLERANCE, rtol=0)
+    if model_type == "gpt_oss":  # every row's sink share is what its keys left
+        assert maps.has_sinks
+        for layer in range(maps.num_layers):
+            share = maps.sink_share(layer, 1)
+            np.testing.assert_allclose(share, 1 - maps.layer(layer)[1].sum(-1), atol=1e-6)
+            assert (share > 0).all()
+        assert "attention sinks" in loaded.capture
+    else:
+        assert not maps.has_sinks and "soft-capped" in loaded.capture
+
+
+def test_a_keyword_the_capture_does_not_know_is_refused_before_any_output(model_dir, monkeypatch):
+    """A future architecture hands its attention function something new: the run stops at the first attention
+    call with the architecture and the keyword named, and no output comes back."""
+    import transformers.models.llama.modeling_llama as llama
+
+    folder = model_dir / "llama"
+    support_matrix.build("causal_lm", "llama", folder)
+    from models import families
+    from models.core.inputs import TextInput
+
+    loaded = families.load(families.custom("causal_lm", str(folder)))
+    original = llama.LlamaAttention.forward
+
+    def forward(self, *args, **kwargs):
+        return original(self, *args, **{**kwargs, "learned_temperature": torch.ones(1)})
+
+    monkeypatch.setattr(llama.LlamaAttention, "forward", forward)
+    with pytest.raises(ValueError, match=r"llama hands its attention function 'learned_temperature'"):
+        families.run(loaded, TextInput(support_matrix.TEXT, 64))
+
+
+def test_a_model_in_training_mode_is_refused_rather_than_drawn_with_dropout():
+    from models.core import capture
+
+    module = torch.nn.Module()
+    module.train()
+    with pytest.raises(ValueError, match="training mode"):
+        capture.check_keywords(module, {"dropout": 0.1, "scaling": 0.25})
+    module.eval()
+    capture.check_keywords(module, {"dropout": 0.1, "scaling": 0.25, "use_cache": False})
