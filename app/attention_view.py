@@ -45,8 +45,13 @@ def layer_head_picker(maps: AttentionMaps, key: str) -> tuple[int, int | None]:
     left, right = st.columns(2)
     if not 0 <= st.session_state.get(f"{key}_layer", 0) < maps.num_layers:  # another model's, or a link's -5
         st.session_state[f"{key}_layer"] = 0
-    layer = left.slider("Layer", 0, max(maps.num_layers - 1, 1), key=f"{key}_layer",
-                        disabled=maps.num_layers == 1)
+    numbers = [maps.layer_number(i) for i in range(maps.num_layers)]
+    if numbers != list(range(maps.num_layers)) and maps.num_layers > 1:  # a hybrid: its attention layers under the model's own numbers
+        layer = left.select_slider("Layer (attention layers only)", list(range(maps.num_layers)),
+                                   format_func=lambda i: str(numbers[i]), key=f"{key}_layer")
+    else:
+        layer = left.slider("Layer", 0, max(maps.num_layers - 1, 1), key=f"{key}_layer",
+                            disabled=maps.num_layers == 1)
     options = [AVERAGE] + [f"head {h}" for h in range(maps.num_heads)]
     if st.session_state.get(f"{key}_head") not in options:
         st.session_state[f"{key}_head"] = options[1]

@@ -180,6 +180,7 @@ class Outcome:
     message: str = ""
     seconds: float = 0.0
     kinds: list[str] = field(default_factory=list)
+    lens: str = ""  # the logit lens on the page's run: "exact" (its output row is the model's), or its refusal
 
 
 def _model_class(page: str, model_type: str):
@@ -302,6 +303,8 @@ def check(page: str, model_type: str, workdir: Path) -> Outcome:
                 drawn = np.array([t.probability for t in result.next_token])
                 expected = probabilities[[t.token_id for t in result.next_token]]
                 outcome.next_token_difference = float(np.abs(drawn - expected).max())
+            if page == "causal_lm":
+                outcome.lens = _lens(loaded, result)
             exact = worst <= TOLERANCE and (outcome.next_token_difference or 0.0) <= TOLERANCE
             eager_path = "eager" in outcome.path.lower() and "capture" not in outcome.path.split("(")[0].lower()
             outcome.status = ("exact (eager path)" if eager_path else "exact") if exact else "wrong"
@@ -310,6 +313,24 @@ def check(page: str, model_type: str, workdir: Path) -> Outcome:
         outcome.message = f"compared with eager: {type(error).__name__}: {error}"[:500]
     outcome.seconds = time.perf_counter() - started
     return outcome
+
+
+def _lens(loaded, result) -> str:
+    """The logit lens through the page's own analysis: its last layer at the last position must be the model's
+    own next-token distribution (the named sites are where the model's residual stream is)."""
+    from types import SimpleNamespace
+
+    from models.analysis import lens
+
+    try:
+        found = lens.logit_lens(loaded, result, SimpleNamespace(last=-1, positions=4))
+    except ValueError as error:
+        return f"refused: {error}"
+    best = result.next_token[0]
+    if int(found.top_ids[-1, -1, 0]) != best.token_id or abs(float(found.top_probs[-1, -1, 0]) - best.probability) \
+            > 1e-4:
+        return "wrong"
+    return "exact"
 
 
 def architectures(page: str) -> list[str]:
@@ -338,7 +359,7 @@ def run_all(pages=tuple(PAGES), only: list[str] | None = None, log=print) -> lis
                     continue
                 outcome = check(page, model_type, workdir)
                 outcomes.append(outcome)
-                log(f"{page:10s} {model_type:28s} {outcome.status:20s} {outcome.seconds:5.1f}s "
+                log(f"{page:10s} {model_type:28s} {outcome.status:20s} {outcome.lens[:8]:8s} {outcome.seconds:5.1f}s "
                     f"{'' if outcome.max_difference is None else f'{outcome.max_difference:.1e}'} "
                     f"{outcome.message.splitlines()[0][:140] if outcome.message else ''}")
     return outcomes

@@ -103,6 +103,7 @@ def _forwards(model, ids: list[int], blocked, layers):
     keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
     device = next(model.parameters()).device
     prompt = torch.tensor([ids], device=device)
+    capture.require_interface(model, "Attention knockout")
     layer_of = attention_modules(model)
     per_forward = max(1, BATCH_TOKENS // len(ids))
     out = []

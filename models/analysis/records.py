@@ -32,18 +32,27 @@ def head_values(projection: torch.nn.Module, value: torch.Tensor) -> torch.Tenso
 
 
 def eager_weights(module, query, key, value, attention_mask, scaling, kwargs):
-    """``softmax(q kᵀ · scaling + mask)`` with its graph, grouped key/value heads repeated: (weights, value)."""
+    """``softmax(cap(q kᵀ · scaling) + bias + mask)`` with its graph, grouped key/value heads repeated, a sink in
+    the denominator where the model has one (``models.core.capture.KEYWORDS``): (weights, value)."""
     groups = query.shape[1] // key.shape[1]
     key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
     scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
     scores = (query @ key.transpose(-1, -2)).float() * scaling  # (B, H, q, k)
     q_len, k_len = scores.shape[-2:]
+    softcap, sink = capture.score_terms(kwargs)
+    if softcap:
+        scores = torch.tanh(scores / softcap) * softcap
+    if kwargs.get("position_bias") is not None:
+        scores = scores + kwargs["position_bias"][..., -k_len:].float()
     if attention_mask is not None:
         mask = attention_mask[..., -k_len:]
         scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.float()
     elif q_len > 1 and kwargs.get("is_causal", getattr(module, "is_causal", True)):
         causal = torch.ones(q_len, k_len, dtype=torch.bool, device=scores.device).tril()
         scores = scores.masked_fill(~causal, float("-inf"))
+    if sink is not None:  # one more logit per row in the denominator, dropped after the softmax
+        column = sink.float().reshape(1, -1, 1, 1).expand(*scores.shape[:3], 1)
+        return torch.cat([scores, column], dim=-1).softmax(-1)[..., :-1].to(query.dtype), value
     return scores.softmax(-1).to(query.dtype), value
 
 
@@ -61,6 +70,7 @@ def attention_sites(model) -> list[hooks.AttentionSite]:
 def recording(model):
     """Eager, differentiable attention for this call's forwards inside the block; yields the list of
     ``LayerRecord`` it fills, one per attention site in forward order."""
+    capture.require_interface(model, "Explanations that differentiate through attention")
     sites = attention_sites(model)
     records = [LayerRecord(kind=site.kind) for site in sites]
     index_of = {id(site.module): i for i, site in enumerate(sites)}
@@ -90,6 +100,7 @@ def zeroing_values(model, keep: torch.Tensor, kind: str = "cross"):
     """Value zeroing (Mohebbi et al. 2023): inside the block, this call's attention of the ``kind`` sites multiplies
     its values by ``keep`` (B, S) over the key positions, so batch row ``b`` has ``v_j = 0`` wherever
     ``keep[b, j] = 0``; the weights are untouched (eager softmax, the same as ``recording``)."""
+    capture.require_interface(model, "Value zeroing")
     chosen = {id(site.module) for site in attention_sites(model) if site.kind == kind}
 
     def eager_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):

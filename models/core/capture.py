@@ -429,6 +429,11 @@ class Recorder:
 
         layers = self.stored[kind]
         q_len, k_len = layers[0][1].shape[2:]
+        shapes = sorted({tuple(weights.shape[2:]) for _, weights in layers})
+        if len(shapes) > 1:
+            raise ValueError(f"{self.model_type}'s layers return maps of different shapes for one input "
+                             f"({', '.join(f'{q} × {k}' for q, k in shapes)}): some attend to compressed blocks of "
+                             "tokens rather than to tokens, and no map here can label such keys, so none is drawn.")
         q_index = np.arange(q_len) if query_positions is None else np.asarray(query_positions)
         k_index = np.arange(k_len) if key_positions is None else np.asarray(key_positions)
         maps = [np.ascontiguousarray(weights[batch_index if len(weights) > 1 else 0][:, q_index][:, :, k_index])
@@ -855,7 +860,8 @@ def probe(model) -> Probe | None:
     layers = [record for kind in recorder.records.values() for record in kind]
     stored = any(recorder.stored.values())
     language_model = type(model).__name__.endswith("ForCausalLM")
-    not_causal = language_model and any(_sees_later(record.allowed) for record in recorder.records.get("self", ()))
+    not_causal = language_model and any(_sees_later(record.allowed) for record in recorder.records.get("self", ())
+                                        if record.query.shape[2] == record.key.shape[2])
     return Probe(bool(layers) or stored, any(r.softcap for r in layers),
                  any(r.sink is not None for r in layers), rejected=recorder.rejected > 0 and not stored,
                  not_causal=not_causal)
@@ -866,6 +872,46 @@ def _sees_later(allowed) -> bool:
     if isinstance(allowed, tuple):
         return any(not rules.causal for rules in allowed)
     return bool(torch.triu(allowed.bool(), diagonal=1).any())
+
+
+def notices(model, maps) -> tuple[str, ...]:
+    """What a page should say about how ``maps`` were drawn: the eager path and what it cannot do, and a hybrid's
+    layers that have no softmax map (named by the config's layer types where it lists them)."""
+    said = []
+    if on_eager_path(model):
+        said.append(f"{model_type(model)} computes attention its own way (not through transformers' "
+                    "AttentionInterface), so these maps come from its eager attention, held whole: long inputs, "
+                    "edge knockout and the explanations that differentiate through attention are not available "
+                    "for it.")
+    text = _text_config(model.config)
+    total = _first(text, "num_hidden_layers", "n_layer", "num_layers")
+    numbers = [maps.layer_number(i) for i in range(maps.num_layers)]
+    if total and len(numbers) < total:
+        others = [i for i in range(total) if i not in numbers]
+        types = next((t for t in (getattr(text, n, None) for n in ("layer_types", "layers_block_type"))
+                      if isinstance(t, (list, tuple)) and len(t) == total), None)
+        kinds = sorted({str(types[i]).replace("_", " ") for i in others}) if types else []
+        kind = " / ".join(kinds) if kinds else "of another kind (state-space or linear attention)"
+        said.append(f"A hybrid: {len(numbers)} of its {total} layers {'attends' if len(numbers) == 1 else 'attend'} "
+                    f"with softmax ({_layers(numbers)}), shown under the model's own layer numbers; "
+                    f"{_layers(others)} {'is' if len(others) == 1 else 'are'} {kind} and "
+                    f"{'has' if len(others) == 1 else 'have'} no attention map.")
+    return tuple(said)
+
+
+def _layers(numbers: list[int]) -> str:
+    return ("layer " if len(numbers) == 1 else "layers ") + _ranges(numbers)
+
+
+def _ranges(numbers: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0–2, 5"``."""
+    parts, start = [], None
+    for i, n in enumerate(numbers):
+        start = n if start is None else start
+        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
+            parts.append(str(n) if start == n else f"{start}–{n}")
+            start = None
+    return ", ".join(parts)
 
 
 def _is_softmax(weights: torch.Tensor) -> bool:

@@ -21,6 +21,15 @@ from viz.figure import Figure, NoOptions, view
 ROWS_COLUMNS = ("Rows: the token doing the attending (query). Columns: the tokens it attends to (keys). Each row "
                 "sums to 1.")
 MASKED = "Grey cells are masked (the model could not look there)."
+SINK_LABEL = "⟨sink⟩"
+SINK_COLUMN = (f"The last column, {SINK_LABEL}, is the share of each row that went to the head's learned attention "
+               "sink (a logit in every row's softmax denominator, with no token behind it): the keys' weights sum "
+               "to one minus it.")
+
+
+def layer_title(maps, layer: int) -> str:
+    """``layer N`` with the model's own number (a hybrid's attention layers sit between layers of other kinds)."""
+    return f"layer {maps.layer_number(layer)}"
 
 
 def rows_columns(allowed: np.ndarray) -> str:
@@ -53,13 +62,20 @@ def head(result: RunResult, options: HeadOptions) -> Figure:
         maps._check_head(layer, options.head)  # a message a user can act on, before anything is computed
     query_tokens, key_tokens = maps.tokens_in(layer)
     n_q, n_k = len(query_tokens), len(key_tokens)
-    title = f"layer {layer}, {'average of heads' if options.head is None else f'head {options.head}'}"
+    title = f"{layer_title(maps, layer)}, {'average of heads' if options.head is None else f'head {options.head}'}"
     chart = image = None
     whole = max(n_q, n_k) <= FULL_EXPORT_TOKENS  # the files hold every weight (computed on click only)
+    sink = maps.sink_share(layer, options.head)
     if max(n_q, n_k) <= heatmap.MAX_CHART_TOKENS:
         weights, allowed = maps.head(layer, options.head), maps.allowed(layer)
         caption = rows_columns(allowed)
-        chart = heatmap.attention_chart(weights, query_tokens, key_tokens, allowed, title, options.scheme)
+        shown_keys = key_tokens
+        if sink is not None:  # the sink as a column of its own, so that every drawn row sums to 1
+            weights = np.concatenate([weights, sink[:, None]], axis=1)
+            allowed = np.concatenate([allowed, np.ones((n_q, 1), dtype=bool)], axis=1)
+            shown_keys = [*key_tokens, SINK_LABEL]
+            caption += " " + SINK_COLUMN
+        chart = heatmap.attention_chart(weights, query_tokens, shown_keys, allowed, title, options.scheme)
         overview = None
     else:
         tile = pyramid_tile(max(n_q, n_k), heatmap.OVERVIEW_PX)
@@ -71,7 +87,9 @@ def head(result: RunResult, options: HeadOptions) -> Figure:
                    + f". Colours saturate at {vmax:.3f} (the median of each query's largest weight"
                    + (", or the 99th percentile of the block means" if options.statistic == "mean" else "")
                    + "). " + ROWS_COLUMNS
-                   + (" " + MASKED if float(overview.visible.sum()) < n_q * n_k else ""))
+                   + (" " + MASKED if float(overview.visible.sum()) < n_q * n_k else "")
+                   + (f" The head's learned sink takes {float(sink.mean()):.0%} of a row on average (the keys' "
+                      "weights sum to one minus it)." if sink is not None else ""))
 
     def weights_now():  # recomputed when a file is asked for: a cached figure keeps no (q, k) map
         return maps.head(layer, options.head)
@@ -80,8 +98,10 @@ def head(result: RunResult, options: HeadOptions) -> Figure:
         table = lambda: export.matrix_frame(weights_now(), query_tokens, key_tokens)  # noqa: E731
         payload = lambda: {"model": result.model.key, "kind": maps.kind, "layer": layer, "head": name,  # noqa: E731
                            "query_tokens": query_tokens, "key_tokens": key_tokens, "weights": weights_now(),
-                           "allowed": maps.allowed(layer)}
-        arrays = lambda: {"weights": weights_now(), "allowed": maps.allowed(layer)}  # noqa: E731
+                           "allowed": maps.allowed(layer),
+                           **({"sink_share": sink} if sink is not None else {})}
+        arrays = lambda: {"weights": weights_now(), "allowed": maps.allowed(layer),  # noqa: E731
+                          **({"sink_share": sink} if sink is not None else {})}
     else:  # 131,072² weights would be 68 GB: the files hold the overview's tiles
         table = lambda: _tiles_frame(overview)  # noqa: E731
         payload = lambda: {"model": result.model.key, "kind": maps.kind, "layer": layer, "head": name,  # noqa: E731

@@ -114,6 +114,7 @@ class _Forward:
 def differentiable_attention(model):
     """Inside the block, this thread's attention calls of ``model`` run an eager softmax kept with its graph; yields
     ``{module name: [weights (B, H, q, k), …]}`` in call order (the model is untouched: ``capture.overriding``)."""
+    capture.require_interface(model, "Explanations that differentiate through attention")
     names = {id(m): name for name, m in model.named_modules()}
     kept: dict[str, list[torch.Tensor]] = {}
 

@@ -171,7 +171,8 @@ def run(loaded: LoadedModel, inputs: TextInput, options: GenerationSettings | No
     tokenized = text.tokenize(loaded.tokenizer, inputs.text, _limit(loaded, inputs.max_tokens))
     maps, probabilities, tokens, residual, start = _forward(loaded, tokenized.ids, residual=True)
     return TextResult(model=loaded.info(), tokens=tokens, attention={"self": maps}, input_name=inputs.name,
-                      next_token=_top(probabilities[-1], loaded.tokenizer, top_k), notices=tokenized.notices,
+                      next_token=_top(probabilities[-1], loaded.tokenizer, top_k),
+                      notices=tokenized.notices + capture.notices(loaded.model, maps),
                       prompt_length=len(tokens), residual=residual, residual_start=start,
                       token_ids=tuple(tokenized.ids), pieces=text.token_pieces(loaded.tokenizer, tokenized.ids))
 
@@ -205,7 +206,7 @@ def generate(loaded: LoadedModel, inputs: TextInput, settings: GenerationSetting
         chosen = output[position]
         steps.append(GenerationStep(position, tokens[position], float(distribution[chosen]),
                                     tuple(_top(distribution, loaded.tokenizer, candidates)), query=position - 1))
-    notices = list(tokenized.notices)
+    notices = list(tokenized.notices) + list(capture.notices(loaded.model, maps))
     if len(output) - prompt_length < settings.max_new_tokens:
         notices.append("Generation stopped early at the end-of-text token.")
     return TextResult(model=loaded.info(), tokens=tokens, attention={"self": maps}, input_name=inputs.name,

@@ -48,5 +48,6 @@ def run(loaded: LoadedModel, inputs: TextInput, options: None = None) -> TextRes
     special_ids = set(loaded.tokenizer.all_special_ids)
     special = tuple(i for i, token_id in enumerate(tokenized.ids) if token_id in special_ids)
     return TextResult(model=loaded.info(), tokens=tokenized.tokens, attention={"self": maps},
-                      input_name=inputs.name, notices=tokenized.notices, prompt_length=len(tokenized.ids),
+                      input_name=inputs.name, notices=tokenized.notices + capture.notices(loaded.model, maps),
+                      prompt_length=len(tokenized.ids),
                       special_positions=special, token_ids=tuple(tokenized.ids))
