@@ -25,6 +25,7 @@ project's capture, named sites and explanation records work on it as on any tran
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -80,9 +81,23 @@ class BergamotConfig:
                    ffn_dim=int(options["transformer-dim-ffn"]))
 
 
+POSITIONS_KEPT = 2048  # positions of the signal computed once (a decoder step reads one row)
+
+
 def sinusoidal_positions(length: int, dim: int, start: int = 0) -> torch.Tensor:
     """Marian's sinusoidal position signal ``(length, dim)``: sines in the first half, cosines in the second, with
     timescales ``10000^(i / (dim/2 − 1))`` (tensor2tensor's; transformers' Marian uses ``10000^(2i / dim)``)."""
+    if start + length <= POSITIONS_KEPT:
+        return _position_table(dim)[start:start + length]
+    return _signal(length, dim, start)
+
+
+@functools.cache
+def _position_table(dim: int) -> torch.Tensor:
+    return _signal(POSITIONS_KEPT, dim, 0)
+
+
+def _signal(length: int, dim: int, start: int) -> torch.Tensor:
     half = dim // 2
     increment = math.log(10000.0) / (half - 1)
     inverse = torch.exp(torch.arange(half, dtype=torch.float64) * -increment)
