@@ -12,7 +12,7 @@ COUNTS = [8, 16, 32, 64]
 
 
 def show(result, loaded) -> None:
-    if "decoder" not in result.attention:
+    if not getattr(result.output, "architecture", "").startswith("transformer"):
         st.info("The GRU models have no decoder layers to read: pick the mini Transformer or opus-mt.")
         return
     url_state.restore(KEYS, {"tr_lens_count": int})

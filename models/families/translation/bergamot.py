@@ -45,6 +45,20 @@ DECODER_NOTE = ("This model's decoder has no self-attention: Bergamot's tiny mod
                 "step per word where self-attention re-reads every earlier word. What each output word read of the "
                 "source is in the cross-attention; how it read the earlier output words is in no attention map.")
 SHORTLIST_MAGIC = 0xF11A48D5013417F5  # marian's binary shortlist header
+SOURCE_LANGUAGE = {"en-pt": "English", "pt-en": "Portuguese"}
+# the page's presets for a Portuguese source (an English one gets the lecture's samples, which it translates too)
+PORTUGUESE_SAMPLES = {
+    "Declaração, artigo 1": "Todos os seres humanos nascem livres e iguais em dignidade e direitos.",
+    "Short": "As crianças brincaram no parque até o anoitecer.",
+    "Word order": "O novo hospital público será inaugurado no ano que vem.",
+    "Long": "Os cientistas descobriram uma nova espécie de peixe no rio, e o governo anunciou medidas para "
+            "proteger a região contra o desmatamento.",
+}
+ENGLISH_SAMPLES = {  # after the lecture's: a real sentence of 20 words, and the Declaration's first article
+    "Twenty words": "The committee will publish its final report on the new railway line between the capital and "
+                    "the coast next year.",
+    "Declaration, article 1": "All human beings are born free and equal in dignity and rights.",
+}
 
 
 def model_folder(direction: str) -> Path:

@@ -96,7 +96,7 @@ class TranslationOutput:
     output_words: list[str]
     strategy: str
     num_beams: int
-    architecture: str  # "transformer", "gru-attention", "gru-fixed"
+    architecture: str  # "transformer", "transformer-ssru" (Bergamot), "gru-attention", "gru-fixed"
     special_source: list[bool] = field(default_factory=list)  # per source word: a special token (</s>)
     special_output: list[bool] = field(default_factory=list)
     reference: str | None = None  # the grammar's French when the source is one of the page's samples
@@ -444,9 +444,23 @@ def _showcase() -> dict:
     return grammar.showcase_pairs()
 
 
-def samples() -> dict[str, str]:
-    """The page's sample English sentences by name (the paper's example, then grammar samples of growing length)."""
+def samples(spec: ModelSpec | None = None) -> dict[str, str]:
+    """The page's sample sentences by name: in English, the paper's example, then grammar samples of growing length
+    (and, for a Bergamot model, real sentences); in Portuguese, the Portuguese→English model's own."""
+    from models.families.translation import bergamot
+
+    if spec is not None and spec.library == bergamot.LIBRARY:
+        if bergamot.SOURCE_LANGUAGE.get(spec.id) == "Portuguese":
+            return dict(bergamot.PORTUGUESE_SAMPLES)
+        return {name: pair.english for name, pair in _showcase().items()} | bergamot.ENGLISH_SAMPLES
     return {name: pair.english for name, pair in _showcase().items()}
+
+
+def source_language(spec: ModelSpec) -> str:
+    """The language a model reads ("English" for every model but the Portuguese→English one)."""
+    from models.families.translation import bergamot
+
+    return bergamot.SOURCE_LANGUAGE.get(spec.id, "English") if spec.library == bergamot.LIBRARY else "English"
 
 
 def grammar_reference(output: TranslationOutput) -> tuple[str | None, frozenset[tuple[int, int]] | None]:
