@@ -175,6 +175,9 @@ def compare_tab():
 
 
 def quality_tab():
+    if spec.library == bergamot.LIBRARY:  # a packaged model: its card (parity, alignment error, licence)
+        st.markdown(bergamot.CARD.read_text())
+        return
     metrics = translation.read_metrics()
     if not metrics:
         st.info("No measurements yet: train the minis with `python -m models.minis.translation.train`.")

@@ -44,6 +44,7 @@ DECODER_NOTE = ("This model's decoder has no self-attention: Bergamot's tiny mod
                 "earlier output words forward, as the GRU decoders on this page do, because a recurrence costs one "
                 "step per word where self-attention re-reads every earlier word. What each output word read of the "
                 "source is in the cross-attention; how it read the earlier output words is in no attention map.")
+CARD = loading.SAMPLE_DATA / "translation" / "bergamot" / "card.md"  # licence, data, parity, alignment error
 SHORTLIST_MAGIC = 0xF11A48D5013417F5  # marian's binary shortlist header
 SOURCE_LANGUAGE = {"en-pt": "English", "pt-en": "Portuguese"}
 # the page's presets for a Portuguese source (an English one gets the lecture's samples, which it translates too)
