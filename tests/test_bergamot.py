@@ -353,6 +353,7 @@ def test_the_run_keeps_the_contract_and_says_what_it_lacks(real):
     out = result.output
     assert out.translation == "As crianças estavam brincando alegremente no jardim."
     assert out.architecture == "transformer-ssru" and out.reference is None  # the grammar's French is no reference
+    assert out.languages == ("English", "Portuguese")
     assert set(result.attention) == {"encoder", "cross"}
     assert (result.maps("encoder").num_layers, result.maps("encoder").num_heads) == (6, 8)
     assert (result.maps("cross").num_layers, result.maps("cross").num_heads) == (2, 8)
@@ -382,7 +383,8 @@ def test_the_pages_analyses_work_without_a_decoder_self_attention(real):
 
     loaded = real["pt-en"]
     result = families.run(loaded, TextInput("As crianças brincaram no parque.", 128))
-    assert figures.build("alignment", result, AlignmentOptions(1, None, "words")).shown()
+    aligned = figures.build("alignment", result, AlignmentOptions(1, None, "words"))
+    assert aligned.shown() and "source (Portuguese)" in str(aligned.chart.to_dict())
     assert figures.build("decoding_step", result, DecodingStepOptions(2, 1, None)).shown()
     decoder = lens.decoder_logit_lens(loaded, result, LensOptions(8, -1))
     assert decoder.final_ids.tolist() == list(result.output.output_ids)  # the last layer's top word is the output

@@ -47,6 +47,7 @@ DECODER_NOTE = ("This model's decoder has no self-attention: Bergamot's tiny mod
 CARD = loading.SAMPLE_DATA / "translation" / "bergamot" / "card.md"  # licence, data, parity, alignment error
 SHORTLIST_MAGIC = 0xF11A48D5013417F5  # marian's binary shortlist header
 SOURCE_LANGUAGE = {"en-pt": "English", "pt-en": "Portuguese"}
+TARGET_LANGUAGE = {"en-pt": "Portuguese", "pt-en": "English"}
 # the page's presets for a Portuguese source (an English one gets the lecture's samples, which it translates too)
 PORTUGUESE_SAMPLES = {
     "Declaração, artigo 1": "Todos os seres humanos nascem livres e iguais em dignidade e direitos.",
@@ -255,7 +256,8 @@ def run(loaded: LoadedModel, inputs: TextInput,
     output = translation.TranslationOutput(
         sentence, tokenizer.decode(produced, skip_special_tokens=True), source_tokens, output_tokens,
         decoder_tokens, source_ids, produced, source_groups, output_groups, source_words, output_words,
-        settings.strategy, beams, ARCHITECTURE, special_source, special_output)
+        settings.strategy, beams, ARCHITECTURE, special_source, special_output,
+        languages=(SOURCE_LANGUAGE[loaded.spec.id], TARGET_LANGUAGE[loaded.spec.id]))
     return translation.TranslationResult(
         model=loaded.info(), tokens=source_tokens, attention=attention, input_name=inputs.name, output=output,
         generation=steps, opening_head=(attention["cross"].num_layers - 1, None), notices=tuple(notices))

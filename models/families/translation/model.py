@@ -102,6 +102,7 @@ class TranslationOutput:
     reference: str | None = None  # the grammar's French when the source is one of the page's samples
     gold_links: frozenset[tuple[int, int]] | None = None  # its (source word, output word) links, when the output
     # is that reference word for word (``grammar_reference``)
+    languages: tuple[str, str] = ("English", "French")  # (source, output): what the figures' axes say
 
 
 # --- loading the project's GRU translators ---------------------------------------------------------------------
