@@ -17,7 +17,7 @@ from viz.figures.lens import LensOptions
 
 @pytest.fixture(scope="module")
 def transformer():
-    loaded = families.load(families.default_spec("translation"))
+    loaded = families.load(families.spec("translation", "mini Transformer en→fr"))
     sentence = list(translation.samples().values())[1]
     return loaded, families.run(loaded, TextInput(sentence, 64))
 

@@ -17,7 +17,7 @@ from models import families
 from models.core.inputs import TextInput
 from models.families.translation import model as translation
 from tests.conftest import check_files, url_param
-from tests.test_translation import _translation_page  # the minis from sample_data
+from tests.test_translation import MINI, _translation_page  # the minis from sample_data
 
 SENTENCE = "The national green plan has adopted an international commission."  # a grammar sample: gold is known
 
@@ -31,7 +31,7 @@ def mini_result():
 # --- the command line --------------------------------------------------------------------------------------------
 
 def test_cli_translation_alignment_is_the_models_alignment(mini_result, tmp_path):
-    assert cli.main(["--page", "translation", "--view", "alignment", "--text", SENTENCE, "--layer", "1", "--head",
+    assert cli.main(["--page", "translation", "--model", MINI, "--view", "alignment", "--text", SENTENCE, "--layer", "1", "--head",
                      "mean", "--format", "png,svg,json,csv,npz", "--out", str(tmp_path)]) == 0
     files = {p.suffix: p for p in tmp_path.iterdir()}
     assert set(files) == {".png", ".svg", ".json", ".csv", ".npz"}
@@ -50,7 +50,7 @@ def test_cli_translation_alignment_is_the_models_alignment(mini_result, tmp_path
 def test_cli_translation_run_options_and_units(mini_result, tmp_path):
     """The run's options are flags too (``--strategy "beam search" --num_beams 3``), and ``--units tokens`` writes the
     pieces as computed."""
-    assert cli.main(["--page", "translation", "--text", SENTENCE, "--units", "tokens", "--layer", "mean", "--head",
+    assert cli.main(["--page", "translation", "--model", MINI, "--text", SENTENCE, "--units", "tokens", "--layer", "mean", "--head",
                      "0", "--strategy", "beam search", "--num_beams", "3", "--format", "json", "--out",
                      str(tmp_path)]) == 0
     (written,) = tmp_path.iterdir()
@@ -65,12 +65,12 @@ def test_cli_translation_run_options_and_units(mini_result, tmp_path):
 
 
 def test_cli_translation_mistakes_are_messages(tmp_path, capsys):
-    assert cli.main(["--page", "translation", "--text", "the zebra sleeps", "--out", str(tmp_path)]) == 2
+    assert cli.main(["--page", "translation", "--model", MINI, "--text", "the zebra sleeps", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "does not know" in err and "zebra: did you mean" in err  # the suggestions, as on the page
-    assert cli.main(["--page", "translation", "--text", SENTENCE, "--layer", "7", "--out", str(tmp_path)]) == 2
+    assert cli.main(["--page", "translation", "--model", MINI, "--text", SENTENCE, "--layer", "7", "--out", str(tmp_path)]) == 2
     assert "layer 7 does not exist" in capsys.readouterr().err
-    assert cli.main(["--page", "translation", "--text", SENTENCE, "--view", "rollout", "--out", str(tmp_path)]) == 2
+    assert cli.main(["--page", "translation", "--model", MINI, "--text", SENTENCE, "--view", "rollout", "--out", str(tmp_path)]) == 2
     assert "no view 'rollout'" in capsys.readouterr().err  # a ViT view
     assert not list(tmp_path.iterdir())
 

@@ -19,11 +19,13 @@ BY_OUTPUT_POSITION = alt.EncodingSortField("output position", op="min")
 
 def alignment_chart(weights: np.ndarray, output_labels: list[str], source_labels: list[str], title: str = "",
                     gold: set[tuple[int, int]] | None = None, argmax: set[tuple[int, int]] | None = None,
-                    scheme: str = "greys", max_width: int = 800) -> alt.Chart:
+                    scheme: str = "greys", max_width: int = 800,
+                    languages: tuple[str, str] = ("English", "French")) -> alt.Chart:
     """Output words (rows) × source words (columns), white = 0, black = 1 as in the paper.
 
     ``gold`` / ``argmax``: links ``(source index, output index)`` drawn as a red frame / an orange dot.
-    ``max_width``: pixels for the whole chart, labels and legend included (Streamlit fits it into that)."""
+    ``max_width``: pixels for the whole chart, labels and legend included (Streamlit fits it into that).
+    ``languages``: (source, output), the axis titles."""
     if weights.shape != (len(output_labels), len(source_labels)):
         raise ValueError(f"alignment {weights.shape} does not match {len(output_labels)} output and "
                          f"{len(source_labels)} source labels")
@@ -37,9 +39,9 @@ def alignment_chart(weights: np.ndarray, output_labels: list[str], source_labels
     })
     # sorted by position, never by the list of words: Vega-Lite turns a sort list into an expression, and a word
     # such as "if" then breaks the chart ("Unrecognized signal name")
-    x = alt.X("source:N", sort=BY_SOURCE_POSITION, title="source (English)",
+    x = alt.X("source:N", sort=BY_SOURCE_POSITION, title=f"source ({languages[0]})",
               axis=alt.Axis(orient="top", labelAngle=-60, labelLimit=110, labelOverlap=False))
-    y = alt.Y("output:N", sort=BY_OUTPUT_POSITION, title="output (French)",
+    y = alt.Y("output:N", sort=BY_OUTPUT_POSITION, title=f"output ({languages[1]})",
               axis=alt.Axis(labelLimit=110, labelOverlap=False))  # every word labelled, as in the paper
     cells = alt.Chart(frame).mark_rect().encode(
         x=x, y=y, color=alt.Color("weight:Q", scale=alt.Scale(scheme=scheme, domain=[0, 1]),

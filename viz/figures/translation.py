@@ -71,7 +71,8 @@ def alignment(result: TranslationResult, options: AlignmentOptions) -> Figure:
         caption = f"{found.title} ({weights.shape[0]} × {weights.shape[1]}). {caption}"
     else:
         chart = charts.alignment_chart(weights, found.row_labels, found.column_labels, found.title, gold=found.gold,
-                                       argmax=found.argmax, max_width=options.width)
+                                       argmax=found.argmax, max_width=options.width,
+                                       languages=getattr(out, "languages", ("English", "French")))
     layer_name, head_name = _names(layer, head)
     shown = {"layer": "mean" if layer is None else layer, "head": "mean" if head is None else head}
     return Figure(

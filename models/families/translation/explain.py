@@ -24,6 +24,12 @@ from models.families.translation import model as translation
 
 REPLACEMENTS = {"mean": "the mean of the embedding matrix (an 'average token'), positions kept; the decoder input "
                         "(the translation, teacher-forced) is unchanged"}
+NO_DECODER_SELF_ATTENTION = (
+    "This model's decoder has no self-attention (an SSRU recurrent cell carries the earlier output words), so "
+    "rollout and gradient rollout carry relevance through the encoder's self-attention and the cross-attention "
+    "only: what the recurrent cell passes between output positions is in no attention map, and the rules treat it "
+    "as nothing. The curves and Integrated Gradients read the model itself (the recurrence included); target "
+    "probabilities are over the whole vocabulary, not the shortlist the decoder chose from.")
 ENCODER_DECODER_METHODS = tuple("value_zeroing" if m == "alti" else m for m in METHODS)
 
 
@@ -39,7 +45,7 @@ def from_result(loaded, result, target, replacement: str = "mean", batch_size: i
     """The adapter for a translation: ``target`` the output position (0-based; None: the first output token)."""
     if replacement not in REPLACEMENTS:
         raise ValueError(f"a removed token can be replaced by: {', '.join(REPLACEMENTS)} (not {replacement!r})")
-    if translation.architecture(loaded) != "transformer":
+    if not translation.architecture(loaded).startswith("transformer"):
         raise ValueError(f"{loaded.spec.key} is a GRU translator: the explanations read Transformer attention "
                          "(choose the mini Transformer en→fr or a Marian model)")
     output = getattr(result, "output", None)

