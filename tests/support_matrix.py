@@ -35,7 +35,8 @@ if str(ROOT) not in sys.path:
 
 EXPECTED = ROOT / "tests" / "data" / "support_matrix.json"
 DOC = ROOT / "docs" / "MODELS.md"
-TOLERANCE = 1e-5  # float32 maps and next-token probabilities against eager
+TOLERANCE = 1e-5  # float32 maps against eager
+LOG_TOLERANCE = 1e-4  # next-token log-probabilities against eager (a 30k vocabulary's probabilities are ~3e-5)
 TEXT = "The cat sat on the mat because it was tired and the dog was not"
 VOCAB = 30522  # the packaged MiniLM tokenizer's, so that real text tokenises
 MAX_PARAMETERS = 20_000_000  # a config this harness failed to shrink is reported, not built
@@ -44,8 +45,10 @@ MAX_PARAMETERS = 20_000_000  # a config this harness failed to shrink is reporte
 PAGES = {
     "causal_lm": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
     "encoder": "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+    "translation": "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
 }
-PAGE_TITLES = {"causal_lm": "Language model (GPT)", "encoder": "Encoder (BERT)"}
+PAGE_TITLES = {"causal_lm": "Language model (GPT)", "encoder": "Encoder (BERT)", "translation": "Translation"}
+KINDS = {"causal_lm": ("self",), "encoder": ("self",), "translation": ("encoder", "decoder", "cross")}
 
 # sizes every tiny model gets, by the names configs use for them
 SIZES = {
@@ -158,6 +161,9 @@ def tiny_config(model_type: str):
     config_class = CONFIG_MAPPING[model_type]
     values = _shrunk(config_class().to_dict())
     values.update(OVERRIDES.get(model_type, {}))
+    if values.get("is_encoder_decoder") and values.get("decoder_start_token_id") is None and \
+            values.get("bos_token_id") is None:
+        values["decoder_start_token_id"] = 0  # T5's convention (its published configs say so; its class does not)
     return config_class(**values)
 
 
@@ -210,9 +216,10 @@ def build(page: str, model_type: str, folder: Path) -> str:
     torch.manual_seed(0)
     model = model_class._from_config(copy.deepcopy(config), attn_implementation="eager").eval()
     ids = torch.tensor([[101, 1996, 4937, 2938, 2006, 1996, 13523, 102]])
+    extra = {"decoder_input_ids": ids[:, :3]} if getattr(config, "is_encoder_decoder", False) else {}
     try:  # the tiny model must run as transformers made it, or it is this harness's fault
         with torch.inference_mode():
-            model(input_ids=ids, use_cache=False)
+            model(input_ids=ids, use_cache=False, **extra)
     except Exception as error:
         raise LookupError(f"the tiny model does not run in eager: {type(error).__name__}: "
                           f"{str(error).splitlines()[0][:160] if str(error) else ''}") from error
@@ -221,24 +228,67 @@ def build(page: str, model_type: str, folder: Path) -> str:
     return name
 
 
-def _eager(page: str, folder: Path, ids: list[int]):
-    """(attention maps per layer (heads, q, k) float32, next-token probabilities or None) from transformers' own
-    eager attention on the same folder and ids."""
+def _log_difference(drawn: np.ndarray, expected: np.ndarray) -> float:
+    """The largest difference of log-probabilities (what the page's probabilities say, at any size)."""
+    floor = 1e-30
+    return float(np.abs(np.log(np.maximum(drawn, floor)) - np.log(np.maximum(expected, floor))).max())
+
+
+def _softmax_maps(attentions, banded: bool = False) -> dict[int, np.ndarray]:
+    from models.core import capture
+
+    return {number: (capture._unband(a) if banded else a)[0].float().numpy()
+            for number, a in enumerate(attentions or ()) if isinstance(a, torch.Tensor) and a.dim() == 4}
+
+
+def _eager(page: str, folder: Path, ids: list[int], decoder_ids: list[int] | None = None):
+    """(kind -> {layer: map (heads, q, k) float32}, next-token probabilities or None) from transformers' own eager
+    attention on the same folder and ids (and, for an encoder–decoder, the decoder's input ids)."""
     import transformers
 
-    auto = transformers.AutoModelForCausalLM if page == "causal_lm" else transformers.AutoModel
+    auto = {"causal_lm": transformers.AutoModelForCausalLM,
+            "translation": transformers.AutoModelForSeq2SeqLM}.get(page, transformers.AutoModel)
     model = auto.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32).eval()
     input_ids = torch.tensor([ids])
+    extra = {} if decoder_ids is None else {"decoder_input_ids": torch.tensor([decoder_ids])}
     with torch.inference_mode():
         output = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), output_attentions=True,
-                       use_cache=False)
+                       use_cache=False, **extra)
+    banded = model.config.model_type in ("longformer", "led")  # rows of a window of keys (capture._unband)
+    if page == "translation":
+        maps = {"encoder": _softmax_maps(output.encoder_attentions, banded),
+                "decoder": _softmax_maps(output.decoder_attentions),
+                "cross": _softmax_maps(output.cross_attentions)}
+        return maps, torch.softmax(output.logits[0].float(), -1).numpy()
     attentions = getattr(output, "encoder_attentions", None) or output.attentions  # an encoder–decoder's encoder
-    maps = {number: a[0].float().numpy() for number, a in enumerate(attentions or ())
-            if isinstance(a, torch.Tensor) and a.dim() == 4 and a.shape[-1] == len(ids)}
+    maps = {n: m for n, m in _softmax_maps(attentions, banded).items() if m.shape[-1] == len(ids)}
     probabilities = None
     if page == "causal_lm":
         probabilities = torch.softmax(output.logits[0, -1].float(), -1).numpy()
-    return maps, probabilities
+    return {"self": maps}, probabilities
+
+
+def _worst(maps, reference: dict[int, np.ndarray]) -> float:
+    """The largest difference between drawn maps and eager's, layer by layer (eager's attentions of a hybrid
+    list its attention layers only, in order); an ``AssertionError`` when they do not pair up."""
+    numbers = [maps.layer_number(layer) for layer in range(maps.num_layers)]
+    if len(reference) == len(numbers) and sorted(reference) != numbers:
+        reference = dict(zip(numbers, (reference[n] for n in sorted(reference))))
+    if sorted(reference) != numbers:
+        raise AssertionError(f"layers {numbers} drawn, eager returned maps of layers {sorted(reference)}")
+    worst = 0.0
+    for layer, number in enumerate(numbers):
+        expected, drawn = reference[number], maps.layer(layer)
+        if drawn.shape != expected.shape:
+            raise AssertionError(f"layer {number}: drawn {drawn.shape}, eager {expected.shape}")
+        difference = float(np.abs(drawn - expected).max())
+        if maps.sink_share(layer, 0) is not None:
+            # some eager implementations (Granite SWA) return the weights before the sink takes its share and
+            # scale the output instead: the same map up to each row's sink share
+            total = drawn.sum(-1, keepdims=True)
+            difference = min(difference, float(np.abs(drawn / np.where(total > 0, total, 1) - expected).max()))
+        worst = max(worst, difference)
+    return worst
 
 
 def check(page: str, model_type: str, workdir: Path) -> Outcome:
@@ -272,47 +322,48 @@ def check(page: str, model_type: str, workdir: Path) -> Outcome:
         outcome.seconds = time.perf_counter() - started
         return outcome
     try:
-        ids = list(result.token_ids)
-        reference, probabilities = _eager(page, folder, ids)
-        maps = result.attention["self"]
-        outcome.layers = maps.num_layers
-        numbers = [maps.layer_number(layer) for layer in range(maps.num_layers)]
-        if len(reference) == len(numbers) and sorted(reference) != numbers:
-            # eager attentions of a hybrid list its attention layers only, in order
-            reference = dict(zip(numbers, (reference[n] for n in sorted(reference))))
-        if sorted(reference) != numbers:
-            outcome.status = "wrong"
-            outcome.message = f"layers {numbers} drawn, eager returned maps of layers {sorted(reference)}"
+        if page == "translation":
+            output = result.output
+            decoder_ids = [output_start(result)] + list(output.output_ids[:-1])
+            reference, probabilities = _eager(page, folder, list(output.source_ids), decoder_ids)
+            if probabilities is not None and result.generation:  # each step's chosen token, as eager gives it
+                drawn = np.array([step.probability for step in result.generation])
+                expected = probabilities[np.arange(len(output.output_ids)), list(output.output_ids)]
+                outcome.next_token_difference = _log_difference(drawn, expected)
         else:
-            worst = 0.0
-            for layer, number in enumerate(numbers):
-                expected = reference[number]
-                drawn = maps.layer(layer)
-                if drawn.shape != expected.shape:
-                    raise AssertionError(f"layer {layer}: drawn {drawn.shape}, eager {expected.shape}")
-                difference = float(np.abs(drawn - expected).max())
-                if maps.sink_share(layer, 0) is not None:
-                    # some eager implementations (Granite SWA) return the weights before the sink takes its
-                    # share and scale the output instead: the same map up to each row's sink share
-                    total = drawn.sum(-1, keepdims=True)
-                    renormalised = drawn / np.where(total > 0, total, 1)
-                    difference = min(difference, float(np.abs(renormalised - expected).max()))
-                worst = max(worst, difference)
-            outcome.max_difference = worst
+            reference, probabilities = _eager(page, folder, list(result.token_ids))
             if probabilities is not None and result.next_token:
                 drawn = np.array([t.probability for t in result.next_token])
                 expected = probabilities[[t.token_id for t in result.next_token]]
-                outcome.next_token_difference = float(np.abs(drawn - expected).max())
-            if page == "causal_lm":
-                outcome.lens = _lens(loaded, result)
-            exact = worst <= TOLERANCE and (outcome.next_token_difference or 0.0) <= TOLERANCE
-            eager_path = "eager" in outcome.path.lower() and "capture" not in outcome.path.split("(")[0].lower()
-            outcome.status = ("exact (eager path)" if eager_path else "exact") if exact else "wrong"
+                outcome.next_token_difference = _log_difference(drawn, expected)
+        worst = 0.0
+        for kind in KINDS[page]:
+            maps = result.attention[kind]
+            outcome.layers = max(outcome.layers, maps.num_layers)
+            worst = max(worst, _worst(maps, reference[kind]))
+        outcome.max_difference = worst
+        if page == "causal_lm":
+            outcome.lens = _lens(loaded, result)
+        exact = worst <= TOLERANCE and (outcome.next_token_difference or 0.0) <= LOG_TOLERANCE
+        eager_path = loaded.capture == _eager_description()
+        outcome.status = ("exact (eager path)" if eager_path else "exact") if exact else "wrong"
     except Exception as error:  # noqa: BLE001
         outcome.status = "wrong"
         outcome.message = f"compared with eager: {type(error).__name__}: {error}"[:500]
     outcome.seconds = time.perf_counter() - started
     return outcome
+
+
+def output_start(result) -> int:
+    """The decoder's first input id of a translation (the page keeps its label, START_LABEL; the model's
+    generation config says which id it was)."""
+    return int(result.output.decoder_start_id)
+
+
+def _eager_description() -> str:
+    from models.core import capture
+
+    return capture.EAGER_PATH_DESCRIPTION
 
 
 def _lens(loaded, result) -> str:

@@ -69,7 +69,7 @@ EAGER_PATH_DESCRIPTION = (
     "transformers' AttentionInterface, so every layer's map is held whole (N² per layer and head). Long inputs, "
     "the fused long-input reductions, edge knockout and the explanations that differentiate through attention "
     "are not available on this path")
-CROSS_ATTENTION_NAMES = ("encoder_attn", "crossattention", "EncDecAttention", "cross_attn")
+CROSS_ATTENTION_NAMES = ("encoder_attn", "crossattention", "EncDecAttention", "cross_attn", "cross_attention")
 
 _ACTIVE: contextvars.ContextVar["Recorder | None"] = contextvars.ContextVar("attention_recorder", default=None)
 _KNOCKOUT: contextvars.ContextVar["Knockout | None"] = contextvars.ContextVar("attention_knockout", default=None)
@@ -291,6 +291,13 @@ class Recorder:
     stored: dict = field(default_factory=dict)  # the eager path: kind -> [(layer number, (B, H, q, k) float32)]
     rejected: int = 0  # maps the eager path returned that were no softmax weights (left out)
 
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> "Recorder":
+        """A recorder for ``model``'s calls: its module names, whether it is an encoder–decoder, its architecture."""
+        return cls(module_names={id(m): name for name, m in model.named_modules()},
+                   encoder_decoder=bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False)),
+                   model_type=model_type(model))
+
     def kind_of(self, module, name: str) -> str:
         if getattr(module, "is_cross_attention", False) or any(part in name for part in CROSS_ATTENTION_NAMES):
             return "cross"
@@ -313,8 +320,10 @@ class Recorder:
             if not maps:
                 continue
             maps = [(n, w) for n, w in enumerate(maps) if isinstance(w, torch.Tensor) and w.dim() == 4]
+            if kind != "cross" and self.model_type in BANDED:  # Longformer's sliding window, row by row
+                maps = [(n, _unband(w)) if w.shape[-1] != w.shape[-2] else (n, w) for n, w in maps]
             kept = [(number, weights.detach().float().cpu().numpy()) for number, weights in maps
-                    if _is_softmax(weights)]
+                    if _is_softmax(weights) and (kind == "cross" or weights.shape[-1] == weights.shape[-2])]
             self.rejected += len(maps) - len(kept)
             if kept:
                 self.stored.setdefault(kind, []).extend(kept)
@@ -456,7 +465,10 @@ class Recorder:
         if kind not in self.records and kind in self.stored:
             return self._stored_maps(kind, batch_index, query_positions, key_positions, query_tokens, key_tokens)
         if kind not in self.records:
-            raise ValueError(f"no {kind!r} attention was recorded (recorded: {', '.join(self.kinds()) or 'none'})")
+            found = ", ".join(self.kinds()) or "none at all"
+            raise ValueError(f"This view needs {self.model_type}'s {kind} attention, and its run gave {found}: "
+                             "its modules are not named the way this app tells encoder, decoder and cross-attention "
+                             "apart (encoder., decoder., encoder_attn), or that part computes attention its own way.")
         layers = self.records[kind]
         q_len, k_len = layers[0].query.shape[2], layers[0].key.shape[2]
         key_counts = sorted({int(rec.key.shape[2]) for rec in layers if rec.query.shape[2] == q_len})
@@ -736,9 +748,7 @@ def recording(model: torch.nn.Module):
     The model must have been loaded with ``attn_implementation="capture"``; anything else would silently record
     nothing, so it is refused.
     """
-    recorder = Recorder(module_names={id(m): name for name, m in model.named_modules()},
-                        encoder_decoder=bool(getattr(model.config, "is_encoder_decoder", False)),
-                        model_type=model_type(model))
+    recorder = Recorder.of(model)
     with observing(model, recorder):
         yield recorder
 
@@ -845,8 +855,7 @@ def probe(model) -> Probe | None:
     inputs = probe_inputs(model)
     if inputs is None:
         return None
-    recorder = Recorder(module_names={id(m): name for name, m in model.named_modules()},
-                        encoder_decoder=bool(getattr(model.config, "is_encoder_decoder", False)))
+    recorder = Recorder.of(model)
     try:
         with torch.inference_mode(), observing(model, recorder):
             model(**inputs)
@@ -859,9 +868,14 @@ def probe(model) -> Probe | None:
         return Probe(False, error=f"{type(error).__name__}: {error}")
     layers = [record for kind in recorder.records.values() for record in kind]
     stored = any(recorder.stored.values())
+    if recorder.encoder_decoder and layers and not {"encoder", "decoder", "cross"} <= set(recorder.records):
+        layers = []  # part of it computes attention its own way (BigBird-Pegasus's encoder): the eager path
+    # a decoder's self-attention must not see later tokens (a language model's, an encoder–decoder's decoder's)
     language_model = type(model).__name__.endswith("ForCausalLM")
-    not_causal = language_model and any(_sees_later(record.allowed) for record in recorder.records.get("self", ())
-                                        if record.query.shape[2] == record.key.shape[2])
+    decoding = recorder.records.get("decoder", ()) if recorder.encoder_decoder else \
+        recorder.records.get("self", ()) if language_model else ()
+    not_causal = any(_sees_later(record.allowed) for record in decoding
+                     if record.query.shape[2] == record.key.shape[2])
     return Probe(bool(layers) or stored, any(r.softcap for r in layers),
                  any(r.sink is not None for r in layers), rejected=recorder.rejected > 0 and not stored,
                  not_causal=not_causal)
@@ -912,6 +926,24 @@ def _ranges(numbers: list[int]) -> str:
             parts.append(str(n) if start == n else f"{start}–{n}")
             start = None
     return ", ".join(parts)
+
+
+BANDED = ("longformer", "led")  # eager attentions given as each row's window of keys, not as (q, k)
+
+
+def _unband(band: torch.Tensor) -> torch.Tensor:
+    """Longformer's banded maps ``(B, H, N, W + 1)`` (row ``i``'s column ``c`` is key ``i − W/2 + c``; no global
+    tokens) as ``(B, H, N, N)``; a band of another width is returned as it is (and refused as no square map)."""
+    n, width = band.shape[-2], band.shape[-1]
+    if width % 2 != 1:
+        return band
+    half = width // 2
+    rows = torch.arange(n)[:, None]
+    keys = rows - half + torch.arange(width)[None, :]  # (N, W + 1)
+    inside = (keys >= 0) & (keys < n)
+    full = band.new_zeros(*band.shape[:2], n, n)
+    full[..., rows.expand_as(keys)[inside], keys[inside]] = band[..., inside]
+    return full
 
 
 def _is_softmax(weights: torch.Tensor) -> bool:

@@ -231,7 +231,7 @@ def _verify(model: nn.Module, found: Sites) -> Sites:
         return found
     kind = capture.model_type(model)
     stream_problem = attention_problem = ""
-    recorder = capture.Recorder(module_names={id(m): n for n, m in model.named_modules()})
+    recorder = capture.Recorder.of(model)
     try:
         with torch.inference_mode(), contextlib.ExitStack() as stack:
             if capture.implementation(model) == capture.ATTENTION_NAME:

@@ -103,6 +103,7 @@ class TranslationOutput:
     gold_links: frozenset[tuple[int, int]] | None = None  # its (source word, output word) links, when the output
     # is that reference word for word (``grammar_reference``)
     languages: tuple[str, str] = ("English", "French")  # (source, output): what the figures' axes say
+    decoder_start_id: int | None = None  # the id the decoder started from (its first input, START_LABEL)
 
 
 # --- loading the project's GRU translators ---------------------------------------------------------------------
@@ -153,6 +154,10 @@ def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
         if not getattr(config, "is_encoder_decoder", False):
             raise ValueError(f"'{spec.id}' is not an encoder–decoder model, so it has no cross-attention. Pick a "
                              "translation model such as Helsinki-NLP/opus-mt-en-fr, a T5 or a BART model.")
+        if getattr(config, "decoder_start_token_id", None) is None and getattr(config, "bos_token_id", None) is None:
+            raise ValueError(f"'{spec.id}' names no token its decoder starts from (decoder_start_token_id or "
+                             "bos_token_id in config.json), so it cannot translate. T5-style models start from "
+                             "their padding token: add \"decoder_start_token_id\": 0 to its config.json.")
 
     return loading.load_transformers(spec, transformers.AutoModelForSeq2SeqLM, device, dtype, progress,
                                      check_config=encoder_decoder_only)
@@ -313,7 +318,7 @@ def _transformer_search(loaded: LoadedModel, input_ids: torch.Tensor, settings: 
         kwargs.update(num_beams=1)
     output = loaded.model.generate(input_ids, **kwargs)[0].tolist()
     pad = loaded.tokenizer.pad_token_id
-    start = loaded.model.config.decoder_start_token_id
+    start = output[0]  # what generate started the decoder from (the config's decoder start, or its bos)
     while len(output) > 2 and output[-1] == pad and pad != start:  # beam outputs may be padded
         output.pop()
     return output
@@ -327,7 +332,9 @@ _top = text.top_tokens
 
 def _words(tokenizer, ids: list[int]):
     specials = set(tokenizer.all_special_tokens)
-    pieces = tokenizer.convert_ids_to_tokens(ids)
+    # an id past the tokenizer's vocabulary (a model whose target vocabulary is its own, as FSMT's) has no piece
+    pieces = [piece if piece is not None else f"⟨id {i}⟩"
+              for i, piece in zip(ids, tokenizer.convert_ids_to_tokens(ids))]
     groups = alignment.word_groups(pieces, specials)
     words = [text.visible_text(w) for w in alignment.word_labels(pieces, groups)]
     return groups, words, [pieces[g[0]] in specials for g in groups]
@@ -402,7 +409,7 @@ def run(loaded: LoadedModel, inputs: TextInput, options: TranslationSettings | N
                                produced, source_groups, output_groups, source_words, output_words, settings.strategy,
                                beams, kind, special_source, special_output)
     reference, gold = grammar_reference(output)
-    output = replace(output, reference=reference, gold_links=gold)
+    output = replace(output, reference=reference, gold_links=gold, decoder_start_id=int(decoded[0]))
     return TranslationResult(model=loaded.info(), tokens=source_tokens, attention=attention, input_name=inputs.name,
                              output=output, generation=steps, opening_head=_opening_head(loaded, attention),
                              notices=tuple(notices))
