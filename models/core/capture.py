@@ -322,6 +322,8 @@ class Recorder:
             maps = [(n, w) for n, w in enumerate(maps) if isinstance(w, torch.Tensor) and w.dim() == 4]
             if kind != "cross" and self.model_type in BANDED:  # Longformer's sliding window, row by row
                 maps = [(n, _unband(w)) if w.shape[-1] != w.shape[-2] else (n, w) for n, w in maps]
+            if self.model_type in SCORES_RETURNED:  # its weights are exactly the softmax of what it returns
+                maps = [(n, torch.softmax(w.float(), dim=-1)) for n, w in maps]
             kept = [(number, weights.detach().float().cpu().numpy()) for number, weights in maps
                     if _is_softmax(weights) and (kind == "cross" or weights.shape[-1] == weights.shape[-2])]
             self.rejected += len(maps) - len(kept)
@@ -465,10 +467,15 @@ class Recorder:
         if kind not in self.records and kind in self.stored:
             return self._stored_maps(kind, batch_index, query_positions, key_positions, query_tokens, key_tokens)
         if kind not in self.records:
-            found = ", ".join(self.kinds()) or "none at all"
-            raise ValueError(f"This view needs {self.model_type}'s {kind} attention, and its run gave {found}: "
-                             "its modules are not named the way this app tells encoder, decoder and cross-attention "
-                             "apart (encoder., decoder., encoder_attn), or that part computes attention its own way.")
+            if not self.kinds():
+                raise ValueError(f"{self.model_type} gave no attention map at all: its layers do not compute a "
+                                 "softmax attention this app can read (a recurrent or state-space model), or they "
+                                 "compute it in a way that passes neither through transformers' AttentionInterface "
+                                 "nor through output_attentions.")
+            raise ValueError(f"This view needs {self.model_type}'s {kind} attention, and its run gave "
+                             f"{', '.join(self.kinds())}: its modules are not named the way this app tells encoder, "
+                             "decoder and cross-attention apart (encoder., decoder., encoder_attn), or that part "
+                             "computes attention its own way.")
         layers = self.records[kind]
         q_len, k_len = layers[0].query.shape[2], layers[0].key.shape[2]
         key_counts = sorted({int(rec.key.shape[2]) for rec in layers if rec.query.shape[2] == q_len})
@@ -929,6 +936,7 @@ def _ranges(numbers: list[int]) -> str:
 
 
 BANDED = ("longformer", "led")  # eager attentions given as each row's window of keys, not as (q, k)
+SCORES_RETURNED = ("squeezebert",)  # returns its masked scores before the softmax as its "attentions"
 
 
 def _unband(band: torch.Tensor) -> torch.Tensor:

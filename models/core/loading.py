@@ -196,7 +196,7 @@ REMOTE_CODE_MESSAGE = ("needs its own Python code to run. This app never runs co
 
 
 @contextlib.contextmanager
-def library_errors(spec: ModelSpec, unknown_name: str = "", device: str = "cpu"):
+def library_errors(spec: ModelSpec, unknown_name: str = "", device: str = "cpu", model_type: str = ""):
     """Exceptions a model library (transformers, timm, huggingface_hub, safetensors) raises while reading ``spec``'s
     config or weights, as a ``ValueError`` that says what to do. Wrap only library calls: our own checks raise their
     own messages.
@@ -219,6 +219,12 @@ def library_errors(spec: ModelSpec, unknown_name: str = "", device: str = "cpu")
     except Exception as error:  # OSError, ValueError, KeyError, TypeError, huggingface_hub's own error types
         if "trust_remote_code" in str(error) or "custom code" in str(error):
             raise ValueError(f"'{spec.id}' {REMOTE_CODE_MESSAGE}") from None
+        if "Unrecognized configuration class" in str(error):
+            kind = f"a {model_type} model" if model_type else "a model"
+            raise ValueError(f"'{spec.id}' is {kind} that this page's kind of model cannot be built from "
+                             "(transformers has no such class for it): it is most likely made for another task, "
+                             "such as image or audio with text. docs/MODELS.md lists which page reads which "
+                             "architecture.") from error
         if spec.source == "hub":
             raise hub_error(spec.id, error) from None
         raise ValueError(f"Could not load the model in '{spec.id}': {first_line(error)}. A folder saved with "
@@ -372,7 +378,8 @@ def load_transformers(spec: ModelSpec, auto_class, device: str = "cpu", dtype: s
     spread = {"device_map": "auto"} if spans_gpus(device) else {}  # several GPUs: accelerate spreads a large model
 
     def build(implementation: str):
-        with library_errors(spec, device=device), construction.LOCK:  # the default device is process-global
+        with library_errors(spec, device=device, model_type=getattr(config, "model_type", "")), \
+                construction.LOCK:  # the default device is process-global
             built = model_class.from_pretrained(
                 source, config=config, dtype=torch_dtype(dtype), attn_implementation=implementation,
                 trust_remote_code=False, use_safetensors=None, local_files_only=local_only, **spread)
