@@ -469,14 +469,13 @@ def capture_forward(model: nn.Module, forward: Callable[[], object], layer: int,
                 else None
         layers.append(LayerStream(kept[("x", number)], kept[("heads", number)], pair("write"),
                                   pair("attention_norm"), pair("output_norm")))
-    embedding = _embedding_parts(arch, kept, kept[("x", 0)], index, batch)
+    embedding = _embedding_parts(arch, kept, kept[("x", 0)])
     norm = (kept[("embedding_norm", "in")], kept[("embedding_norm", "out")]) if arch.embedding_norm else None
     return Captured(index.tolist(), embedding, norm, layers, kept[("x", layer)], kept["normed"], kept.get("cos"),
                     kept.get("sin"), maps, 0, "forward")
 
 
-def _embedding_parts(arch: Architecture, kept: dict, first: torch.Tensor, index: torch.Tensor,
-                     batch: int) -> dict[str, torch.Tensor]:
+def _embedding_parts(arch: Architecture, kept: dict, first: torch.Tensor) -> dict[str, torch.Tensor]:
     """The first block's input split into its parts at the positions (``first``: that input)."""
     if arch.embedding == "token":
         return {"token": first}
@@ -550,8 +549,13 @@ def capture_run(model: nn.Module, result: TextResult, layer: int, positions: lis
         if arch.rope:
             cos, sin = rotary(x[None], index[None].to(device))
             cos, sin = _host(cos[0]), _host(sin[0])
-    return Captured(index.tolist(), _embedding_parts(arch, {}, layers[0].x_in if layers else _host(x), index, 0),
-                    None, layers, _host(x), _host(normed), cos, sin, maps, layer, "run")
+        first = layers[0].x_in if layers else _host(x)
+        kept = {}
+        if arch.embedding == "gpt2":  # the token part from the embedding table; the position part is the rest
+            ids = torch.tensor(result.token_ids, device=device)[index.to(device)]
+            kept[("embedding", 0)] = _host(arch.embedding_modules[0](ids))
+    return Captured(index.tolist(), _embedding_parts(arch, kept, first), None, layers, _host(x), _host(normed), cos,
+                    sin, maps, layer, "run")
 
 
 def _attention_rows(maps: RecomputedAttention, layer: int, index: torch.Tensor) -> torch.Tensor:
@@ -584,7 +588,8 @@ def from_run_possible(model: nn.Module, result: RunResult, layer: int) -> bool:
     return (arch.name in FROM_RUN and residual is not None and getattr(result, "residual_start", 1) == 0
             and isinstance(maps, RecomputedAttention) and residual.shape[0] == len(arch.blocks) + 1
             and residual.shape[1] == len(result.tokens) and parameter.dtype == torch.float32
-            and maps.queries[layer].dtype == torch.float32 and layer < len(arch.blocks))
+            and maps.queries[layer].dtype == torch.float32 and layer < len(arch.blocks)
+            and (arch.embedding != "gpt2" or len(getattr(result, "token_ids", ())) == len(result.tokens)))
 
 
 # --- frozen norms ----------------------------------------------------------------------------------------------------
