@@ -24,6 +24,7 @@ from models.analysis import roles, why
 from models.core import capture
 from models.core.inputs import TextInput
 from tests.conftest import check_files
+from tests.test_app_vit import tiny_vits  # noqa: F401  (a fixture)
 from tests.tiny_text_models import load_local, save_tiny_causal_lm, save_tiny_encoder
 from viz import figures
 from viz.figures.why import WhyHeadOptions, WhyOptions
@@ -298,3 +299,77 @@ def test_smollm2_induction_heads_read_previous_token_heads_through_their_keys(sm
             top = table.components[int(np.argmax(table.key_vs_runner_up))]
             assert top.endswith("(previous-token head)"), (layer, head, top)
             assert table.share("key_vs_runner_up")[int(np.argmax(table.key_vs_runner_up))] > 0.5
+
+
+def _page(name: str):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import ROOT
+
+    return AppTest.from_file(str(ROOT / "app" / "views" / f"{name}.py"), default_timeout=180)
+
+
+def test_the_gpt_page_splits_a_clicked_cell_and_checks_on_a_button(patched_loader, offered):
+    at = _page("gpt")
+    at.query_params.update({"gpt_tab": "Why this head looks here", "gpt_why_layer": "1", "gpt_why_head": "2",
+                            "gpt_why_query": "5", "gpt_why_key": "1"})
+    at.run()
+    assert not at.exception, at.exception
+    figure = offered["gpt_why"]
+    found = figure.payload()
+    assert (found["layer"], found["head"], found["query"], found["key"]) == (1, 2, 5, 1)
+    assert not found["intervention_check"]  # only on the button
+    next(b for b in at.button if b.key == "gpt_why_check").click().run()
+    assert not at.exception, at.exception
+    assert offered["gpt_why"].payload()["intervention_check"]
+    at.toggle(key="gpt_why_table").set_value(True).run()
+    assert not at.exception, at.exception
+    assert offered["gpt_why_head"].payload()["layer"] == 1
+
+
+def test_the_encoder_page_splits_a_cell(patched_loader, offered):
+    at = _page("encoder")
+    at.query_params.update({"encoder_why": "True", "encoder_why_layer": "1"})
+    at.run()
+    assert not at.exception, at.exception
+    assert offered["encoder_why"].payload()["query"] == 0  # [CLS]
+
+
+def test_the_vit_page_splits_the_cls_row(tiny_vits, offered):
+    at = _page("vit")
+    at.query_params.update({"vit_view": "Why [CLS] looks here"})
+    at.run()
+    assert not at.exception, at.exception
+    payload = offered["vit_why"].payload()
+    assert payload["query"] == 0 and payload["query_token"] == "[CLS]"
+    assert abs(sum(p["contribution"] for p in payload["pairs"]) - payload["score"]) < 1e-4
+
+
+def test_the_hand_built_induction_circuit_is_found_again():
+    """The mechanics lesson: the toy's induction head attends to the letter after the earlier copy, and its scores'
+    split names the previous-token head on the key side and the token embedding on the query side."""
+    from models.lessons import induction
+
+    found = induction.circuit(None, None, WhyHeadOptions())  # defaults: block 8, seed 0
+    block = found.block
+    assert np.diag(found.previous_map, -1).min() > 0.99
+    assert min(found.induction_map[i, i - block + 1] for i in range(block + 1, 2 * block)) > 0.9
+    head = found.head
+    assert head.error < 1e-10
+    key_top = head.components[int(np.argmax(head.key_vs_runner_up))]
+    query_top = head.components[int(np.argmax(head.query_vs_runner_up))]
+    assert key_top == "layer 0 head 0 (previous-token head)" and query_top == "token embedding"
+    assert head.share("key_vs_runner_up")[head.components.index(key_top)] > 0.9
+    check_files(figures.build("why_circuit", found))
+
+
+def test_the_mechanics_page_teaches_the_circuit(monkeypatch, offered):
+    from models.lessons import cost
+
+    published = cost.published_kv_specs()
+    monkeypatch.setattr(cost, "app_model_kv_specs", lambda: cost.PresetReport(published[:1], ["x: skipped"]))
+    at = _page("mechanics")
+    at.query_params.update({"mech_view": "⑥ Why a head looks there", "mech_why_block": "6"})
+    at.run()
+    assert not at.exception, at.exception
+    assert offered["mech_why"].payload()["tokens"].__len__() == 12

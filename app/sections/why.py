@@ -123,3 +123,27 @@ def show(result, loaded, prefix: str, cls_only: bool = False) -> None:
             st.caption("One row per component (sortable: click a column). Key side: its mean part of the score "
                        "through the key; vs runner-up: at the chosen key minus at the row's next strongest key.")
             display.offer(table, f"{prefix}_why_head")
+
+
+CIRCUIT_KEYS = ["mech_why_block", "mech_why_seed"]
+
+
+def show_circuit() -> None:
+    """The mechanics page's lesson: an induction circuit built by hand in a two-layer attention-only model, and the
+    same decomposition naming it back (``models/lessons/induction.py``)."""
+    from models.lessons import induction
+    from viz.figures.why import CircuitOptions
+
+    st.markdown("A two-layer, attention-only GPT-2 whose weights are written by hand: **layer 0 head 0** copies the "
+                "previous token into a block of its own (its query asks for position p − 1), **layer 1 head 0** "
+                "compares the current token with that block (so it attends to the letter after the earlier copy of "
+                "the current one). The other head of each layer has small random weights. The score of each of "
+                "the induction head's cells is then split exactly into what wrote its query × what wrote its key.")
+    left, right = st.columns(2)
+    block = left.slider("Letters in the repeated block", 3, len(induction.LETTERS), 8, key="mech_why_block")
+    seed = int(right.number_input("Seed (letters and distractor weights)", 0, 9999, 0, key="mech_why_seed"))
+    with st.spinner("Building the toy and splitting its induction head's scores…"):
+        figure = widgets.figure_or_none("why_circuit", None, CircuitOptions(block, seed,
+                                                                            presentation.color_scheme()))
+    if figure is not None:
+        display.show(figure, "mech_why")

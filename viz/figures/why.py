@@ -17,7 +17,8 @@ import pandas as pd
 
 from models.analysis import why
 from models.core.text import with_marks
-from viz import export
+from models.lessons import induction
+from viz import export, heatmap
 from viz.figure import Figure, view
 from viz.heatmap import PAD
 
@@ -73,8 +74,12 @@ def _bars(frame: pd.DataFrame, title: str, total: float, width: int, axis: str =
     bars = base.mark_bar().encode(color=alt.Color("sign:N", scale=alt.Scale(domain=["raises", "lowers"],
                                                                              range=["#c0392b", "#2471a3"]),
                                                   legend=None))
-    text = base.mark_text(align="left", dx=3, fontSize=10).encode(text="label:N")
-    return (bars + text).properties(width=width, height=BAR_HEIGHT * max(len(frame), 1), title=title)
+    # each share beside its bar's outer end: right of a bar that raises the score, left of one that lowers it
+    right = base.mark_text(align="left", dx=3, fontSize=10).encode(text="label:N").transform_filter(
+        alt.datum.contribution >= 0)
+    left = base.mark_text(align="right", dx=-3, fontSize=10).encode(text="label:N").transform_filter(
+        alt.datum.contribution < 0)
+    return (bars + right + left).properties(width=width, height=BAR_HEIGHT * max(len(frame), 1), title=title)
 
 
 def _pairs_frame(found: why.CellWhy) -> pd.DataFrame:
@@ -316,3 +321,50 @@ def why_head(found: why.HeadWhy, options: WhyHeadOptions) -> Figure:
                         "scores": found.scores, "cells": np.asarray(found.cells)},
         metadata={"model": found.model, "input": found.input_name, "layer": str(found.layer),
                   "head": str(found.head), "components": "\n".join(found.components)})
+
+
+@dataclass(frozen=True)
+class CircuitOptions:
+    block: int = 8  # letters in the block that is repeated
+    seed: int = 0  # which letters, and the distractor heads' random weights
+    scheme: str = "viridis"
+
+
+@view("why_circuit", "An induction circuit built by hand, and the decomposition finding it again", CircuitOptions,
+      analysis=induction.circuit, analysis_options=("block", "seed"), page="mechanics")
+def why_circuit(found: induction.Circuit, options: CircuitOptions) -> Figure:
+    """The toy's two designed heads and what feeds its induction head's keys and queries (``models/lessons/
+    induction.py``). JSON: the maps, the role scores and the induction head's composition table."""
+    tokens = [f"{letter}" for letter in found.tokens]
+    maps = (heatmap.attention_chart(found.previous_map, tokens, tokens, np.tril(np.ones_like(found.previous_map)),
+                                    "Layer 0 head 0: the previous token", options.scheme, size=260, compact=True),
+            heatmap.attention_chart(found.induction_map, tokens, tokens, np.tril(np.ones_like(found.induction_map)),
+                                    "Layer 1 head 0: after the earlier copy", options.scheme, size=260,
+                                    compact=True))
+    head = found.head
+    names = list(head.components)
+    bars = (_bars(_ranked(names, head.key_vs_runner_up, 5, "the rest"), "What lifts its key (vs the runner-up)",
+                  head.mean_margin, HALF_WIDTH - 40, "mean score units"),
+            _bars(_ranked(names, head.query_vs_runner_up, 5, "the rest"), "What lifts its query (vs the runner-up)",
+                  head.mean_margin, HALF_WIDTH - 40, "mean score units"))
+    charts = tuple(chart.properties(autosize=PAD) for chart in maps + bars)
+    key_top = names[int(np.argmax(head.key_vs_runner_up))]
+    query_top = names[int(np.argmax(head.query_vs_runner_up))]
+    caption = (f"{found.block} letters, twice. Layer 1 head 0 scores each second-copy letter against the letter after "
+               f"its earlier copy {head.mean_score:+.2f} on average, {head.mean_margin:+.2f} above the next strongest "
+               f"key. Split exactly (every norm frozen): through the key, {key_top} carries "
+               f"{head.share('key_vs_runner_up')[names.index(key_top)]:.0%} of that margin; through the query, "
+               f"{query_top} {head.share('query_vs_runner_up')[names.index(query_top)]:.0%}. The heads are named by "
+               "the roles the app measures (previous-token, induction) on the toy's own repeated letters. "
+               + induction.SMOLLM2_FINDING)
+    return Figure(
+        export.file_stem("toy induction circuit", f"block {found.block}", f"seed {options.seed}"),
+        charts=charts, layout=((1, 1), (1, 1)), caption=caption, table=lambda: head_frame(head),
+        payload=lambda: {"tokens": tokens, "previous_token_map": found.previous_map,
+                         "induction_map": found.induction_map,
+                         "role_scores": {name: values for name, values in found.role_scores.items()},
+                         "components": _records(head_frame(head)), "mean_score": head.mean_score,
+                         "mean_margin": _finite(head.mean_margin), "smollm2": induction.SMOLLM2_FINDING},
+        arrays=lambda: {"previous_token_map": found.previous_map, "induction_map": found.induction_map,
+                        "key_vs_runner_up": head.key_vs_runner_up, "query_vs_runner_up": head.query_vs_runner_up},
+        metadata={"block": str(found.block), "seed": str(options.seed), "tokens": " ".join(tokens)})
