@@ -26,6 +26,7 @@ BAR_HEIGHT = 18  # px per bar
 FULL_WIDTH = 520  # px of a chart across the page's column
 HALF_WIDTH = 300  # px of a chart beside another
 LABEL_LIMIT = 260  # px of a component's name on an axis (the tooltip has all of it)
+LABEL_ROOM = 40  # px either side of the bars for their share labels
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ def _bars(frame: pd.DataFrame, title: str, total: float, width: int, axis: str =
     base = alt.Chart(frame).encode(
         y=alt.Y("name:N", sort=alt.EncodingSortField("rank", op="min"), title=None,
                 axis=alt.Axis(labelLimit=LABEL_LIMIT)),
-        x=alt.X("contribution:Q", title=axis),
+        x=alt.X("contribution:Q", title=axis, scale=alt.Scale(padding=LABEL_ROOM)),
         tooltip=["name", alt.Tooltip("contribution:Q", format="+.4f"), alt.Tooltip("share:Q", format="+.1%")])
     bars = base.mark_bar().encode(color=alt.Color("sign:N", scale=alt.Scale(domain=["raises", "lowers"],
                                                                              range=["#c0392b", "#2471a3"]),
@@ -102,7 +103,7 @@ def _rope_chart(found: why.CellWhy) -> alt.Chart:
                           "wavelength": wavelengths if wavelengths is not None else np.full(len(pairs), np.nan)})
     frame["sign"] = np.where(frame["contribution"] >= 0, "raises", "lowers")
     distance = abs(found.query - found.key)
-    title = (f"Over RoPE's frequency pairs (fast → slow; the cell is {distance} token{'s' * (distance != 1)} apart)")
+    title = f"RoPE's frequency pairs (query and key {distance} apart)"
     return alt.Chart(frame).mark_bar().encode(
         x=alt.X("pair:O", title="frequency pair (0 turns fastest)", axis=alt.Axis(labelAngle=0, labelOverlap=True)),
         y=alt.Y("contribution:Q", title="score units"),
