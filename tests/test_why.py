@@ -373,3 +373,40 @@ def test_the_mechanics_page_teaches_the_circuit(monkeypatch, offered):
     at.run()
     assert not at.exception, at.exception
     assert offered["mech_why"].payload()["tokens"].__len__() == 12
+
+
+def test_a_soft_cap_and_a_sink_change_the_weights_not_the_split():
+    """Gemma 2 caps scores after the split (softcap · tanh(s / softcap)); gpt-oss adds a sink logit per head as a
+    softmax column of its own. The split is of the score before the cap; the weights are what the softmax gives."""
+    import dataclasses
+
+    model, forward, _ = _text_model("llama", torch.float64)
+    labels = [f"t{i}" for i in range(LENGTH)]
+    cap = why.capture_forward(model, forward, 1, list(range(LENGTH)), 0, labels)
+    arch = why.architecture(model)
+    plain = why._row(cap, arch.blocks[1], 3, 11, arch.group)
+    capped_block = dataclasses.replace(arch.blocks[1], softcap=0.05, sinks=torch.full((4,), 0.01, dtype=torch.float64))
+    scores, allowed, _, weights, sink = why._row(cap, capped_block, 3, 11, arch.group)
+    assert torch.equal(scores, plain[0])
+    expected = torch.softmax(torch.cat([0.05 * torch.tanh(scores / 0.05), torch.tensor([0.01], dtype=torch.float64)]),
+                             0)
+    torch.testing.assert_close(weights, expected[:-1])
+    assert sink == pytest.approx(float(expected[-1])) and plain[4] is None
+
+
+def test_two_splits_at_once_each_equal_their_solo_run(tmp_path, monkeypatch):
+    """Two sessions splitting cells of one cached model at once, through the forward with hooks (the page's path
+    for runs that kept no residual stream): each equals its solo run (tests/test_hook_isolation.py's harness)."""
+    from tests.test_hook_isolation import at_once
+
+    monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tmp_path))
+    loaded = load_local("causal_lm", save_tiny_causal_lm(tmp_path / "llama"))
+    monkeypatch.setattr(why, "from_run_possible", lambda *args: False)
+    runs = [families.run(loaded, TextInput(text, 64)) for text in ("the cat sat on the mat. the dog",
+                                                                    "one two three four five six seven")]
+    jobs = [lambda run=run: why.why_cell(loaded, run, WhyOptions(layer=1, head=1)).contributions for run in runs]
+    alone = [job() for job in jobs]
+    for index, rounds in enumerate(at_once(jobs, loaded.model, rounds=3)):
+        for got in rounds:
+            assert not isinstance(got, Exception), f"session {index} failed: {got!r}"
+            assert np.array_equal(got, alone[index]), f"session {index} differs from its solo run"

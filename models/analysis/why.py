@@ -357,7 +357,7 @@ class _Stop(Exception):
 
 
 def _at(tensor: torch.Tensor, batch: int, index: torch.Tensor) -> torch.Tensor:
-    """``(B, T, …)`` at one batch item's positions -> float64 on the CPU ``(P, …)`` (a broadcast batch of 1 kept)."""
+    """``(B, T, …)`` at one batch item's positions -> float64 on the CPU ``(P, …)`` (a batch of 1 broadcasts)."""
     item = tensor[batch if tensor.shape[0] > 1 else 0]
     return item.index_select(0, index.to(item.device)).detach().to("cpu", torch.float64)
 
@@ -596,8 +596,8 @@ def from_run_possible(model: nn.Module, result: RunResult, layer: int) -> bool:
 
 @dataclass
 class FrozenNorm:
-    """A norm with its scale frozen at this run's, at some positions: ``y = scale ⊙ (x − mean x if centred) + beta``,
-    linear in ``x`` but for the constant ``beta``."""
+    """A norm with its scale frozen at this run's, at some positions: ``y = scale ⊙ (x − mean x if centred) +
+    beta``, linear in ``x`` but for the constant ``beta``."""
 
     scale: torch.Tensor  # (P, d)
     centred: bool
@@ -623,8 +623,8 @@ def _epsilon(module: nn.Module) -> float:
 
 def frozen(module: nn.Module, inputs: torch.Tensor, outputs: torch.Tensor) -> FrozenNorm:
     """``module`` (a LayerNorm, or an RMSNorm of any flavour) frozen at the scale it applied to ``inputs`` (P, d),
-    which it turned into ``outputs``. LayerNorm: ``γ / σ`` with σ of this run. RMSNorm: ``outputs / inputs``, read off
-    the run (exact whatever precision the norm computed in; its gain over the run's σ where an input is 0)."""
+    which it turned into ``outputs``. LayerNorm: ``γ / σ`` with σ of this run. RMSNorm: ``outputs / inputs``, read
+    off the run (exact whatever precision the norm computed in; its gain over the run's σ where an input is 0)."""
     if isinstance(module, nn.LayerNorm):
         sigma = torch.sqrt(inputs.var(-1, unbiased=False, keepdim=True) + module.eps)
         gamma = _host(module.weight) if module.weight is not None else torch.ones(inputs.shape[-1])
@@ -1296,7 +1296,8 @@ def head_table(model: nn.Module, cap: Captured, layer: int, head: int, cells: li
         model=model_name, input_name=input_name, layer=layer, head=head, kv_group=head // arch.group,
         cells=tuple((int(i), int(j)) for i, j in cells), runner_ups=tuple(runner_ups), scores=recorded.numpy(),
         margins=margins.numpy(), components=tuple(c.name for c in components), kinds=tuple(c.kind for c in components),
-        component_layers=np.array([c.layer for c in components]), component_heads=np.array([c.head for c in components]),
+        component_layers=np.array([c.layer for c in components]),
+        component_heads=np.array([c.head for c in components]),
         query_side=query_side, key_side=key_side, query_vs_runner_up=qv, key_vs_runner_up=kv, selection=selection,
         error=float((scores - recorded).abs().max()), source=cap.source)
 
@@ -1322,7 +1323,7 @@ def _union(found: Terms, query_side, key_side, query_vs, key_vs):
     return (components, *(np.array(columns[name]) for name in ("q", "k", "qv", "kv")))
 
 
-# --- from a page's run --------------------------------------------------------------------------------------------------
+# --- from a page's run ------------------------------------------------------------------------------------------
 
 def why_cell(loaded, result: RunResult, options) -> CellWhy:
     """The Why view's analysis: cell (``options.query``, ``options.key``) of ``options.head`` in ``options.layer``

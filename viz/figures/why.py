@@ -63,8 +63,9 @@ def _ranked(names: list[str], values: np.ndarray, top: int, rest: str) -> pd.Dat
 
 def _bars(frame: pd.DataFrame, title: str, total: float, width: int, axis: str = "score units") -> alt.Chart:
     """Horizontal bars in score units, red for what raises the score and blue for what lowers it, each labelled with
-    its share of ``total``."""
-    frame = frame.assign(share=frame["contribution"] / total if total else np.nan,
+    its share of ``total``'s size (signed as the bar: a negative score's parts read as they push)."""
+    size = abs(total) if total and np.isfinite(total) else np.nan
+    frame = frame.assign(share=frame["contribution"] / size,
                          sign=np.where(frame["contribution"] >= 0, "raises", "lowers"))
     frame["label"] = [f"{s:+.0%}" if np.isfinite(s) else "" for s in frame["share"]]
     base = alt.Chart(frame).encode(
@@ -243,7 +244,7 @@ def why_cell(found: why.CellWhy, options: WhyOptions) -> Figure:
                f"{nq} query components × {nk} key components; the {nq * nk:,} pairs sum to the score (off by "
                f"{found.error:.1e}): every norm is frozen at its scale in this run. Largest pair: "
                f"{pair_names[strongest]} ({found.contributions.flat[strongest]:+.3f}). Red raises the score, blue "
-               "lowers it; labels are shares of the score.")
+               "lowers it; labels are shares of the score's size.")
     if found.runner_up is not None:
         caption += (f" The runner-up key {found.runner_up.position} ({found.runner_up.token!r}) scores "
                     f"{found.runner_up.score:+.3f}: the difference is split by key component.")
@@ -274,8 +275,8 @@ def why_cell(found: why.CellWhy, options: WhyOptions) -> Figure:
 
 def head_frame(found: why.HeadWhy) -> pd.DataFrame:
     """One row per component: its mean part of the score through the key and through the query (and against each
-    row's runner-up key), with shares."""
-    return pd.DataFrame({
+    row's runner-up key), with shares; the components that lift the chosen keys most first."""
+    frame = pd.DataFrame({
         "component": list(found.components), "kind": list(found.kinds),
         "layer": found.component_layers, "head": found.component_heads,
         "key side": found.key_side, "key share": found.share("key_side"),
@@ -283,6 +284,7 @@ def head_frame(found: why.HeadWhy) -> pd.DataFrame:
         "query side": found.query_side, "query share": found.share("query_side"),
         "query side vs runner-up": found.query_vs_runner_up,
         "query share vs runner-up": found.share("query_vs_runner_up")})
+    return frame.sort_values("key side vs runner-up", ascending=False, kind="stable").reset_index(drop=True)
 
 
 @view("why_head", "What feeds a head's keys and queries (composition over its strongest cells)", WhyHeadOptions,
