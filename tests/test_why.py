@@ -410,3 +410,12 @@ def test_two_splits_at_once_each_equal_their_solo_run(tmp_path, monkeypatch):
         for got in rounds:
             assert not isinstance(got, Exception), f"session {index} failed: {got!r}"
             assert np.array_equal(got, alone[index]), f"session {index} differs from its solo run"
+
+
+def test_the_why_tab_opens_on_the_head_the_attention_views_show(patched_loader, offered):
+    at = _page("gpt")
+    at.query_params.update({"gpt_tab": "Why this head looks here", "gpt_layer": "1", "gpt_head": "head 3"})
+    at.run()
+    assert not at.exception, at.exception
+    payload = offered["gpt_why"].payload()
+    assert (payload["layer"], payload["head"]) == (1, 3)

@@ -177,7 +177,6 @@ with distance_tab:
         picture(widgets.figure_or_none("positions", result), st.container(), "vit_positions", downloads=False)
 if why_tab.open is not False:  # the [CLS] row's scores split into what wrote the query and the key (issue 37)
     with why_tab:
-        st.session_state.setdefault("vit_why_layer", layer)
         why_section.show(result, loaded, "vit", cls_only=True)
 if faithfulness_tab.open:  # explanations and their deletion/insertion curves (issue 17): only when looked at
     with faithfulness_tab:
