@@ -958,6 +958,8 @@ def _bias_row(maps: RecomputedAttention, layer: int, head: int, query: int) -> t
 
 # --- one cell ---------------------------------------------------------------------------------------------------------
 
+TOP_KEYS = 5  # the row's strongest keys a cell's result lists
+
 @dataclass(frozen=True)
 class KeyScore:
     position: int
@@ -1086,8 +1088,6 @@ def cell(model: nn.Module, cap: Captured, layer: int, head: int, query: int, key
         softcap=block.softcap, sink_weight=sink_weight,
         error=abs(float(contributions.sum()) + float(bias[key]) - score), source=cap.source)
 
-
-TOP_KEYS = 5
 
 
 def _runner_up(weights: torch.Tensor, allowed: torch.Tensor, key: int, skip: tuple[int, ...] = ()) -> int | None:

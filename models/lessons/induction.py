@@ -76,7 +76,7 @@ def build(seed: int = 0, strength: float = STRENGTH):
     capture.register()
     vocab, positions = len(LETTERS), POSITIONS
     width = 2 * vocab + positions  # TOK | POS | PREV
-    tok, pos, prev = slice(0, vocab), slice(vocab, vocab + positions), slice(vocab + positions, width)
+    tok, pos = slice(0, vocab), slice(vocab, vocab + positions)  # PREV: the rest, written by layer 0 head 0
     config = transformers.GPT2Config(vocab_size=vocab, n_embd=width, n_layer=2, n_head=HEADS, n_positions=positions,
                                      bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0,
                                      attn_pdrop=0.0)
@@ -115,7 +115,6 @@ def build(seed: int = 0, strength: float = STRENGTH):
                                                                   dtype=torch.float64) * DISTRACTOR
             attention.c_proj.weight[size:, :] = torch.randn(size, width, generator=generator,
                                                            dtype=torch.float64) * DISTRACTOR / 30
-        del tok, pos, prev
     return model
 
 
