@@ -177,21 +177,41 @@ def test_the_row_weight_is_the_pages(tmp_path, monkeypatch):
     assert found.runner_up is not None and found.runner_up.position != 3
 
 
-@pytest.mark.parametrize("save", [save_tiny_causal_lm, "gpt2"], ids=["llama", "gpt2"])
+def _save_decoder(kind: str, folder):
+    """A tiny decoder of ``kind`` (roughened, so its norms' gains and biases matter) and a byte-level tokenizer."""
+    from tests.tiny_text_models import byte_level_tokenizer
+
+    tokenizer = byte_level_tokenizer()
+    cls, config = _config(kind)
+    config.vocab_size = len(tokenizer)
+    torch.manual_seed(0)
+    _roughened(cls._from_config(config)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("save", [save_tiny_causal_lm, "gpt2", "qwen3", "olmo2"],
+                         ids=["llama", "gpt2", "qwen3", "olmo2"])
 def test_read_off_the_run_equals_the_forward(save, tmp_path, monkeypatch):
     """A language-model run that kept its residual stream is split with no forward: each earlier head's output is
-    rebuilt from the stream and its attention row; the terms equal those of a forward with hooks."""
+    rebuilt from the stream and its attention row (through OLMo 2's post-attention norm); the terms equal those of
+    a forward with hooks."""
     from tests.conftest import save_tiny
 
     monkeypatch.setenv("ATTN_EXPLORER_MODEL_DIRS", str(tmp_path))
-    folder = save(tmp_path / "model") if callable(save) else save_tiny(save, tmp_path / "model")
+    if callable(save):
+        folder = save(tmp_path / "model")
+    else:
+        folder = save_tiny(save, tmp_path / "model") if save == "gpt2" else _save_decoder(save, tmp_path / "model")
     loaded = load_local("causal_lm", folder)
     result = families.run(loaded, TextInput("the cat sat on the mat. the dog sat on the log. the cat", 64))
-    assert why.from_run_possible(loaded.model, result, 1)
+    layer = 2 if save in ("qwen3", "olmo2") else 1  # the layers below: heads' outputs read off the stream
+    assert why.from_run_possible(loaded.model, result, layer)
     positions = list(range(len(result.tokens)))
     labels = why._labels(result)
-    read = why.cell(loaded.model, why._capture(loaded, result, 1, positions), 1, 1, len(positions) - 1, 2, labels)
-    forward = why.cell(loaded.model, why._capture(loaded, result, 1, positions, forward=True), 1, 1,
+    read = why.cell(loaded.model, why._capture(loaded, result, layer, positions), layer, 1, len(positions) - 1, 2,
+                    labels)
+    forward = why.cell(loaded.model, why._capture(loaded, result, layer, positions, forward=True), layer, 1,
                        len(positions) - 1, 2, labels)
     assert (read.source, forward.source) == ("run", "forward")
     assert read.query_components == forward.query_components

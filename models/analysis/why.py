@@ -588,7 +588,7 @@ def from_run_possible(model: nn.Module, result: RunResult, layer: int) -> bool:
     return (arch.name in FROM_RUN and residual is not None and getattr(result, "residual_start", 1) == 0
             and isinstance(maps, RecomputedAttention) and residual.shape[0] == len(arch.blocks) + 1
             and residual.shape[1] == len(result.tokens) and parameter.dtype == torch.float32
-            and maps.queries[layer].dtype == torch.float32 and layer < len(arch.blocks)
+            and 0 <= layer < len(arch.blocks) and maps.queries[layer].dtype == torch.float32
             and (arch.embedding != "gpt2" or len(getattr(result, "token_ids", ())) == len(result.tokens)))
 
 
