@@ -522,15 +522,21 @@ def render(outcomes: list[Outcome]) -> str:
             note = o.message.splitlines()[0].replace("|", "/") if o.message else ""
             lens = ""
             if page == "causal_lm":
-                lens = ("yes" if o.lens == "exact" else o.lens.removeprefix("refused: ").split(":")[0][:60]
-                        if o.lens else "") + " | "
-            lines.append(f"| {o.model_type} | {o.architecture} | {o.status} | {difference} | {lens}{note[:220]} |")
+                lens = {"exact": "yes", "": ""}.get(o.lens, "no") + " | "
+                if o.lens.startswith("refused: ") and not note:
+                    note = "lens: " + o.lens.removeprefix("refused: ").split(": ", 1)[-1]
+            lines.append(f"| {o.model_type} | {o.architecture} | {o.status} | {difference} | {lens}{note[:200]} |")
         lines.append("")
     skipped = sorted({o.model_type for o in outcomes if o.status == "not built"})
     lines += ["## Not built by this harness", "",
               "The generic shrinking of a default config did not give a runnable tiny model of: "
               + ", ".join(skipped) + ".", ""]
-    return "\n".join(lines)
+    import textwrap
+
+    wrapped = [line if line.startswith("|") else textwrap.fill(line, 100, subsequent_indent="  " if
+                                                                line.startswith("- ") else "") or line
+               for line in lines]
+    return "\n".join(wrapped)
 
 
 if __name__ == "__main__":
