@@ -111,3 +111,23 @@ def test_a_model_spread_over_devices_with_disk_offload_captures_exactly(model_di
     assert maps.num_layers == 2
     for layer in range(2):
         np.testing.assert_allclose(maps.layer(layer), reference["self"][layer], atol=TOLERANCE, rtol=0)
+
+
+def test_a_memory_check_that_cannot_count_says_so(model_dir, monkeypatch, caplog):
+    """The load goes on without the check, and the page is told why (issue 40: errors keep their cause)."""
+    from models import families
+    from models.core import memory_fit
+
+    folder = model_dir / "llama"
+    support_matrix.build("causal_lm", "llama", folder)
+
+    def broken(model_class, config):
+        raise RuntimeError("a config only its own class understands")
+
+    monkeypatch.setattr(memory_fit, "_meta_parameters", broken)
+    monkeypatch.setattr(memory_fit, "_safetensors_parameters", lambda folder: None)  # no headers to count from
+    with caplog.at_level("WARNING"):
+        loaded = families.load(families.custom("causal_lm", str(folder)))
+    assert any("could not count this model's parameters" in note and "RuntimeError" in note
+               for note in loaded.notes)
+    assert "a config only its own class understands" in caplog.text

@@ -283,7 +283,9 @@ class Recorder:
     encoder_decoder: bool = False  # only then do "encoder." / "decoder." names mean different kinds
     model_type: str = "this model"  # named in refusals
     records: dict[str, list[LayerRecord]] = field(default_factory=dict)
-    _mask_cache: dict = field(default_factory=dict)  # id(mask) or an implicit-mask shape -> (allowed, bias)
+    # an implicit mask's shape -> (allowed, bias); a mask tensor's (id, k_len) -> (the mask, (allowed, bias)): the
+    # entry holds the mask, so its id cannot pass to another mask (a generation's next, wider one) while cached
+    _mask_cache: dict = field(default_factory=dict)
     # per module, weak references to the last call's q and k: a second call with the very same tensors (DiffLlama
     # runs one softmax twice, over two halves of v) is the same map, not another layer
     _last_call: dict = field(default_factory=dict)
@@ -380,9 +382,10 @@ class Recorder:
                 rules = CausalMask(q_len, k_len) if shape_key[-1] else DescribedMask(q_len, k_len)
                 self._mask_cache[shape_key] = ((rules,), None)
             return self._mask_cache[shape_key]
-        key_ = ("described", id(attention_mask))
-        if key_ in self._mask_cache:
-            return self._mask_cache[key_]
+        key_ = ("described", id(attention_mask), k_len)
+        cached = self._mask_cache.get(key_)
+        if cached is not None and cached[0] is attention_mask:
+            return cached[1]
         mask = attention_mask.detach()[..., -k_len:]
         if mask.dtype == torch.bool:
             allowed, bias = (mask[:, 0] if mask.ndim == 4 else mask), None
@@ -394,7 +397,7 @@ class Recorder:
             bias = bias if bool(bias.abs().max() > 0) else None
         items = [describe_mask(item) for item in allowed]
         result = (tuple(items) if all(item is not None for item in items) else allowed, bias)
-        self._mask_cache[key_] = result
+        self._mask_cache[key_] = (attention_mask, result)
         return result
 
     def _mask(self, module, attention_mask, kwargs, q_len: int, k_len: int, lazy: bool = False):
@@ -416,9 +419,9 @@ class Recorder:
                 allowed = torch.ones(1, q_len, k_len, dtype=torch.bool)
             self._mask_cache[shape_key] = (allowed, None)
             return self._mask_cache[shape_key]
-        cached = self._mask_cache.get(id(attention_mask))
-        if cached is not None:
-            return cached
+        cached = self._mask_cache.get(("tensor", id(attention_mask), k_len, lazy))
+        if cached is not None and cached[0] is attention_mask:
+            return cached[1]
         mask = attention_mask.detach().to("cpu")[..., -k_len:]
         if mask.dtype == torch.bool:
             result = (mask[:, 0] if mask.ndim == 4 else mask, None)
@@ -427,7 +430,7 @@ class Recorder:
             bias = torch.where(blocked, torch.zeros((), dtype=mask.dtype), mask).to(torch.float32)
             allowed = ~blocked
             result = (allowed[:, 0] if allowed.ndim == 4 else allowed, bias if bias.abs().max() > 0 else None)
-        self._mask_cache[id(attention_mask)] = result
+        self._mask_cache[("tensor", id(attention_mask), k_len, lazy)] = (attention_mask, result)
         return result
 
     # --- turning records into results ---------------------------------------------------------------------------

@@ -117,7 +117,7 @@ def decode_upload(data: bytes) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise ValueError(f"That file is not UTF-8 text (byte {error.start} cannot be decoded). Save it as UTF-8 and "
-                         "upload it again.") from None
+                         "upload it again.") from error
 
 
 SURROGATE = re.compile("[\ud800-\udfff]")
