@@ -448,14 +448,21 @@ class Recorder:
             raise ValueError(f"{self.model_type}'s layers return maps of different shapes for one input "
                              f"({', '.join(f'{q} × {k}' for q, k in shapes)}): some attend to compressed blocks of "
                              "tokens rather than to tokens, and no map here can label such keys, so none is drawn.")
-        q_index = np.arange(q_len) if query_positions is None else np.asarray(query_positions)
-        k_index = np.arange(k_len) if key_positions is None else np.asarray(key_positions)
-        maps = [np.ascontiguousarray(weights[batch_index if len(weights) > 1 else 0][:, q_index][:, :, k_index])
-                for _, weights in layers]
+        q_index = slice(None) if query_positions is None else np.asarray(query_positions)
+        k_index = slice(None) if key_positions is None else np.asarray(key_positions)
+
+        def item(weights: np.ndarray) -> np.ndarray:  # a view when every position is kept: no copy of N² per layer
+            chosen = weights[batch_index if len(weights) > 1 else 0]
+            return chosen[:, q_index][:, :, k_index] if query_positions is not None or key_positions is not None \
+                else chosen
+
+        maps = [item(weights) for _, weights in layers]
+        q_len = maps[0].shape[1]
+        k_len = maps[0].shape[2]
         return StoredAttention(
             kind=kind,
-            query_tokens=list(query_tokens) if query_tokens is not None else [str(i) for i in range(len(q_index))],
-            key_tokens=list(key_tokens) if key_tokens is not None else [str(i) for i in range(len(k_index))],
+            query_tokens=list(query_tokens) if query_tokens is not None else [str(i) for i in range(q_len)],
+            key_tokens=list(key_tokens) if key_tokens is not None else [str(i) for i in range(k_len)],
             layers=maps, layer_numbers=tuple(number for number, _ in layers))
 
     def attention_maps(self, kind: str, batch_index: int = 0, query_positions=None, key_positions=None,
