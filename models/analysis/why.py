@@ -27,8 +27,6 @@ forward at all (each earlier head's output rebuilt from that layer's stream and 
 from __future__ import annotations
 
 import math
-import threading
-import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -37,7 +35,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from models.core import capture, hooks
+from models.core import capture, hooks, memo
 from models.core.results import DescribedMask, RecomputedAttention, RelativeBias, RunResult, TextResult
 
 # --- what the model is: written down per architecture ---------------------------------------------------------------
@@ -127,17 +125,10 @@ def _model_type(model: nn.Module) -> str:
 def architecture(model: nn.Module) -> Architecture:
     """The decomposition's map of ``model``, or a ``ValueError`` naming its architecture when it is not one of
     ``SUPPORTED``."""
-    with _FOUND_LOCK:
-        found = _FOUND.get(model)
-    if found is None:
-        found = _architecture(model)
-        with _FOUND_LOCK:
-            _FOUND[model] = found
-    return found
+    return _FOUND.get(model, lambda: _architecture(model))
 
 
-_FOUND: "weakref.WeakKeyDictionary[nn.Module, Architecture]" = weakref.WeakKeyDictionary()
-_FOUND_LOCK = threading.Lock()
+_FOUND: "memo.PerObject[Architecture]" = memo.PerObject()  # per model, for its lifetime
 
 
 def _refuse(model: nn.Module) -> ValueError:
@@ -1474,8 +1465,7 @@ def _forward_of(loaded, result: RunResult) -> Callable[[], object]:
     return lambda: model(pixel_values=pixels)
 
 
-_ROLES: "weakref.WeakKeyDictionary[nn.Module, dict]" = weakref.WeakKeyDictionary()
-_ROLES_LOCK = threading.Lock()
+_ROLES: "memo.PerObject[dict]" = memo.PerObject()  # per model, for its lifetime
 
 
 def _named(loaded, result: RunResult) -> dict[tuple[int, int], str]:
@@ -1483,12 +1473,6 @@ def _named(loaded, result: RunResult) -> dict[tuple[int, int], str]:
     of the model, kept beside it like ``hooks.sites``); none for other families."""
     if not (isinstance(result, TextResult) and (result.next_token or result.generation)):
         return {}
-    with _ROLES_LOCK:
-        found = _ROLES.get(loaded.model)
-    if found is None:
-        from models.analysis.roles import head_roles
+    from models.analysis.roles import head_roles
 
-        found = role_names(head_roles(loaded).scores)
-        with _ROLES_LOCK:
-            _ROLES[loaded.model] = found
-    return found
+    return _ROLES.get(loaded.model, lambda: role_names(head_roles(loaded).scores))
