@@ -113,12 +113,32 @@ def _figure(view, family, loaded, result):
     if view.data == "analysis":  # views sharing an analysis share its result, as the app's cache does
         key = (id(loaded), id(data), view.analysis_key(options))
         if key not in _ANALYSES:
-            _ANALYSES[key] = (data, view.analysis(loaded, data, options))  # (the run kept alive: its id stays its)
+            read: set[str] = set()
+            analysed = view.analysis(loaded, data, _reading(options, read))
+            unkeyed = read - set(view.analysis_options)
+            assert not unkeyed, (f"{view.name}'s analysis reads {sorted(unkeyed)}, which its cache key "
+                                 f"(analysis_options) leaves out: a stale analysis would come back for new values")
+            _ANALYSES[key] = (data, analysed)  # (the run kept alive: its id stays its)
         data = _ANALYSES[key][1]
     return view.build(data, options)
 
 
 _ANALYSES: dict = {}
+
+
+def _reading(options, read: set):
+    """A copy of ``options`` that notes in ``read`` every field the code reads (the analysis cache-key contract:
+    ``View.analysis_key`` keys an analysis by ``analysis_options`` only)."""
+    names = {field.name for field in dataclasses.fields(options)}
+
+    class Reading(type(options)):
+        def __getattribute__(self, name):
+            if name in names:
+                read.add(name)
+            return super().__getattribute__(name)
+
+    Reading.__name__ = type(options).__name__
+    return Reading(**{name: getattr(options, name) for name in names})
 
 
 # one test per (family, view), each with its own time limit: the language model's analyses (every head ablated, every
