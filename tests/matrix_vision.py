@@ -344,13 +344,19 @@ def timm_reference(folder: Path, pixels: torch.Tensor) -> list[np.ndarray]:
 
 def transformers_reference(folder: Path, loaded, inputs: dict, swin: bool = False) -> list[np.ndarray]:
     """Every layer's map from the same folder run by transformers' eager attention, in model order."""
-    from models.core import hooks
-    from models.families.vit import hf
+    import transformers
 
-    config = copy.deepcopy(loaded.model.config)
-    model_class = hf.model_class(config)
-    model = model_class.from_pretrained(folder, config=config, attn_implementation="eager",
-                                        dtype=torch.float32).eval()
+    from models.core import hooks
+
+    config = transformers.AutoConfig.from_pretrained(folder)
+    if swin:
+        from models.families.swin import hf
+    else:
+        from models.families.vit import hf
+    if config.model_type == "vit_mae":
+        config.mask_ratio = 0.0  # as the page runs it: every patch (the page says so)
+    model = hf.model_class(config).from_pretrained(folder, config=config, attn_implementation="eager",
+                                                   dtype=torch.float32).eval()
     arguments = {k: (v.float() if v.is_floating_point() else v) for k, v in inputs.items()}
     if not swin:
         with torch.no_grad():
@@ -361,9 +367,9 @@ def transformers_reference(folder: Path, loaded, inputs: dict, swin: bool = Fals
     def keep(module, args, output):
         maps.append(output[1].float().numpy())
 
-    blocks = [m for name, m in model.named_modules() if name.split(".")[-2:-1] == ["blocks"]]
+    blocks = [block for stage in model.base_model.encoder.layers for block in stage.blocks]
     with torch.no_grad(), hooks.installed(hooks.after(b, keep) for b in blocks):
-        model(**arguments, output_attentions=True)
+        model(**arguments, output_attentions=True, output_hidden_states=True)  # MaskFormer's Swin needs both
     return maps
 
 
@@ -457,7 +463,7 @@ def _pairs(page: str, loaded, result, folder: Path, picture) -> tuple[list[np.nd
     if getattr(loaded, "processor", None) is None:  # timm Swin
         pixels = images.preprocess(picture, images.data_config(loaded.model)).tensor
         return drawn, timm_reference(folder, pixels)
-    from models.families.swin import hf as swin_hf
+    from models.core import vision_checkpoints
 
-    prepared = swin_hf.prepare(loaded, picture.image)
-    return drawn, transformers_reference(folder, loaded, prepared.inputs, swin=True)
+    pixels, _, _ = vision_checkpoints.pixels_of(loaded.processor, picture.image, "cpu", torch.float32)
+    return drawn, transformers_reference(folder, loaded, {"pixel_values": pixels}, swin=True)

@@ -15,15 +15,14 @@ pooled or hierarchical attention, Swin) are refused by ``config.model_type``, sa
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from models.core import capture, loading
+from models.core import capture, vision_checkpoints, loading
+from models.core.vision_checkpoints import image_size, patch_size, vision_config
 from models.core.specs import ModelSpec
 
 # transformers' model types the ViT page draws: one grid of patches (+ prefix tokens) under global attention
@@ -59,7 +58,6 @@ NOT_DRAWN = {
                     "its image tokens",
     "timm_backbone": "wraps a timm backbone for a detector; type the timm model's own name or folder instead",
 }
-TIMM_WRAPPER = "timm_wrapper"
 # the auto class a checkpoint of each kind is loaded with (the head its weights hold, never a random one)
 CLASSIFIER_SUFFIX = "ForImageClassification"
 
@@ -84,38 +82,7 @@ def _examples() -> str:
     return "ViT, DeiT, BEiT, DINOv2 (with registers), DINOv3, SigLIP and CLIP vision towers, or any timm ViT"
 
 
-# --- which library reads what the user typed ------------------------------------------------------------------------
-
-def folder_config(spec: ModelSpec) -> dict | None:
-    """The ``config.json`` of what ``spec`` names, as a dict: a local folder's (checked against the allowed
-    folders), a hub repository's (from the hub cache, or downloaded); None for a bare timm name (``vit_base_…``)."""
-    if spec.source == "local":
-        folder = loading.resolve_local_folder(spec.id)
-        try:
-            return json.loads((folder / "config.json").read_text())
-        except (OSError, ValueError) as error:
-            raise ValueError(f"'{spec.id}' has a config.json that is not valid JSON ({loading.first_line(error)}); "
-                             "save the model again.") from None
-    name = spec.id.strip()
-    if spec.source != "hub" or "/" not in name or name.startswith(("timm/", "hf-hub:")):
-        return None
-    try:
-        from huggingface_hub import hf_hub_download
-
-        return json.loads(Path(hf_hub_download(name, "config.json")).read_text())
-    except Exception:  # noqa: BLE001 - unknown here: timm reads it and says what went wrong, as it always did
-        return None
-
-
-def is_transformers_config(config: dict | None) -> bool:
-    """A transformers checkpoint (``model_type``), not one timm saved (``architecture``, no model type)."""
-    return bool(config) and bool(config.get("model_type")) and config.get("model_type") != TIMM_WRAPPER
-
-
-def is_timm_wrapper(config: dict | None) -> bool:
-    """A timm model saved through transformers' ``TimmWrapper`` (its weights under ``timm_model.``)."""
-    return bool(config) and config.get("model_type") == TIMM_WRAPPER
-
+# --- loading --------------------------------------------------------------------------------------------------------
 
 def unwrapped_timm(spec: ModelSpec) -> torch.nn.Module:
     """The timm model inside a ``TimmWrapper`` checkpoint, with its classifier when the checkpoint has one: the
@@ -135,33 +102,6 @@ def unwrapped_timm(spec: ModelSpec) -> torch.nn.Module:
             model = wrapper.from_pretrained(source, config=config, local_files_only=local_only,
                                             use_safetensors=None)
     return model.timm_model
-
-
-# --- loading --------------------------------------------------------------------------------------------------------
-
-def vision_config(config):
-    """The config of the vision part (a CLIP/SigLIP checkpoint's ``vision_config``), else the config itself."""
-    return getattr(config, "vision_config", None) or config
-
-
-def _pair(value) -> tuple[int, int]:
-    if isinstance(value, (list, tuple)):
-        return int(value[0]), int(value[-1])
-    return int(value), int(value)
-
-
-def image_size(config) -> tuple[int, int]:
-    """(height, width) in pixels the config says the model takes."""
-    vision = vision_config(config)
-    size = getattr(vision, "image_size", None)
-    if size is None and getattr(vision, "num_patches", None):  # SigLIP 2: a patch budget, square by default
-        side = int(round(float(vision.num_patches) ** 0.5))
-        return side * _pair(vision.patch_size)[0], side * _pair(vision.patch_size)[1]
-    return _pair(size or 224)
-
-
-def patch_size(config) -> tuple[int, int]:
-    return _pair(getattr(vision_config(config), "patch_size", 16))
 
 
 def model_class(config):
@@ -207,40 +147,6 @@ def check_config(spec: ModelSpec, config) -> None:
     refusal = describe_refusal(str(getattr(config, "model_type", "")), spec.id)
     if refusal is not None:
         raise ValueError(refusal)
-
-
-def processor_for(spec: ModelSpec, source: str, config) -> tuple[Any, str]:
-    """The checkpoint's own image processor, or (no ``preprocessor_config.json``) its architecture's default one at
-    the config's image size; and a note when it is the default."""
-    import transformers
-    from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
-
-    local_only = spec.source != "hub"
-    has_own = (Path(source) / "preprocessor_config.json").is_file() if spec.source != "hub" else True
-    if has_own:
-        try:
-            with loading.library_errors(spec):
-                return transformers.AutoImageProcessor.from_pretrained(source, local_files_only=local_only), ""
-        except ValueError:
-            if spec.source != "hub":
-                raise
-    model_type = config.model_type
-    names = IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type) or IMAGE_PROCESSOR_MAPPING_NAMES.get(
-        model_type.removesuffix("_vision_model")) or {"torchvision": "ViTImageProcessor"}
-    name = names.get("torchvision") or names.get("pil")
-    processor_class = getattr(transformers, name)
-    height, width = image_size(config)
-    processor = processor_class()
-    resized = {"size": {"height": height, "width": width}}
-    if getattr(processor, "crop_size", None) is not None:
-        resized["crop_size"] = {"height": height, "width": width}
-    if model_type.startswith("siglip2"):
-        resized = {"max_num_patches": int(getattr(vision_config(config), "num_patches", 256)),
-                   "patch_size": patch_size(config)[0]}
-    processor = processor_class(**resized)
-    return processor, (f"This folder has no preprocessor_config.json, so images are prepared by {name}'s defaults "
-                       f"at the config's {width} × {height} px; save the model's processor beside it "
-                       "(processor.save_pretrained(folder)) to use its own.")
 
 
 def probe_inputs_for(config):
@@ -305,7 +211,11 @@ def load(spec: ModelSpec, device: str, dtype: str, progress) -> tuple[loading.Lo
     loaded = loading.load_transformers(spec, model_class, device, dtype, progress, check_config=check,
                                        tokenizer=False, probe_inputs=probe_inputs_for(config))
     model = loaded.model
-    processor, note = processor_for(spec, source, model.config)
+    defaults = {}
+    if model.config.model_type.startswith("siglip2"):  # a patch budget, not a size
+        defaults = {"max_num_patches": int(getattr(vision_config(model.config), "num_patches", 256)),
+                    "patch_size": patch_size(model.config)[0]}
+    processor, note = vision_checkpoints.processor_for(spec, source, model.config, **defaults)
     if note:
         notes.append(note)
     labels = ()
@@ -313,8 +223,7 @@ def load(spec: ModelSpec, device: str, dtype: str, progress) -> tuple[loading.Lo
         id2label = getattr(model.config, "id2label", None) or {}
         labels = tuple(str(id2label.get(i, f"class {i}")) for i in range(int(model.config.num_labels)))
     height, width = image_size(model.config)
-    mean = tuple(float(m) for m in (getattr(processor, "image_mean", None) or (0.5, 0.5, 0.5)))
-    std = tuple(float(s) for s in (getattr(processor, "image_std", None) or (0.5, 0.5, 0.5)))
+    mean, std = vision_checkpoints.mean_and_std(processor)
     data_config = {"input_size": (3, height, width), "mean": mean, "std": std, "interpolation": "bicubic",
                    "crop_pct": 1.0, "crop_mode": "center"}
     return loaded, Loaded(processor, tuple(notes), labels, data_config)
@@ -334,53 +243,34 @@ class Prepared:
     description: str
 
 
-def _undo_normalisation(processor, pixels: torch.Tensor) -> np.ndarray:
-    """(3, H, W) normalised -> uint8 (H, W, 3), as the processor's rescale and normalisation say."""
-    values = pixels.detach().float().cpu()
-    if getattr(processor, "do_normalize", True):
-        mean = torch.tensor(getattr(processor, "image_mean", None) or (0.5, 0.5, 0.5), dtype=torch.float32)
-        std = torch.tensor(getattr(processor, "image_std", None) or (0.5, 0.5, 0.5), dtype=torch.float32)
-        values = values * std[:, None, None] + mean[:, None, None]
-    scale = float(getattr(processor, "rescale_factor", 1 / 255) or 1 / 255) if getattr(processor, "do_rescale",
-                                                                                        True) else 1.0
-    values = values / scale
-    return np.clip(np.rint(values.permute(1, 2, 0).numpy()), 0, 255).astype(np.uint8)
-
-
 def prepare(loaded: loading.LoadedModel, processor, pil) -> Prepared:
     """Run the model's image processor on ``pil`` and arrange its output for the forward."""
     model = loaded.model
     config = model.config
     device, dtype = loaded.device, loading.torch_dtype(loaded.dtype)
     ph, pw = patch_size(config)
-    out = processor(images=pil, return_tensors="pt")
-    pixels = out["pixel_values"]
     name = type(processor).__name__
     if config.model_type.startswith("siglip2"):  # NaFlex: patches already cut, padded to the patch budget
+        out = processor(images=pil, return_tensors="pt")
+        pixels = out["pixel_values"]
         rows, cols = (int(v) for v in out["spatial_shapes"][0])
         real = pixels[0, :rows * cols].reshape(rows, cols, ph, pw, 3)  # (rows, cols, ph, pw, C)
         image = real.permute(4, 0, 2, 1, 3).reshape(3, rows * ph, cols * pw)
         inputs = {"pixel_values": pixels.to(device, dtype),
                   "pixel_attention_mask": out["pixel_attention_mask"].to(device),
                   "spatial_shapes": out["spatial_shapes"].to(device)}
-        crop = _undo_normalisation(processor, image)
+        crop = vision_checkpoints.undo_normalisation(processor, image)
         return Prepared(inputs, crop, (rows, cols), (ph, pw), rows * cols,
                         f"{name}: resized to {cols * pw} × {rows * ph} px ({rows} × {cols} patches within its "
                         f"budget of {pixels.shape[1]})")
+    pixels, crop, said = vision_checkpoints.pixels_of(processor, pil, device, dtype)
     height, width = int(pixels.shape[-2]), int(pixels.shape[-1])
     if height % ph or width % pw:
         raise ValueError(f"the model's image processor ({name}) makes {width} × {height} px images, which do not "
                          f"split into its {pw} × {ph} px patches; save a processor that crops to a multiple of "
                          "the patch size")
-    inputs = {"pixel_values": pixels.to(device, dtype), **_extra_arguments(model, (height, width))}
-    mean = getattr(processor, "image_mean", None)
-    std = getattr(processor, "image_std", None)
-    said = f"{name}: resized and cropped to {width} × {height} px"
-    if getattr(processor, "do_normalize", True) and mean is not None and std is not None:
-        said += (f", normalised with mean {tuple(round(float(m), 3) for m in mean)} and std "
-                 f"{tuple(round(float(s), 3) for s in std)}")
-    return Prepared(inputs, _undo_normalisation(processor, pixels[0]), (height // ph, width // pw), (ph, pw),
-                    (height // ph) * (width // pw), said)
+    inputs = {"pixel_values": pixels, **_extra_arguments(model, (height, width))}
+    return Prepared(inputs, crop, (height // ph, width // pw), (ph, pw), (height // ph) * (width // pw), said)
 
 
 def prefix_names(model, prefix: int) -> tuple[str, ...]:

