@@ -281,7 +281,8 @@ def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
     from timm.models.swin_transformer_v2 import SwinTransformerV2
 
     description = CAPTURE_V2_DESCRIPTION if isinstance(model, SwinTransformerV2) else CAPTURE_DESCRIPTION
-    return hf.LoadedSwin(spec, model, None, device, dtype, capture=description)
+    names = class_names(model)[0] or [f"class {i}" for i in range(int(model.num_classes))]
+    return hf.LoadedSwin(spec, model, None, device, dtype, capture=description, label_names=tuple(names))
 
 
 # --- one run -----------------------------------------------------------------------------------------------------
