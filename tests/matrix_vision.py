@@ -67,8 +67,9 @@ TIMM_MODELS = {
     },
 }
 # transformers vision towers and backbones not in the image-classification mapping that a user brings to the ViT page
-VIT_EXTRA = ("clip_vision_model", "siglip_vision_model", "siglip2_vision_model", "chinese_clip_vision_model", "aimv2_vision_model", "mlcd_vision_model", "vit_mae", "dinov3_vit",
-             "pixio", "vitpose_backbone", "vitdet", "tipsv2_vision_model")
+VIT_EXTRA = ("clip_vision_model", "siglip_vision_model", "siglip2_vision_model", "chinese_clip_vision_model",
+             "aimv2_vision_model", "mlcd_vision_model", "vit_mae", "dinov3_vit", "pixio", "vitpose_backbone",
+             "vitdet", "tipsv2_vision_model")
 SWIN_TYPES = ("swin", "swinv2", "donut-swin", "maskformer-swin")
 
 

