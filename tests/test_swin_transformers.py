@@ -121,3 +121,25 @@ def test_explanations_are_refused_in_words_where_the_adapter_does_not_fit(model_
     with pytest.raises(ValueError, match="swin model was loaded by transformers"):
         explain.from_result(loaded, result, None)
     assert swin.read_structure(loaded.model).version == 1
+
+
+def test_the_page_draws_a_typed_transformers_swin(model_dir):
+    """The Swin page with a transformers Swin v2 folder typed into its picker: every tab drawn, the eager path
+    said, no exception."""
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import ROOT
+
+    folder = model_dir / "swinv2"
+    matrix_vision.build_transformers("swin", "swinv2", folder)
+    st.cache_resource.clear()
+    at = AppTest.from_file(str(ROOT / "app" / "views" / "swin.py"), default_timeout=120).run()
+    box = at.sidebar.selectbox(key="model_swin")
+    box.set_value(box.options[-1]).run()
+    at.sidebar.text_input(key="custom_model_swin").set_value(str(folder)).run()
+    st.cache_resource.clear()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    assert any("computes attention its own way" in c.value for c in at.caption)
+    assert any("Swin v2" in m.value for m in at.markdown)  # the bias view says where its table comes from

@@ -189,3 +189,26 @@ def test_a_timm_model_saved_through_transformers_is_read_by_timm(model_dir, cat)
     reference = matrix_vision.timm_reference(folder, pixels)
     for layer in range(2):
         np.testing.assert_allclose(result.attention["self"].layer(layer), reference[layer][0], atol=TOLERANCE)
+
+
+def test_the_page_draws_a_typed_transformers_classifier(model_dir):
+    """The ViT page with a DeiT folder typed into its picker: the tokens with [DIST], the classes, the pixel
+    attribution, the explanations refused in words, no exception anywhere."""
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import ROOT
+
+    folder = model_dir / "deit"
+    matrix_vision.build_transformers("vit", "deit", folder)
+    st.cache_resource.clear()
+    at = AppTest.from_file(str(ROOT / "app" / "views" / "vit.py"), default_timeout=120).run()
+    box = at.sidebar.selectbox(key="model_vit")
+    box.set_value(box.options[-1]).run()
+    at.sidebar.text_input(key="custom_model_vit").set_value(str(folder)).run()
+    st.cache_resource.clear()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    assert any("[CLS], [DIST]" in m.value for m in at.markdown)
+    assert any("DeiTImageProcessor" in m.value for m in at.markdown)
+    assert len(at.metric) == 2  # Spearman ρ of rollout with Integrated Gradients and with the second method
