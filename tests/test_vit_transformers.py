@@ -212,3 +212,32 @@ def test_the_page_draws_a_typed_transformers_classifier(model_dir):
     assert any("[CLS], [DIST]" in m.value for m in at.markdown)
     assert any("DeiTImageProcessor" in m.value for m in at.markdown)
     assert len(at.metric) == 2  # Spearman ρ of rollout with Integrated Gradients and with the second method
+
+
+def test_an_image_whose_maps_would_not_fit_is_refused_before_the_forward(model_dir, cat, monkeypatch):
+    from models.families.vit import model as vit
+
+    folder = model_dir / "vit"
+    matrix_vision.build_transformers("vit", "vit", folder)
+    loaded = families.load(families.custom("vit", str(folder)))
+    needed = 2 * 4 * 17 * 17 * 4  # 2 layers × 4 heads × (1 + 16 tokens)² float32
+    monkeypatch.setattr(vit, "MEMORY_BUDGET_BYTES", needed - 1)
+    with pytest.raises(ValueError, match=r"17 tokens.*2 layers × 4 heads"):
+        families.run(loaded, ImageInput(cat, "sample cat"))
+    monkeypatch.setattr(vit, "MEMORY_BUDGET_BYTES", needed)
+    families.run(loaded, ImageInput(cat, "sample cat"))
+
+
+def test_vitdet_is_drawn_where_it_attends_globally_and_refused_where_it_uses_windows(model_dir, cat):
+    import transformers
+
+    config = matrix_vision.tiny_vision_config("vitdet")
+    config.window_block_indices, config.window_size = [0], 2
+    folder = model_dir / "windowed"
+    transformers.VitDetModel(config).eval().save_pretrained(folder)
+    with pytest.raises(ValueError, match="model of type vitdet.*window_block_indices"):
+        _page(folder, cat)
+    folder = model_dir / "global"
+    matrix_vision.build_transformers("vit", "vitdet", folder)
+    loaded, result = _page(folder, cat)
+    assert result.image.prefix_names == () and result.attention["self"].layer(0).shape == (4, 16, 16)

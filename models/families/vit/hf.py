@@ -51,20 +51,26 @@ NOT_DRAWN = {
     "mobilevitv2": "uses separable linear attention, which gives no query × key map",
     "dinat": "attends within a sliding neighbourhood of each token (neighbourhood attention, NATTEN)",
     "hiera": "attends within mask units of a hierarchy of token grids, not over one grid",
-    "vitdet": "attends within windows in most layers, with a different token layout than one global grid",
+    "vitdet": "attends within windows in the layers its config lists (window_block_indices), so those layers have "
+              "no map over the whole grid",
     "perceiver": "attends from a set of learned latents to the pixels (cross-attention), not among patches",
     "imagegpt": "is a causal model over colour-cluster pixels, not patches; its preprocessing is not an image crop",
-    "shieldgemma2": "is a vision–language model (an image classifier built on Gemma 3): the captioning page draws "
-                    "its image tokens",
+    "shieldgemma2": "is a vision–language safety classifier built on Gemma 3: a language model reads its image "
+                    "tokens, which is not a ViT's grid of patches attending to each other",
     "timm_backbone": "wraps a timm backbone for a detector; type the timm model's own name or folder instead",
 }
 # the auto class a checkpoint of each kind is loaded with (the head its weights hold, never a random one)
 CLASSIFIER_SUFFIX = "ForImageClassification"
 
 
-def describe_refusal(model_type: str, where: str) -> str | None:
+def _windowed(config) -> bool:
+    """ViTDet's windowed layers (its default config attends globally everywhere)."""
+    return bool(getattr(config, "window_block_indices", None)) and int(getattr(config, "window_size", 0) or 0) > 0
+
+
+def describe_refusal(model_type: str, where: str, config=None) -> str | None:
     """The refusal for ``model_type`` typed as ``where``, in words; None for a model type this page draws."""
-    if model_type in DRAWN:
+    if model_type in DRAWN or (model_type == "vitdet" and config is not None and not _windowed(config)):
         return None
     if model_type in SWIN_PAGE:
         return (f"'{where}' is a model of type {model_type}: a Swin Transformer attends within shifted windows of a "
@@ -144,7 +150,7 @@ class VisionTower:
 
 def check_config(spec: ModelSpec, config) -> None:
     """Refuse, before any weight is read, what this page cannot draw."""
-    refusal = describe_refusal(str(getattr(config, "model_type", "")), spec.id)
+    refusal = describe_refusal(str(getattr(config, "model_type", "")), spec.id, config)
     if refusal is not None:
         raise ValueError(refusal)
 
@@ -275,7 +281,8 @@ def prepare(loaded: loading.LoadedModel, processor, pil) -> Prepared:
 
 def prefix_names(model, prefix: int) -> tuple[str, ...]:
     """Names of the ``prefix`` tokens before the patches, from the embeddings' own parameters: [CLS], DeiT's
-    distillation token, registers; ``[PREFIX i]`` when the parameters do not account for them."""
+    distillation token, registers; ``[PREFIX i]`` when the parameters do not account for them (``prefix`` −1: the
+    names the parameters give, however many)."""
     names: list[str] = []
     found = {name.rsplit(".", 1)[-1]: p for name, p in model.named_parameters() if ".embeddings." in f".{name}"}
     if "cls_token" in found or "class_embedding" in found:
@@ -285,7 +292,7 @@ def prefix_names(model, prefix: int) -> tuple[str, ...]:
     registers = found.get("register_tokens")
     if registers is not None:
         names += [f"[REG{i}]" for i in range(int(registers.shape[-2]))]
-    if len(names) != prefix:
+    if prefix >= 0 and len(names) != prefix:
         names = [f"[PREFIX{i}]" for i in range(prefix)]
     return tuple(names)
 
@@ -320,12 +327,34 @@ class Run:
     position_similarity: np.ndarray | None
 
 
-def run(loaded: loading.LoadedModel, processor, pil) -> Run:
-    """Prepare ``pil``, run the model once with its attention recorded, and lay the maps out over the tokens."""
+def check_budget(model, prepared: Prepared, budget_bytes: int) -> None:
+    """Refuse, before the forward, an image whose every layer's float32 maps would not fit in ``budget_bytes``
+    (the page holds them all for the rollout, the distances and the head grid)."""
+    vision = vision_config(model.config)
+    layers = int(getattr(vision, "num_hidden_layers", 0) or 0)
+    heads = int(getattr(vision, "num_attention_heads", 0) or 0)
+    tokens = prepared.patches + len(prefix_names(model, -1))  # the prefix its embeddings name ([CLS], registers)
+    needed = layers * heads * tokens * tokens * 4
+    if needed > budget_bytes:
+        rows, cols = prepared.grid
+        raise ValueError(f"At the {cols * prepared.patch[1]} × {rows * prepared.patch[0]} px its image processor "
+                         f"makes, this {model.config.model_type} model sees {tokens:,} tokens, and every layer's "
+                         f"attention maps ({layers} layers × {heads} heads × {tokens:,}²) would take "
+                         f"{needed / 2**20:,.0f} MB, more than the {budget_bytes // 2**20} MB this page keeps for one "
+                         "image. Save a processor that makes smaller images beside the model (if the model "
+                         "interpolates its position embeddings), or use a timm copy of it, which the page re-creates "
+                         "at 224 px.")
+
+
+def run(loaded: loading.LoadedModel, processor, pil, budget_bytes: int | None = None) -> Run:
+    """Prepare ``pil``, run the model once with its attention recorded, and lay the maps out over the tokens
+    (refused before the forward when they would not fit in ``budget_bytes``)."""
     from models.core.results import StoredAttention
 
     model = loaded.model
     prepared = prepare(loaded, processor, pil)
+    if budget_bytes is not None:
+        check_budget(model, prepared, budget_bytes)
     with loading.friendly_out_of_memory(loaded.device, f"running {loaded.spec.key}"), torch.inference_mode(), \
             capture.recording(model) as recorder:
         output = model(**prepared.inputs, output_hidden_states=True)

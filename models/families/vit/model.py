@@ -252,7 +252,7 @@ def run(loaded: LoadedVision, inputs: ImageInput, options: None = None) -> ViTRe
 def _run_transformers(loaded: LoadedVision, inputs: ImageInput) -> ViTResult:
     """A transformers ViT's run (``hf.run``) as the ViT result the views read."""
     started = time.perf_counter()
-    found = hf.run(loaded, loaded.processor, inputs.pil)
+    found = hf.run(loaded, loaded.processor, inputs.pil, MEMORY_BUDGET_BYTES)
     forward_seconds = time.perf_counter() - started
     predictions: tuple[TokenProbability, ...] = ()
     if loaded.is_classifier and found.logits is not None:
