@@ -183,7 +183,7 @@ def _extra_arguments(model, size) -> dict:
 
 
 @dataclass(frozen=True)
-class Loaded:
+class Parts:
     """What the ViT family keeps of a transformers load besides the model."""
 
     processor: Any
@@ -192,7 +192,7 @@ class Loaded:
     data_config: dict
 
 
-def load(spec: ModelSpec, device: str, dtype: str, progress) -> tuple[loading.LoadedModel, Loaded]:
+def load(spec: ModelSpec, device: str, dtype: str, progress) -> tuple[loading.LoadedModel, Parts]:
     """A transformers vision model through the capture attention function (its eager path when its attention does
     not pass through the interface), with its image processor."""
     import transformers
@@ -202,7 +202,6 @@ def load(spec: ModelSpec, device: str, dtype: str, progress) -> tuple[loading.Lo
     with loading.library_errors(spec):
         config = transformers.AutoConfig.from_pretrained(source, trust_remote_code=False,
                                                          local_files_only=spec.source != "hub")
-    loading._remote_code_guard(spec.id, config.to_dict())
     check_config(spec, config)
     notes: list[str] = []
     if config.model_type == "vit_mae" and float(getattr(config, "mask_ratio", 0.0) or 0.0) > 0:
@@ -229,10 +228,16 @@ def load(spec: ModelSpec, device: str, dtype: str, progress) -> tuple[loading.Lo
         id2label = getattr(model.config, "id2label", None) or {}
         labels = tuple(str(id2label.get(i, f"class {i}")) for i in range(int(model.config.num_labels)))
     height, width = image_size(model.config)
+    if not model.config.model_type.startswith("siglip2"):  # the size its processor makes (DINOv2: 224, not 518)
+        from PIL import Image
+
+        blank = processor(images=Image.new("RGB", (width, height)), return_tensors="pt")["pixel_values"]
+        height, width = int(blank.shape[-2]), int(blank.shape[-1])
     mean, std = vision_checkpoints.mean_and_std(processor)
+    # the processor's normalisation, for the pixel attributions and baselines (models/analysis/pixels.py)
     data_config = {"input_size": (3, height, width), "mean": mean, "std": std, "interpolation": "bicubic",
                    "crop_pct": 1.0, "crop_mode": "center"}
-    return loaded, Loaded(processor, tuple(notes), labels, data_config)
+    return loaded, Parts(processor, tuple(notes), labels, data_config)
 
 
 # --- running --------------------------------------------------------------------------------------------------------
