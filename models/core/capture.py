@@ -865,11 +865,11 @@ def probe_inputs(model) -> dict | None:
     return inputs
 
 
-def probe(model) -> Probe | None:
-    """Run four tokens through ``model`` and say what its attention does: a keyword capture cannot honour raises
-    ``UnsupportedAttention`` (the load is refused in words); None for a model that reads other inputs than text
-    (then the first real run decides)."""
-    inputs = probe_inputs(model)
+def probe(model, inputs: dict | None = None) -> Probe | None:
+    """Run four tokens (or ``inputs``: a vision family's small image) through ``model`` and say what its attention
+    does: a keyword capture cannot honour raises ``UnsupportedAttention`` (the load is refused in words); None for a
+    model that reads other inputs than text and was given none (then the first real run decides)."""
+    inputs = probe_inputs(model) if inputs is None else inputs
     if inputs is None:
         return None
     recorder = Recorder.of(model)

@@ -28,18 +28,26 @@ from models.core.results import StoredAttention
 
 CAPTURE_DESCRIPTION = "timm eager attention (fused_attn off per module); softmax(QKᵀ/√d) hooked at attn_drop"
 
+def _softmax_attention(module: nn.Module) -> bool:
+    """A window attention that always passes its weights through an ``nn.Softmax`` module of its own and has no
+    fused path (timm's Swin v2 ``WindowAttention``)."""
+    return not hasattr(module, "fused_attn") and isinstance(getattr(module, "softmax", None), nn.Softmax) and \
+        hasattr(module, "qkv")
+
+
 def disable_fused_attention(model: nn.Module) -> int:
     """Set ``fused_attn = False`` on every timm attention module of ``model``; return how many were switched.
 
     Call once right after ``timm.create_model`` (before the model is shared). Raises ``ValueError`` if the model has
-    no timm attention module, because then nothing could be captured.
+    no timm attention module, because then nothing could be captured (Swin v2's window attention has no fused path
+    and counts as captured).
     """
     switched = 0
     for module in model.modules():
         if hasattr(module, "fused_attn"):
             module.fused_attn = False
             switched += 1
-    if switched == 0:
+    if switched == 0 and not any(_softmax_attention(m) for m in model.modules()):
         raise ValueError(f"{type(model).__name__} has no timm attention module with a fused_attn switch, so its "
                          "attention weights cannot be captured. Pick a ViT, DeiT, DINOv2, EVA or Swin model.")
     return switched
@@ -49,12 +57,14 @@ def attention_points(model: nn.Module, submodule: str = "attn_drop") -> list[tup
     """``(name, module)`` of the submodule that receives the softmax output in each attention block, in model order.
 
     ``submodule="attn_drop"`` for ViT-style ``Attention``; ``"softmax"`` for Swin's ``WindowAttention``. Only
-    attention modules (those with a ``fused_attn`` flag) are considered, so an MLP's dropout is never hooked.
+    attention modules (those with a ``fused_attn`` flag, and Swin v2's, which always run their ``softmax``) are
+    considered, so an MLP's dropout is never hooked.
     """
     points = []
     for name, module in model.named_modules():
-        if hasattr(module, "fused_attn") and isinstance(getattr(module, submodule, None), nn.Module):
-            if module.fused_attn:
+        attention = hasattr(module, "fused_attn") or (submodule == "softmax" and _softmax_attention(module))
+        if attention and isinstance(getattr(module, submodule, None), nn.Module):
+            if getattr(module, "fused_attn", False):
                 raise ValueError(f"{name} still uses fused attention; call disable_fused_attention(model) after "
                                  "create_model so its weights can be captured")
             points.append((f"{name}.{submodule}" if name else submodule, getattr(module, submodule)))

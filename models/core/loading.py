@@ -350,12 +350,16 @@ def spec_folder(spec: ModelSpec) -> Path | None:
 
 def load_transformers(spec: ModelSpec, auto_class, device: str = "cpu", dtype: str = "float32",
                       progress: Progress = _no_progress, source: str | Path | None = None,
-                      check_config: Callable[[Any], None] | None = None) -> LoadedModel:
+                      check_config: Callable[[Any], None] | None = None, tokenizer: bool = True,
+                      probe_inputs: Callable[[Any], dict] | None = None) -> LoadedModel:
     """A transformers model of ``spec`` loaded with the capture attention function, ready for ``capture.recording``.
 
     ``auto_class``: the ``transformers.Auto*`` class to build (or a function ``config -> class``); ``source``: where
     the weights are when the family resolved it (packaged models), else the spec's hub id or folder;
-    ``check_config(config)`` may refuse a config before any weight is read (e.g. "not an encoder–decoder").
+    ``check_config(config)`` may refuse a config before any weight is read (e.g. "not an encoder–decoder");
+    ``tokenizer=False`` for a model that reads no text (an image classifier); ``probe_inputs(model)``: the forward
+    arguments of the probe for a model that reads no token ids (a small image), so that a vision model whose
+    attention does not reach the capture function is drawn by its eager path too.
     """
     import transformers
 
@@ -397,14 +401,21 @@ def load_transformers(spec: ModelSpec, auto_class, device: str = "cpu", dtype: s
         if capture.ATTENTION_NAME not in str(error):
             raise
         model = None  # its classes are chosen by implementation name and know no other (Falcon, GIT)
-    with library_errors(spec, device=device):
-        tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=local_only,
-                                                               trust_remote_code=False)
+    if tokenizer:
+        with library_errors(spec, device=device):
+            tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=local_only,
+                                                                   trust_remote_code=False)
+    else:
+        tokenizer = None
+
+    def probe(model):
+        return capture.probe(model, probe_inputs(model) if probe_inputs is not None else None)
+
     description = capture.CAPTURE_DESCRIPTION
     found = None
     if model is not None:
         progress("Checking how the model's attention runs (four tokens)", 0.9)
-        found = capture.probe(model)  # a keyword capture cannot honour: refused here, in words
+        found = probe(model)  # a keyword capture cannot honour: refused here, in words
         if found is None or (found.recorded and not found.not_causal):
             description = found.description() if found is not None else description
         else:  # its attention never reached the interface (or the model needs its own masks): its eager maps
@@ -413,7 +424,7 @@ def load_transformers(spec: ModelSpec, auto_class, device: str = "cpu", dtype: s
         progress("Loading its own eager attention (its maps are read as it returns them)", 0.9)
         model = build(capture.EAGER_PATH)
         description = capture.EAGER_PATH_DESCRIPTION
-        eager = capture.probe(model)
+        eager = probe(model)
         if eager is not None and eager.rejected:
             raise ValueError(
                 f"'{spec.id}' ({capture.model_type(model)}) returns as its attentions something that is not the "

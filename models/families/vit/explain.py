@@ -97,6 +97,11 @@ def explainable(loaded: LoadedVision, crop: np.ndarray, target: int | None = Non
         raise ValueError("this model has no classifier (DINOv2 is a self-supervised backbone), so there is no class to "
                          "explain or to measure faithfulness for; pick the mini ViT shapes or a hub ViT with ImageNet "
                          "classes")
+    if not loaded.is_timm:
+        raise ValueError(f"the explanations and faithfulness curves read a timm ViT's blocks (embeddings, per-head "
+                         f"values, residual stream); this {loaded.model.config.model_type} model was loaded by "
+                         "transformers, so they are not offered for it. Its attention views, rollout and the pixel "
+                         "attributions (Integrated Gradients, Occlusion, GradientSHAP) work.")
     check_image(crop)
     classes = len(loaded.label_names)
     if isinstance(target, str):

