@@ -21,4 +21,5 @@ FAMILY = Family("encoder", "bidirectional encoder (BERT family)", TextInput, mod
                        "faithfulness",
                        "explanations", "token_attribution"),
                 specs=SPECS,
-                explainer=explain)
+                explainer=explain,
+                adopt=model.adopt)

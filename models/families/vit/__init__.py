@@ -43,4 +43,5 @@ FAMILY = Family("vit", "Vision Transformer (timm)", ImageInput, model.load, mode
                        "saliency", "distance", "positions", "input", "predictions", "faithfulness", "explanations",
                        "localisation"),
                 specs=SPECS,
-                explainer=explain)
+                explainer=explain,
+                adopt=model.adopt)
