@@ -8,9 +8,9 @@ function of ``models/core/capture.py`` for transformers, unfused attention for t
 and on exit, however the block ends (an error, a ``KeyboardInterrupt``), puts every item back:
 
 - each transformers config's attention implementation (the model's and every sub-model's);
-- each module's training flag, forward/backward hooks (and the global ones) and buffers;
-- each parameter's ``requires_grad`` and ``.grad``;
-- each timm attention module's ``fused_attn`` switch.
+- each module's attributes (training flag, timm's ``fused_attn``, flags transformers sets when it installs hooks
+  of its own) and tables (forward/backward hooks, and torch's global ones; parameters, buffers, children);
+- each parameter's ``requires_grad`` and ``.grad``.
 
 Weights are never written, so the model's outputs after the call equal its outputs before, bit for bit
 (``tests/test_notebook.py``). A family says how it takes such a model in with ``Family.adopt``
@@ -28,9 +28,11 @@ from torch import nn
 from models.core import capture
 from models.core.loading import LoadedModel
 
-# the per-module hook tables torch keeps (an OrderedDict each: restoring one in place keeps the user's handles valid)
+# the tables a module keeps (an OrderedDict each: refilled in place, so the user's hook handles stay valid)
 HOOK_TABLES = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
                "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks")
+TABLES = HOOK_TABLES + ("_parameters", "_buffers", "_modules", "_state_dict_hooks", "_state_dict_pre_hooks",
+                        "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
 GLOBAL_HOOK_TABLES = ("_global_forward_hooks", "_global_forward_hooks_always_called", "_global_forward_pre_hooks",
                       "_global_backward_hooks", "_global_backward_pre_hooks", "_global_forward_hooks_with_kwargs")
 DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -49,41 +51,43 @@ class Adopted:
 
 
 class Snapshot:
-    """Everything a run may change on ``model``, taken before it is switched; ``restore`` puts it all back."""
+    """Everything a run may change on ``model``, taken before it is switched; ``restore`` puts it all back.
+
+    Per module its attributes as they were (``__dict__``: the training flag, timm's ``fused_attn``, a flag such as
+    transformers' ``_output_capturing_hooks_installed`` that must not outlive the hooks it stands for) and the
+    contents of its tables (hooks, parameters, buffers, children); per parameter ``requires_grad`` and ``.grad``;
+    per config the attention implementation; torch's global hooks."""
 
     def __init__(self, model: nn.Module):
-        modules = list(model.modules())
-        self.training = [(m, m.training) for m in modules]
-        self.hooks = [(m, name, dict(getattr(m, name))) for m in modules for name in HOOK_TABLES
-                      if isinstance(getattr(m, name, None), dict)]
-        self.buffers = [(m, dict(m._buffers)) for m in modules]
-        self.fused = [(m, m.fused_attn) for m in modules if isinstance(getattr(m, "fused_attn", None), bool)]
+        self.attributes = [(m, dict(m.__dict__)) for m in model.modules()]
+        self.tables = [(table, dict(table)) for m, saved in self.attributes for name, table in saved.items()
+                       if name in TABLES and isinstance(table, dict)]
         self.parameters = [(p, p.requires_grad, p.grad) for p in model.parameters()]
         self.configs = [(config, getattr(config, "_attn_implementation_internal", None)) for config in _configs(model)]
         from torch.nn.modules import module as torch_module
 
-        self.global_hooks = [(name, dict(getattr(torch_module, name))) for name in GLOBAL_HOOK_TABLES
-                             if isinstance(getattr(torch_module, name, None), dict)]
+        self.tables += [(getattr(torch_module, name), dict(getattr(torch_module, name))) for name in GLOBAL_HOOK_TABLES
+                        if isinstance(getattr(torch_module, name, None), dict)]
 
     def restore(self) -> None:
-        from torch.nn.modules import module as torch_module
-
         for config, implementation in self.configs:
             if getattr(config, "_attn_implementation_internal", None) != implementation:
                 config._attn_implementation_internal = implementation
-        for module, flag in self.fused:
-            module.fused_attn = flag
-        for module, table, saved in self.hooks:
-            _refill(getattr(module, table), saved)
-        for name, saved in self.global_hooks:
-            _refill(getattr(torch_module, name), saved)
-        for module, saved in self.buffers:
-            _refill(module._buffers, saved)
+        for table, saved in self.tables:
+            _refill(table, saved)
+        for module, saved in self.attributes:
+            current = module.__dict__
+            for name in [name for name in current if name not in saved]:
+                del current[name]
+            for name, value in saved.items():
+                if current.get(name, _MISSING) is not value:
+                    current[name] = value
         for parameter, requires_grad, grad in self.parameters:
             parameter.requires_grad_(requires_grad)
             parameter.grad = grad
-        for module, flag in self.training:
-            module.training = flag
+
+
+_MISSING = object()
 
 
 def _refill(table: dict, saved: dict) -> None:
