@@ -227,10 +227,12 @@ def token_focus(result: RunResult, kind: str, layer: int, head: int | None, key:
         first = last = int(st.number_input("Query token (position)", 0, len(labels) - 1, key=f"{key}_focus_position"))
     else:
         span = st.session_state.get(f"{key}_focus_span")
-        if not (isinstance(span, (tuple, list)) and len(span) == 2 and 0 <= span[0] <= span[1] < len(labels)):
-            st.session_state[f"{key}_focus_span"] = (len(labels) - 1, len(labels) - 1)  # another input's, or none
+        if span is not None and not (isinstance(span, (tuple, list)) and len(span) == 2
+                                     and 0 <= span[0] <= span[1] < len(labels)):
+            del st.session_state[f"{key}_focus_span"]  # a longer input's span: start again at the last token
         first, last = st.select_slider(
-            "Query tokens", range(len(labels)), format_func=lambda i: f"{i}: {labels[i]}", key=f"{key}_focus_span",
+            "Query tokens", range(len(labels)), value=(len(labels) - 1, len(labels) - 1),
+            format_func=lambda i: f"{i}: {labels[i]}", key=f"{key}_focus_span",
             help="One token, or drag the ends apart for several at once: a word split into pieces, a phrase.")
         if last > first:
             combine = st.radio("Take the tokens' attention together as", ["mean", "sum"], horizontal=True,
