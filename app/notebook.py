@@ -35,12 +35,35 @@ from typing import Any, Callable, ContextManager, overload
 
 import numpy as np
 
-from models import families
-from models.core import borrowing, loading
-from models.core.family import Family
-from models.core.loading import LoadedModel
-from models.core.results import AttentionMaps, RunResult
-from models.core.specs import ModelSpec
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _check_own_packages() -> None:
+    """``models`` and ``viz`` must be this project's, checked before either is imported: a package of the same name
+    earlier on ``sys.path`` (a user's own ``models``, common in ML projects, or a folder of that name beside the
+    notebook) would be imported instead, with errors that say nothing of why."""
+    import importlib.util
+    import sys
+
+    for name in ("models", "viz"):
+        module = sys.modules.get(name)
+        spec = None if module is not None else importlib.util.find_spec(name)
+        where = getattr(module, "__file__", None) if module is not None else (spec.origin if spec else None)
+        if where is None or ROOT not in Path(where).resolve().parents:
+            raise ImportError(f"'{name}' is imported from {where or 'nowhere'}, not from the attention explorer in "
+                              f"{ROOT}: another package of that name comes first on sys.path (one of yours, or a "
+                              "folder beside the notebook). Rename yours, or start the notebook in another folder "
+                              "(docs/NOTEBOOK.md, 'Installing').")
+
+
+_check_own_packages()
+
+from models import families  # noqa: E402  (after the check: it says why when another package is in the way)
+from models.core import borrowing, loading  # noqa: E402
+from models.core.family import Family  # noqa: E402
+from models.core.loading import LoadedModel  # noqa: E402
+from models.core.results import AttentionMaps, RunResult  # noqa: E402
+from models.core.specs import ModelSpec  # noqa: E402
 
 __all__ = ["explore", "Exploration", "Maps", "Shown", "forget"]
 
@@ -48,25 +71,6 @@ __all__ = ["explore", "Exploration", "Maps", "Shown", "forget"]
 SHORTCUTS = {"head": ("head", "cls"), "grid": ("grid", "cls_heads"), "lens": ("lens", "decoder_lens")}
 KEPT_MODELS = 2  # models loaded by id stay loaded for the next explore() (forget() drops them)
 _loaded: OrderedDict[tuple, LoadedModel] = OrderedDict()
-
-
-def _check_own_packages() -> None:
-    """``models`` and ``viz`` must be this project's: a user's own ``models`` package earlier on ``sys.path`` (common
-    in ML projects) would be imported instead, with errors that say nothing of why."""
-    import models
-    import viz
-
-    root = Path(__file__).resolve().parents[1]
-    for package in (models, viz):
-        where = Path(getattr(package, "__file__", "") or next(iter(getattr(package, "__path__", [""])), ""))
-        if root not in where.resolve().parents:
-            raise ImportError(f"'{package.__name__}' is imported from {where}, not from the attention explorer in "
-                              f"{root}: another package of that name comes first on sys.path (a folder of yours, "
-                              "or the notebook's own directory). Rename yours, or start the notebook elsewhere "
-                              "(docs/NOTEBOOK.md, 'Installing').")
-
-
-_check_own_packages()
 
 
 # --- the figures ----------------------------------------------------------------------------------------------------

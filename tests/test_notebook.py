@@ -279,3 +279,42 @@ def test_by_id_loads_as_the_app_does(tiny_folders, allowed_dirs, tmp_path):
     with pytest.raises(ValueError, match="unknown model family"):
         notebook.explore(str(folder), "a b", family="nope")
     assert json.loads((folder / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+
+
+def test_another_models_package_first_on_the_path_is_named(tmp_path):
+    """A user's own ``models`` package beside the notebook comes first on ``sys.path``: importing the notebook API
+    says so, instead of failing somewhere inside with a name that does not exist."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "__init__.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    done = subprocess.run([sys.executable, "-c", "import app.notebook"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode != 0
+    assert f"'models' is imported from {tmp_path}" in done.stderr and "Rename yours" in done.stderr
+
+
+def test_the_install_adds_a_command_that_starts_the_app(monkeypatch):
+    import tomllib
+
+    from streamlit.web import cli
+
+    from app import launch
+    from tests.conftest import ROOT
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["scripts"]["attention-explorer"] == "app.launch:main"
+    assert project["tool"]["setuptools"]["dynamic"]["dependencies"]["file"] == ["requirements.txt"]
+    called = {}
+    monkeypatch.setattr(cli, "main", lambda args, prog_name: called.update(args=args, prog=prog_name) or 0)
+    monkeypatch.chdir(ROOT.parent)
+    assert launch.main(["--server.port", "8599"]) == 0
+    assert called["args"] == ["run", str(ROOT / "app" / "streamlit_app.py"), "--server.port", "8599"]
+    import os
+
+    assert os.getcwd() == str(ROOT)  # where Streamlit finds .streamlit/config.toml
