@@ -65,7 +65,7 @@ from models.core.loading import LoadedModel  # noqa: E402
 from models.core.results import AttentionMaps, RunResult  # noqa: E402
 from models.core.specs import ModelSpec  # noqa: E402
 
-__all__ = ["explore", "Exploration", "Maps", "Shown", "forget"]
+__all__ = ["explore", "Exploration", "Maps", "Shown", "forget", "registry"]
 
 # the family views behind the named shortcuts, first offered wins (a ViT's "head" is its [CLS] map)
 SHORTCUTS = {"head": ("head", "cls"), "grid": ("grid", "cls_heads"), "lens": ("lens", "decoder_lens")}
@@ -168,9 +168,11 @@ class Shown:
 
 
 def _vegalite_mime() -> str:
-    from altair.vegalite.v6.display import VEGALITE_MIME_TYPE
+    """The Vega-Lite MIME type in the form notebook frontends register and nbformat accepts for JSON
+    (``application/vnd.vegalite.v6+json``; Altair's own constant ends ".json", which a saved notebook refuses)."""
+    from altair.vegalite import SCHEMA_VERSION
 
-    return VEGALITE_MIME_TYPE
+    return f"application/vnd.vegalite.{SCHEMA_VERSION.split('.')[0]}+json"
 
 
 # --- the numbers ------------------------------------------------------------------------------------------------------
@@ -522,13 +524,25 @@ def _load(name: str, family: str | None, device: str | None, dtype: str) -> Load
 def _spec(name: str, family: str | None) -> ModelSpec:
     """The declared model called ``name`` (a registry key, any case), else a hub id or folder of ``family`` (read from
     the model's config when not given)."""
-    names = [family] if family is not None else list(families.FAMILIES)
-    for wanted in (name, name.casefold()):
-        found = [spec for f in names for spec in families.get(f).specs
-                 if (spec.key if wanted is name else spec.key.casefold()) == wanted]
+    declared = [spec for f in ([family] if family is not None else families.FAMILIES) for spec in families.specs(f)]
+    for matches in (lambda key: key == name, lambda key: key.casefold() == name.casefold()):
+        found = [spec for spec in declared if matches(spec.key)]
         if found:
             return found[0]
+    begins = [spec for spec in declared if spec.key.casefold().startswith(name.casefold()) and spec.offline]
+    if len(begins) == 1 and not Path(name).expanduser().exists():  # "SmolLM2", "DINOv2": the one offline model
+        return begins[0]
     return families.custom(family or _family_of(name), name)
+
+
+def registry():
+    """Every model the explorer declares, as a table: family, key (what ``explore`` takes), where its weights come
+    from (offline: a package or a mini this project trains; hub: a download), its licence and training data."""
+    import pandas as pd
+
+    return pd.DataFrame([{"family": spec.family, "key": spec.key, "source": spec.source, "offline": spec.offline,
+                          "licence": spec.licence, "trained on": spec.trained_on}
+                         for name in families.FAMILIES for spec in families.specs(name)])
 
 
 # a config's architecture (its class name) -> the family that runs it, first match wins

@@ -17,6 +17,8 @@ machine. What each case measures, and against what, is in its module:
   SmolVLM-256M-shaped model (a 20-token caption with maps against plain generation, the maps' bytes);
 - ``load``: ``bench/case_load.py``, 8 headless Chromium sessions × 4 rounds on the real server's GPT page (the
   lecture hall: ``python -m bench.case_load --sessions 16 --minutes 5``);
+- ``notebook``: ``bench/case_notebook.py``, ``explore(model, tokenizer, text)`` on an in-memory SmolLM2 at 1,024
+  tokens against its plain forward, and a figure's build and render time (2 threads);
 - ``long_context`` (only when named: ``--cases long_context --device cuda``): ``bench/case_long_context.py``, the GPT
   page's run and every view of a long prompt (N up to 131,072, Llama-3.2-1B's shape in bfloat16 on CUDA; SmolLM2
   at 8,192 and 32,768 on CPU) against the SDPA forward, one JSON line per device and N.
@@ -57,6 +59,7 @@ from bench.case_lens import (  # noqa: E402
     task_patching,
 )
 from bench.case_long_context import case_long_context, task_long_context  # noqa: E402
+from bench.case_notebook import case_notebook, task_notebook  # noqa: E402
 from bench.case_page import case_page, task_page  # noqa: E402
 from bench.case_speech import case_speech, task_speech  # noqa: E402
 from bench.case_startup import case_startup  # noqa: E402
@@ -65,7 +68,8 @@ from bench.case_vit import case_vit_rollout, task_vit_memory, task_vit_time  # n
 CASES = ("causal_lm", "view_bytes", "rerender", "vit_rollout", "startup", "lens", "ablation", "patching")
 CASES += ("speech",)
 CASES += ("captioning",)  # bench/case_captioning.py: the three minis, and a SmolVLM-256M-shaped model (2 threads)
-CASES = CASES + ("load",)  # bench/case_load.py: 8 Chromium sessions on the real server (more: python -m bench.case_load)
+CASES = CASES + ("load",)
+CASES += ("notebook",)  # bench/case_notebook.py: explore() on an in-memory SmolLM2 at 1,024 tokens (2 threads)  # bench/case_load.py: 8 Chromium sessions on the real server (more: python -m bench.case_load)
 # bench/case_long_context.py: N up to 131,072 on a GPU, 32,768 on a CPU (tens of minutes there): only when asked for
 LONG_CASES = ("long_context",)
 TASKS = {"causal_lm_time": task_causal_lm_time, "causal_lm_memory": task_causal_lm_memory,
@@ -74,6 +78,7 @@ TASKS = {"causal_lm_time": task_causal_lm_time, "causal_lm_memory": task_causal_
 TASKS["speech"] = task_speech
 TASKS.update(captioning_minis=task_captioning_minis, captioning_vlm=task_captioning_vlm)
 TASKS["long_context"] = task_long_context
+TASKS["notebook"] = task_notebook
 
 
 def allocator() -> str:
@@ -177,6 +182,8 @@ def run_case(case: str, args, devices: list[str]) -> None:
             for row in case_long_context(device, args.long_n, args.repeats, args.threads, args.cpu_statistics_max_n,
                                          args.long_shape):
                 print(json.dumps(row), flush=True)
+    elif case == "notebook":  # the issue's target is on 2 cores
+        print(json.dumps(case_notebook(1024, args.repeats, max(2, args.threads))), flush=True)
     elif case == "startup":
         print(json.dumps(case_startup(max(1, min(args.repeats, 2)))), flush=True)
     elif case == "load":
