@@ -69,6 +69,7 @@ __all__ = ["explore", "Exploration", "Maps", "Shown", "forget", "registry"]
 
 # the family views behind the named shortcuts, first offered wins (a ViT's "head" is its [CLS] map)
 SHORTCUTS = {"head": ("head", "cls"), "grid": ("grid", "cls_heads"), "lens": ("lens", "decoder_lens")}
+TRANSLATION_TOKENS = 128  # = models.families.translation.model.DEFAULT_MAX_SOURCE_TOKENS, the page's and the CLI's
 KEPT_MODELS = 2  # models loaded by id stay loaded for the next explore() (forget() drops them)
 _loaded: OrderedDict[tuple, LoadedModel] = OrderedDict()
 
@@ -601,7 +602,8 @@ def _inputs(family: Family, value: Any, loaded: LoadedModel, max_tokens: int | N
             value = text.decode_upload(value.read_bytes())
         if not isinstance(value, str):
             raise ValueError(f"a {family.title} reads a text (a str), not a {type(value).__name__}")
-        limit = max_tokens or limits.max_tokens(loaded.device)
+        # the translation page's source limit (its minis are trained on short sentences); elsewhere the device's
+        limit = max_tokens or (TRANSLATION_TOKENS if family.name == "translation" else limits.max_tokens(loaded.device))
         return core_inputs.TextInput(value, limit)
     if max_tokens is not None:
         raise ValueError(f"max_tokens is a text's token limit; a {family.title} reads no text")

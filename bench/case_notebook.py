@@ -1,4 +1,4 @@
-"""``notebook`` case: ``explore(model, tokenizer, text)`` on a SmolLM2 the user already holds, against its plain forward.
+"""``notebook`` case: ``explore(model, tokenizer, text)`` on a SmolLM2 the user holds, against its plain forward.
 
 The model is what a notebook user has: SmolLM2-135M-Instruct (the packaged weights, dequantised once) loaded with
 ``AutoModelForCausalLM.from_pretrained(..., attn_implementation="sdpa")``, float32 on the CPU, 2 threads (the

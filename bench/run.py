@@ -69,7 +69,7 @@ CASES = ("causal_lm", "view_bytes", "rerender", "vit_rollout", "startup", "lens"
 CASES += ("speech",)
 CASES += ("captioning",)  # bench/case_captioning.py: the three minis, and a SmolVLM-256M-shaped model (2 threads)
 CASES = CASES + ("load",)
-CASES += ("notebook",)  # bench/case_notebook.py: explore() on an in-memory SmolLM2 at 1,024 tokens (2 threads)  # bench/case_load.py: 8 Chromium sessions on the real server (more: python -m bench.case_load)
+CASES += ("notebook",)  # bench/case_notebook.py: explore() on an in-memory SmolLM2, 1,024 tokens, 2 threads  # bench/case_load.py: 8 Chromium sessions on the real server (more: python -m bench.case_load)
 # bench/case_long_context.py: N up to 131,072 on a GPU, 32,768 on a CPU (tens of minutes there): only when asked for
 LONG_CASES = ("long_context",)
 TASKS = {"causal_lm_time": task_causal_lm_time, "causal_lm_memory": task_causal_lm_memory,
