@@ -31,7 +31,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Callable, ContextManager, overload
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, overload
 
 import numpy as np
 
@@ -62,8 +62,16 @@ from models import families  # noqa: E402  (after the check: it says why when an
 from models.core import borrowing, loading  # noqa: E402
 from models.core.family import Family  # noqa: E402
 from models.core.loading import LoadedModel  # noqa: E402
-from models.core.results import AttentionMaps, RunResult  # noqa: E402
+from models.core.results import AttentionMaps, GenerationStep, RunResult  # noqa: E402
 from models.core.specs import ModelSpec  # noqa: E402
+
+if TYPE_CHECKING:
+    import altair as alt
+    import pandas as pd
+    import torch
+    from PIL import Image
+
+    from viz.figure import Figure
 
 __all__ = ["explore", "Exploration", "Maps", "Shown", "forget", "registry"]
 
@@ -81,16 +89,16 @@ class Shown:
     Colab: Altair's own mimebundle, with the Vega-Lite spec; a large map as a PNG), ``save`` writes its files, and its
     numbers are ``table()`` (pandas), ``arrays()`` (numpy) and ``payload()`` (what the JSON file holds)."""
 
-    def __init__(self, figure):
+    def __init__(self, figure: "Figure"):
         self.figure = figure  # the viz.figure.Figure the page and the CLI draw
 
     @property
-    def chart(self):
+    def chart(self) -> "alt.TopLevelMixin | None":
         """The Altair chart (several parts combined as the page lays them out), or None for an image."""
         return self.figure.export_chart()
 
     @property
-    def image(self):
+    def image(self) -> "Image.Image | None":
         """The PIL image of a view drawn as one (large maps, the all-heads grid, image overlays), else None."""
         return self.figure.image
 
@@ -103,7 +111,7 @@ class Shown:
         """The file name the figure's files get: model, input and settings."""
         return self.figure.stem
 
-    def table(self):
+    def table(self) -> "pd.DataFrame | None":
         """The figure's numbers as a pandas DataFrame (the CSV file), or None when it has none."""
         return None if self.figure.table is None else self.figure.table()
 
@@ -141,7 +149,7 @@ class Shown:
         path.write_bytes(offers[fmt].make())
         return [path]
 
-    def _repr_mimebundle_(self, include=None, exclude=None):
+    def _repr_mimebundle_(self, include=None, exclude=None) -> tuple[dict[str, Any], dict[str, Any]]:
         """What Jupyter shows: Altair's renderer's bundle (by default its HTML, which loads Vega as ES modules: no
         RequireJS) plus the Vega-Lite spec under its own MIME type; an image as PNG; the caption under either."""
         import altair as alt
@@ -189,7 +197,7 @@ class Maps(Sequence):
     def __len__(self) -> int:
         return self._maps.num_layers
 
-    def __getitem__(self, layer):
+    def __getitem__(self, layer: int | slice) -> np.ndarray | list[np.ndarray]:
         if isinstance(layer, slice):
             return [self[i] for i in range(len(self))[layer]]
         return self._maps.layer(_layer_index(layer, len(self)))
@@ -217,7 +225,7 @@ class Maps(Sequence):
             raise ValueError("this model's layers differ in heads and tokens (Swin's stages): index them, maps[i]")
         return np.stack([self[i] for i in range(len(self))])
 
-    def torch(self):
+    def torch(self) -> "torch.Tensor":
         """``numpy()`` as a torch tensor (on the CPU)."""
         import torch
 
@@ -273,7 +281,8 @@ class Exploration:
         """One kind of attention ("self", "encoder", "decoder", "cross"; "" = the first), layer by layer."""
         return Maps(self.result.maps(kind))
 
-    def weights(self, layer: int, head: int | None = 0, kind: str = "", as_torch: bool = False):
+    def weights(self, layer: int, head: int | None = 0, kind: str = "",
+                as_torch: bool = False) -> "np.ndarray | torch.Tensor":
         """Attention weights ``(queries, keys)`` float32 of one head of ``layer`` (negative layers count from the
         end), or their mean over heads for ``head=None`` (as the views' "average of heads"); numpy (read-only), or a
         CPU torch tensor with ``as_torch``. Every head at once: ``maps[layer]``."""
@@ -391,7 +400,7 @@ class Exploration:
         return self.view(name, step=step, layer=layer, head=head, **options)
 
     @property
-    def steps(self) -> list:
+    def steps(self) -> list[GenerationStep]:
         """Each generated token (``models.core.results.GenerationStep``): its position, text, probability, the
         candidates, and ``query``, the row whose attention chose it."""
         return list(getattr(self.result, "generation", ()))
@@ -423,7 +432,7 @@ def _step_hint(name: str) -> str:
     return "step(1)" if name.endswith("step") else f"view({name!r})"
 
 
-def _options(cls: type, given: dict, what: str):
+def _options(cls: type, given: dict[str, Any], what: str) -> Any:
     """An instance of the options dataclass ``cls`` with ``given`` fields set (lists become tuples), the rest at the
     defaults the page opens with; an unknown name is a ValueError naming the known ones."""
     fields = {field.name for field in dataclasses.fields(cls)}
@@ -536,7 +545,7 @@ def _spec(name: str, family: str | None) -> ModelSpec:
     return families.custom(family or _family_of(name), name)
 
 
-def registry():
+def registry() -> "pd.DataFrame":
     """Every model the explorer declares, as a table: family, key (what ``explore`` takes), where its weights come
     from (offline: a package or a mini this project trains; hub: a download), its licence and training data."""
     import pandas as pd
