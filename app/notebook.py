@@ -64,6 +64,7 @@ from models.core.family import Family  # noqa: E402
 from models.core.loading import LoadedModel  # noqa: E402
 from models.core.results import AttentionMaps, GenerationStep, RunResult  # noqa: E402
 from models.core.specs import ModelSpec  # noqa: E402
+from viz import figures  # noqa: E402  (imported here: every view registers itself, once, not on the first figure)
 
 if TYPE_CHECKING:
     import altair as alt
@@ -319,8 +320,6 @@ class Exploration:
         """Draw view ``name`` with its options given by name (``view("head", layer=3, head=None)``): the builder the
         page and ``python -m app.cli --view name`` use. A view that needs the model (the lens, explanations,
         ablation, patching, ...) borrows it for the call."""
-        from viz import figures
-
         if name not in self.family.views:
             raise ValueError(f"the {self.family.name} family has no view {name!r}; it has: {', '.join(self.views)}")
         found = figures.get(name)
@@ -392,12 +391,13 @@ class Exploration:
         _warn(result)
         return Exploration(self.family, self.loaded, result, self.inputs, self._borrow)
 
-    def step(self, step: int = 1, layer: int = 0, head: int | None = 0, **options) -> Shown:
-        """The ``step``-th generated token: where the position that chose it looked, and the candidates."""
+    def step(self, step: int = 1, **options) -> Shown:
+        """The ``step``-th generated token: where the position that chose it looked, and the candidates; ``layer``,
+        ``head`` and the view's other options by name (unset: where the page opens)."""
         name = next((n for n in ("generation_step", "decoding_step", "speech_step") if n in self.family.views), None)
         if name is None:
             raise ValueError(f"the {self.family.name} family does not generate")
-        return self.view(name, step=step, layer=layer, head=head, **options)
+        return self.view(name, step=step, **options)
 
     @property
     def steps(self) -> list[GenerationStep]:
