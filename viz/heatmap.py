@@ -48,17 +48,19 @@ HIGHLIGHT = "crimson"
 
 def attention_chart(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str],
                     allowed: np.ndarray | None = None, title: str = "", scheme: str = "viridis",
-                    query_offset: int = 0, key_offset: int = 0, size: int = 640, compact: bool = False) -> alt.Chart:
+                    query_offset: int = 0, key_offset: int = 0, size: int = 640, compact: bool = False,
+                    linked: bool = True) -> alt.Chart:
     """A heatmap of one ``(queries, keys)`` map: keys on x, queries on y, weight and both tokens in the tooltip.
 
     ``query_offset``/``key_offset``: positions of the first row/column in the full input (for zoomed ranges).
     ``compact``: legend below and shorter token labels, for half a laptop screen (the chart must fit its column:
     Vega maps the pointer in its own pixels, so a chart scaled down by CSS shows the wrong cell's tooltip).
 
-    Linked token hover, where a cell is at least ``LINK_MIN_CELL`` px: the tokens beside the map are marks, not
-    axis labels (``token_strips``), so hovering a query token lights its row and dims the others, hovering a key
-    token lights its column, and hovering a cell lights its two tokens; all in the one view, so the chart still fits
-    its column (``viz.screen``).
+    ``linked`` (where a cell is at least ``LINK_MIN_CELL`` px): linked token hover. The tokens beside the map are
+    marks, not axis labels (``token_strips``), so hovering a query token lights its row and dims the others, hovering
+    a key token lights its column, and hovering a cell lights its two tokens; all in the one view, so the chart still
+    fits its column (``viz.screen``). A figure of several maps passes False: Altair lifts the selections of charts
+    put side by side into every layer of each, which Vega refuses (duplicate signals) when the figure is exported.
     """
     _check(weights, query_tokens, key_tokens)
     q_labels, k_labels = token_labels(query_tokens), token_labels(key_tokens)
@@ -76,7 +78,7 @@ def attention_chart(weights: np.ndarray, query_tokens: list[str], key_tokens: li
                       legend=alt.Legend(title="weight", orient="bottom" if compact else "right"))
     label_limit = 60 if compact else 90
     side = max(200, min(size, 24 * max(weights.shape)))
-    linked = side / max(weights.shape) >= LINK_MIN_CELL
+    linked = linked and side / max(weights.shape) >= LINK_MIN_CELL
     # every label shown: at >= 10 px a cell rotated labels do not collide, and a missing token misleads
     # sorted by position, never by a list of the tokens: Vega-Lite turns a sort list into an expression, and a
     # token such as "if" then breaks the chart ("Unrecognized signal name")
