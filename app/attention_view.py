@@ -222,16 +222,30 @@ def model_view(result: RunResult, kind: str, layer: int, head: int | None, key: 
 
 
 def token_focus(result: RunResult, kind: str, layer: int, head: int | None, key: str) -> None:
-    """Pick a query token and see its attention over the keys."""
+    """Pick a query token, or a span of them taken together (a word split into pieces, a phrase), and see its
+    attention over the keys."""
     labels = heatmap.token_labels(result.maps(kind).tokens_in(layer)[0])
+    combine = "mean"
     if len(labels) > FOCUS_CHOICES:  # a list of 100,000 options would be megabytes sent to every rerun
         if not 0 <= st.session_state.get(f"{key}_focus_position", -1) < len(labels):
             st.session_state[f"{key}_focus_position"] = len(labels) - 1
-        position = int(st.number_input("Query token (position)", 0, len(labels) - 1, key=f"{key}_focus_position"))
+        first = last = int(st.number_input("Query token (position)", 0, len(labels) - 1, key=f"{key}_focus_position"))
     else:
-        position = st.selectbox("Query token", range(len(labels)), index=len(labels) - 1,
-                                format_func=lambda i: f"{i}: {labels[i]}", key=f"{key}_focus")
-    figure = widgets.figure_or_none("focus", result, FocusOptions(kind, layer, head, position))
+        span = st.session_state.get(f"{key}_focus_span")
+        if span is not None and not (isinstance(span, (tuple, list)) and len(span) == 2
+                                     and 0 <= span[0] <= span[1] < len(labels)):
+            del st.session_state[f"{key}_focus_span"]  # a longer input's span: start again at the last token
+        first, last = st.select_slider(
+            "Query tokens", range(len(labels)), value=(len(labels) - 1, len(labels) - 1),
+            format_func=lambda i: f"{i}: {labels[i]}", key=f"{key}_focus_span",
+            help="One token, or drag the ends apart for several at once: a word split into pieces, a phrase.")
+        if last > first:
+            combine = st.radio("Take the tokens' attention together as", ["mean", "sum"], horizontal=True,
+                               key=f"{key}_focus_combine",
+                               help="mean: where the span looks on average (sums to 1); sum: how much attention "
+                                    "the span sends to each key in all.")
+    options = FocusOptions(kind, layer, head, first, last if last > first else None, combine)
+    figure = widgets.figure_or_none("focus", result, options)
     if figure is not None:
         display.show(figure, f"{key}_focus", downloads=False)
 

@@ -18,7 +18,7 @@ import streamlit as st
 
 from app import presentation
 from models.core import text
-from viz import export
+from viz import export, heatmap
 from viz.figure import Figure
 from viz.screen import Screen, fitted
 
@@ -78,7 +78,26 @@ def _draw(element, width: str, select: str | None) -> tuple[Any, set[str]]:
     if select is None:
         st.vega_lite_chart(chart.spec, width=chart.width)
         return None, markers
-    return st.vega_lite_chart(chart.spec, width=chart.width, on_select="rerun", key=select), markers
+    return st.vega_lite_chart(chart.spec, width=chart.width, on_select="rerun", key=select,
+                              selection_mode=picked_selections(chart.spec)), markers
+
+
+def picked_selections(spec: dict) -> list[str]:
+    """The chart's selections a page reruns on: every one but the linked token hover's (``viz.heatmap.HOVER``),
+    which only lights tokens and rows inside the chart (a rerun on each pointer move would redraw the page)."""
+    names = []
+
+    def collect(node) -> None:
+        if isinstance(node, dict):
+            for param in node.get("params", []):
+                if "select" in param and not param["name"].startswith(heatmap.HOVER) and param["name"] not in names:
+                    names.append(param["name"])
+            for key in ("layer", "hconcat", "vconcat", "concat"):
+                for child in node.get(key, []):
+                    collect(child)
+
+    collect(spec)
+    return names
 
 
 def _shows(spec: dict, marker: str) -> bool:

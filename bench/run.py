@@ -21,6 +21,8 @@ machine. What each case measures, and against what, is in its module:
   BLOOM-shaped models (SDPA, soft caps and sinks through the model's eager math, the eager path) at 1,024 tokens;
 - ``load``: ``bench/case_load.py``, 8 headless Chromium sessions × 4 rounds on the real server's GPT page (the
   lecture hall: ``python -m bench.case_load --sessions 16 --minutes 5``);
+- ``notebook``: ``bench/case_notebook.py``, ``explore(model, tokenizer, text)`` on an in-memory SmolLM2 at 1,024
+  tokens against its plain forward, and a figure's build and render time (2 threads);
 - ``long_context`` (only when named: ``--cases long_context --device cuda``): ``bench/case_long_context.py``, the GPT
   page's run and every view of a long prompt (N up to 131,072, Llama-3.2-1B's shape in bfloat16 on CUDA; SmolLM2
   at 8,192 and 32,768 on CPU) against the SDPA forward, one JSON line per device and N.
@@ -61,6 +63,7 @@ from bench.case_lens import (  # noqa: E402
     task_patching,
 )
 from bench.case_long_context import case_long_context, task_long_context  # noqa: E402
+from bench.case_notebook import case_notebook, task_notebook  # noqa: E402
 from bench.case_page import case_page, task_page  # noqa: E402
 from bench.case_speech import case_speech, task_speech  # noqa: E402
 from bench.case_startup import case_startup  # noqa: E402
@@ -69,7 +72,7 @@ from bench.case_why import case_why, task_why  # noqa: E402
 from bench.case_architectures import case_architectures, task_architectures  # noqa: E402
 
 CASES = ("causal_lm", "view_bytes", "rerender", "vit_rollout", "startup", "lens", "ablation", "patching",
-         "speech", "captioning", "translator", "load", "why", "architectures")
+         "speech", "captioning", "translator", "load", "why", "architectures", "notebook")
 # bench/case_long_context.py: N up to 131,072 on a GPU, 32,768 on a CPU (tens of minutes there): only when asked for
 LONG_CASES = ("long_context",)
 TASKS = {"causal_lm_time": task_causal_lm_time, "causal_lm_memory": task_causal_lm_memory,
@@ -80,6 +83,7 @@ TASKS.update(captioning_minis=task_captioning_minis, captioning_vlm=task_caption
 TASKS["long_context"] = task_long_context
 TASKS["why"] = task_why
 TASKS["architectures"] = task_architectures
+TASKS["notebook"] = task_notebook
 
 
 def allocator() -> str:
@@ -188,6 +192,8 @@ def run_case(case: str, args, devices: list[str]) -> None:
 
         for row in case_translator():
             print(json.dumps(row, ensure_ascii=False), flush=True)
+    elif case == "notebook":  # the target is on 2 cores
+        print(json.dumps(case_notebook(1024, args.repeats, max(2, args.threads))), flush=True)
     elif case == "startup":
         print(json.dumps(case_startup(max(1, min(args.repeats, 2)))), flush=True)
     elif case == "why":

@@ -306,3 +306,30 @@ def test_encoder_page_opens_on_the_head_that_teaches_its_sample(patched_loader):
     assert _shown_head(at, "encoder") == (layer, head)
     assert head_chart_title(at) == f"layer {layer}, head {head}"
     assert any(f"Opened on layer {layer}, head {head}" in c.value for c in at.caption)
+
+
+def focus_bars(at: AppTest) -> np.ndarray:
+    """The weights the token-focus bars draw, in key order, read back from the chart's own data."""
+    chart = next(c for c in at.get("vega_lite_chart") if '"mark": {"type": "bar"}' in c.proto.spec)
+    frame = pa.ipc.open_stream(chart.proto.datasets[0].data.data).read_all().to_pandas()
+    return frame.sort_values("position")["weight"].to_numpy()
+
+
+@pytest.mark.parametrize("combine", ["mean", "sum"])
+def test_token_focus_takes_a_span_of_query_tokens_together(patched_loader, combine):
+    """Several query tokens at once (a word's pieces, a phrase): the bars are the mean or the sum of their rows."""
+    at = _page("gpt").run()
+    at.session_state["gpt_view"] = "Token focus"
+    at.run()
+    assert not at.exception, at.exception
+    maps, tokens = _maps_of("causal_lm", at.text_area(key="gpt_text").value)
+    layer, head = _shown_head(at, "gpt")
+    first, last = 2, 4
+    at.select_slider(key="gpt_focus_span").set_range(first, last).run()
+    assert not at.exception, at.exception
+    at.radio(key="gpt_focus_combine").set_value(combine).run()
+    assert not at.exception, at.exception
+    rows = maps.head(layer, head)[first:last + 1]
+    expected = rows.mean(0) if combine == "mean" else rows.sum(0)
+    visible = maps.allowed(layer)[first:last + 1].any(0)
+    np.testing.assert_allclose(focus_bars(at), expected[visible], atol=1e-6)

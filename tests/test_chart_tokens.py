@@ -25,14 +25,32 @@ SVG = "{http://www.w3.org/2000/svg}"
 
 
 def axis_labels(svg: str, axis: str) -> list[str]:
-    """Label texts of the ``axis`` ("X" or "Y") in drawing order, i.e. the order of the scale's domain."""
+    """Label texts of the ``axis`` ("X" or "Y") in drawing order, i.e. the order of the scale's domain; for a
+    heatmap with linked token hover, its token strip's marks in their places along the axis (they replace the
+    labels, ``viz.heatmap.token_strips``)."""
     root = ET.fromstring(svg)
     for group in root.iter(f"{SVG}g"):
         if group.get("aria-roledescription") == "axis" and group.get("aria-label", "").startswith(f"{axis}-axis"):
             for labels in group.iter(f"{SVG}g"):
                 if "role-axis-label" in labels.get("class", ""):
                     return ["".join(text.itertext()) for text in labels.iter(f"{SVG}text")]
+    strip = token_strip(root, axis)
+    if strip:
+        return strip
     raise AssertionError(f"no {axis} axis with labels in the SVG")
+
+
+def token_strip(root: ET.Element, axis: str) -> list[str]:
+    """A linked heatmap's tokens along ``axis`` (keys on X, queries on Y), ordered by where they are drawn."""
+    part = {"X": "hover_keys_", "Y": "hover_queries_"}[axis]
+    for group in root.iter(f"{SVG}g"):
+        if part in group.get("class", ""):
+            placed = []
+            for text in group.iter(f"{SVG}text"):
+                x, y = (float(v) for v in text.get("transform").split(")")[0].split("(")[1].split(","))
+                placed.append((x if axis == "X" else y, "".join(text.itertext())))
+            return [label for _, label in sorted(placed)]
+    return []
 
 
 def render(chart: alt.TopLevelMixin) -> str:

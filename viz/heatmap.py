@@ -41,14 +41,26 @@ def _check(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str]) 
         raise ValueError(f"map {weights.shape} does not match {len(query_tokens)} query and {len(key_tokens)} key tokens")
 
 
+LINK_MIN_CELL = 9  # px: below this a token beside the map is too small to read or hover (the axes thin instead)
+HOVER = "hover"  # the prefix of the linked-hover selections: pages never rerun on them (app/display.py)
+HIGHLIGHT = "crimson"
+
+
 def attention_chart(weights: np.ndarray, query_tokens: list[str], key_tokens: list[str],
                     allowed: np.ndarray | None = None, title: str = "", scheme: str = "viridis",
-                    query_offset: int = 0, key_offset: int = 0, size: int = 640, compact: bool = False) -> alt.Chart:
+                    query_offset: int = 0, key_offset: int = 0, size: int = 640, compact: bool = False,
+                    linked: bool = True) -> alt.Chart:
     """A heatmap of one ``(queries, keys)`` map: keys on x, queries on y, weight and both tokens in the tooltip.
 
     ``query_offset``/``key_offset``: positions of the first row/column in the full input (for zoomed ranges).
     ``compact``: legend below and shorter token labels, for half a laptop screen (the chart must fit its column:
     Vega maps the pointer in its own pixels, so a chart scaled down by CSS shows the wrong cell's tooltip).
+
+    ``linked`` (where a cell is at least ``LINK_MIN_CELL`` px): linked token hover. The tokens beside the map are
+    marks, not axis labels (``token_strips``), so hovering a query token lights its row and dims the others, hovering
+    a key token lights its column, and hovering a cell lights its two tokens; all in the one view, so the chart still
+    fits its column (``viz.screen``). A figure of several maps passes False: Altair lifts the selections of charts
+    put side by side into every layer of each, which Vega refuses (duplicate signals) when the figure is exported.
     """
     _check(weights, query_tokens, key_tokens)
     q_labels, k_labels = token_labels(query_tokens), token_labels(key_tokens)
@@ -66,18 +78,71 @@ def attention_chart(weights: np.ndarray, query_tokens: list[str], key_tokens: li
                       legend=alt.Legend(title="weight", orient="bottom" if compact else "right"))
     label_limit = 60 if compact else 90
     side = max(200, min(size, 24 * max(weights.shape)))
-    chart = alt.Chart(frame).mark_rect().encode(
-        # every label shown: at >= 10 px a cell rotated labels do not collide, and a missing token misleads
-        # sorted by position, never by a list of the tokens: Vega-Lite turns a sort list into an expression, and a
-        # token such as "if" then breaks the chart ("Unrecognized signal name")
-        x=alt.X("key:N", sort=BY_KEY_POSITION, title="key (attended to)",
-                axis=alt.Axis(labelAngle=-90, labelLimit=label_limit, labelOverlap=side / len(k_labels) < 10)),
-        y=alt.Y("query:N", sort=BY_QUERY_POSITION, title="query (attending)",
-                axis=alt.Axis(labelLimit=label_limit, labelOverlap=side / len(q_labels) < 10)),
+    linked = linked and side / max(weights.shape) >= LINK_MIN_CELL
+    # every label shown: at >= 10 px a cell rotated labels do not collide, and a missing token misleads
+    # sorted by position, never by a list of the tokens: Vega-Lite turns a sort list into an expression, and a
+    # token such as "if" then breaks the chart ("Unrecognized signal name")
+    # linked: the axes keep their titles, the tokens are the strips' marks (token_strips)
+    hidden = dict(labels=False, ticks=False)
+    x_axis = alt.Axis(titlePadding=_strip_px(k_labels, label_limit), **hidden) if linked else \
+        alt.Axis(labelAngle=-90, labelLimit=label_limit, labelOverlap=side / len(k_labels) < 10)
+    y_axis = alt.Axis(titlePadding=_strip_px(q_labels, label_limit), **hidden) if linked else \
+        alt.Axis(labelLimit=label_limit, labelOverlap=side / len(q_labels) < 10)
+    cells = alt.Chart(frame).mark_rect().encode(
+        x=alt.X("key:N", sort=BY_KEY_POSITION, title="key (attended to)", axis=x_axis),
+        y=alt.Y("query:N", sort=BY_QUERY_POSITION, title="query (attending)", axis=y_axis),
         color=alt.condition(alt.datum.state == "masked", alt.value(MASKED_HEX), color),
         tooltip=["query", "query position", "key", "key position", alt.Tooltip("weight:Q", format=".4f"), "state"],
     )
+    chart = token_strips(cells, q_labels, k_labels, (query_offset, key_offset), label_limit, title) if linked \
+        else cells
     return chart.properties(width=side, height=side, title=title, autosize=PAD)
+
+
+def token_strips(cells: alt.Chart, q_labels: list[str], k_labels: list[str], offsets: tuple[int, int],
+                 label_limit: int, title: str) -> alt.LayerChart:
+    """The heatmap's ``cells`` with its query tokens down the left and its key tokens along the bottom as text marks
+    in place of the axis labels, linked by hover selections named ``hover_*`` (unique per title, so two maps drawn
+    side by side in one exported figure keep theirs apart)."""
+    import zlib
+
+    tag = f"{zlib.crc32(title.encode()):08x}"
+    names = {part: f"{HOVER}_{part}_{tag}" for part in ("cells", "queries", "keys")}
+
+    def hover(part: str, field: str, **extra):
+        # a pointer over any mark would set every point selection (a strip token has no key position: its
+        # selection would then match nothing); each listens to its own layer's marks only
+        return alt.selection_point(name=f"{names[part]}_{field.split()[0]}", fields=[field],
+                                   on=f"@{names[part]}_marks:pointerover", clear="pointerout", **extra)
+
+    strip_query, strip_key = hover("queries", "query position"), hover("keys", "key position")
+    cell_query = hover("cells", "query position", empty=False)
+    cell_key = hover("cells", "key position", empty=False)
+    cells = cells.encode(opacity=alt.condition(strip_query & strip_key, alt.value(1.0), alt.value(0.25))).add_params(
+        cell_query, cell_key).properties(name=names["cells"])
+    queries = pd.DataFrame({"query": q_labels, "query position": np.arange(len(q_labels)) + offsets[0]})
+    keys = pd.DataFrame({"key": k_labels, "key position": np.arange(len(k_labels)) + offsets[1]})
+    query_strip = alt.Chart(queries).mark_text(align="right", baseline="middle", dx=-5, limit=label_limit).encode(
+        y=alt.Y("query:N", sort=BY_QUERY_POSITION), x=alt.value(0), text="query:N",
+        color=_lit(cell_query, strip_query), tooltip=["query", "query position"],
+    ).add_params(strip_query).properties(name=names["queries"])
+    key_strip = alt.Chart(keys).mark_text(align="right", baseline="middle", angle=270, dx=-5,
+                                          limit=label_limit).encode(
+        x=alt.X("key:N", sort=BY_KEY_POSITION), y=alt.value("height"), text="key:N",
+        color=_lit(cell_key, strip_key), tooltip=["key", "key position"],
+    ).add_params(strip_key).properties(name=names["keys"])
+    return alt.layer(cells, query_strip, key_strip)
+
+
+def _lit(*selections) -> dict:
+    """A token's colour: the highlight while any of ``selections`` holds it (an empty selection holds nothing)."""
+    held = [{"param": selection.name, "empty": False} for selection in selections]
+    return {"condition": {"test": {"or": held}, "value": HIGHLIGHT}, "value": "black"}
+
+
+def _strip_px(labels: list[str], limit: int) -> float:
+    """Room a strip of token marks takes beside the map (11 px text, about 6.5 px a character, at most ``limit``)."""
+    return min(limit, 6.5 * max((len(label) for label in labels), default=1)) + 10
 
 
 def _colormap(name: str) -> np.ndarray:

@@ -6,6 +6,7 @@ Every model family is one folder, ``models/families/<name>/``, that answers thre
     run(loaded, inputs, options) -> RunResult            # one input; frozen, typed (a subclass of RunResult)
     views: tuple[str, ...]                               # the figures its results feed, by name (viz.figures.VIEWS)
     specs, explainer                                     # its models (offline first) and its explanation adapter
+    adopt(model, processor) -> Adopted | None            # a model object a notebook user holds (optional)
 
 Its ``__init__.py`` declares ``FAMILY = Family(...)``; ``models.families`` collects them and is the entry point
 (``families.load``, ``families.run``, ``families.specs``). What differs between families is all a folder says:
@@ -41,3 +42,7 @@ class Family:
     # the explanation adapter (models.analysis.attribution's shared methods read a family through it): a module with
     # ``from_result(loaded, result, target, replacement) -> Explainable`` (models/families/vit/explain.py); None: none
     explainer: ModuleType | None = None
+    # how it takes in a model object a notebook user already holds (app/notebook.py): ``adopt(model, processor)``
+    # returns a ``models.core.borrowing.Adopted`` when the model is one this family runs, None when it is not, and
+    # raises ValueError in words when it is but cannot be run (no tokenizer); None: the family takes none
+    adopt: Callable[..., object] | None = None

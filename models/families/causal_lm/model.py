@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from models.core import capture, hooks, limits, loading, text
+from models.core import borrowing, capture, hooks, limits, loading, text
 from models.core.inputs import TextInput
 from models.core.loading import LoadedModel, Progress, text_out_of_memory
 from models.core.results import GenerationStep, TextResult, TokenProbability
@@ -98,6 +98,19 @@ def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
         progress("Preparing the packaged weights", 0.05)
         source = PACKAGED[spec.id](progress)
     return loading.load_transformers(spec, transformers.AutoModelForCausalLM, device, dtype, progress, source)
+
+
+def adopt(model, processor=None) -> borrowing.Adopted | None:
+    """A causal LM object a notebook user holds, run as it is (their dtype and device) with the capture attention
+    function switched on while it is borrowed (``models/core/borrowing.py``); None for any other model."""
+    if not borrowing.is_causal_lm(model):
+        return None
+    tokenizer = borrowing.tokenizer_of(processor, "causal language model")
+    device, dtype = borrowing.device_and_dtype(model)
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    max_positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    loaded = LoadedModel(borrowing.spec_of("causal_lm", model), model, tokenizer, device, dtype, max_positions)
+    return borrowing.Adopted(loaded, borrowing.use_capture, model)
 
 
 # --- running --------------------------------------------------------------------------------------------------------

@@ -21,4 +21,5 @@ FAMILY = Family("encoder", "bidirectional encoder (BERT family)", TextInput, mod
                        "faithfulness",
                        "explanations", "token_attribution", "why", "why_head"),
                 specs=SPECS,
-                explainer=explain)
+                explainer=explain,
+                adopt=model.adopt)

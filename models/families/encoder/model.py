@@ -10,7 +10,7 @@ import dataclasses
 
 import torch
 
-from models.core import capture, loading, text
+from models.core import borrowing, capture, loading, text
 from models.core.inputs import TextInput
 from models.core.loading import LoadedModel, Progress, text_out_of_memory
 from models.core.results import TextResult
@@ -30,6 +30,29 @@ def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
             raise ValueError(f"no loader for the packaged encoder {spec.id!r}")
         source = loading.package_folder(spec.id) / PACKAGED_SUBFOLDER[spec.id]
     return loading.load_transformers(spec, transformers.AutoModel, device, dtype, progress, source)
+
+
+def adopt(model, processor=None) -> borrowing.Adopted | None:
+    """A bidirectional text encoder object a notebook user holds (a BERT-family model, with or without a task head),
+    run as it is: its base model (what ``AutoModel`` builds, whose last hidden state the explanations read) with the
+    capture attention function switched on while it is borrowed; None for any other model."""
+    from torch import nn
+
+    if not borrowing.is_transformers(model) or borrowing.is_causal_lm(model):
+        return None
+    config = model.config
+    if getattr(config, "is_encoder_decoder", False) or getattr(config, "is_decoder", False) \
+            or hasattr(config, "vision_config") or hasattr(config, "audio_config"):
+        return None
+    base = getattr(model, "base_model", model)
+    embeddings = base.get_input_embeddings() if hasattr(base, "get_input_embeddings") else None
+    if not isinstance(embeddings, nn.Embedding):  # images, audio: not text
+        return None
+    tokenizer = borrowing.tokenizer_of(processor, "text encoder")
+    device, dtype = borrowing.device_and_dtype(model)
+    max_positions = getattr(config, "max_position_embeddings", None)
+    loaded = LoadedModel(borrowing.spec_of("encoder", model), base, tokenizer, device, dtype, max_positions)
+    return borrowing.Adopted(loaded, borrowing.use_capture, model)
 
 
 def run(loaded: LoadedModel, inputs: TextInput, options: None = None) -> TextResult:

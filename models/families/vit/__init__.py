@@ -44,4 +44,5 @@ FAMILY = Family("vit", "Vision Transformer (timm or transformers)", ImageInput, 
                        "saliency", "distance", "positions", "input", "predictions", "faithfulness", "explanations",
                        "localisation", "why"),
                 specs=SPECS,
-                explainer=explain)
+                explainer=explain,
+                adopt=model.adopt)

@@ -139,6 +139,29 @@ def _load_transformers(spec: ModelSpec, device: str, dtype: str, progress: Progr
                         data_config=extra.data_config, label_names=extra.label_names, processor=extra.processor)
 
 
+def adopt(model, processor=None):
+    """A timm Vision Transformer object a notebook user holds, run as it is (their dtype and device), preprocessed as
+    its own ``pretrained_cfg`` says (as a loaded one is) with fused attention off while it is borrowed; None for any
+    other model."""
+    from models.core import borrowing
+
+    if not (isinstance(model, torch.nn.Module) and type(model).__module__.startswith("timm.")
+            and hasattr(model, "patch_embed") and hasattr(model, "blocks") and hasattr(model, "num_prefix_tokens")):
+        return None
+    spec = borrowing.spec_of("vit", model)
+    _check_is_vit(model, spec)
+    if processor is not None:
+        raise ValueError("a timm ViT is preprocessed as its pretrained_cfg says, as the app does: pass None as the "
+                         "processor, explore(model, None, image)")
+    device, dtype = borrowing.device_and_dtype(model)
+    config = images.data_config(model)
+    config["input_size"] = (3, *model.patch_embed.img_size)
+    loaded = LoadedVision(replace(spec, library="timm"), model, None, device, dtype,
+                          capture=capture_timm.CAPTURE_DESCRIPTION, data_config=config,
+                          label_names=loading.timm_label_names(model))
+    return borrowing.Adopted(loaded, capture_timm.disable_fused_attention, model)
+
+
 # --- running -------------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True)
