@@ -408,11 +408,7 @@ class Exploration:
     def why(self, layer: int, head: int, query: int, key: int, **options) -> Shown:
         """Why ``head`` of ``layer`` puts the weight it does on ``key`` from ``query``: the score split into the
         components that wrote the residual stream (DESIGN.md, "Why a head looks where it does"). Drawn by the "why"
-        view (viz/figures/why.py) once it is registered and a family offers it."""
-        from viz.figure import VIEWS
-
-        if "why" not in VIEWS:
-            raise ValueError("the 'why' decomposition view is not in this version of the explorer yet")
+        view (viz/figures/why.py), on the families that offer it (GPT, encoder, ViT)."""
         return self.view("why", layer=layer, head=head, query=query, key=key, **options)
 
     def _shortcut(self, what: str) -> str:

@@ -128,20 +128,31 @@ def borrowed(model: nn.Module, prepare: Callable[[nn.Module], None] = lambda mod
         snapshot.restore()
 
 
-def use_capture(model: nn.Module) -> None:
-    """Switch a transformers model (and its sub-models) to the capture attention function, or refuse in words when
-    it cannot take one (its attention does not go through ``AttentionInterface``)."""
+def use_capture(model: nn.Module) -> str:
+    """Switch a transformers model (and its sub-models) to the capture attention function, or, as the app's loader
+    does (``loading.load_transformers``), to its own eager attention where four tokens show that its attention does
+    not reach the interface (or that its SDPA path is not causal where it must be); refuse in words where neither
+    draws a map. Returns how its maps are drawn, in words (``LoadedModel.capture``)."""
     capture.register()
     name = type(model).__name__
     setter = getattr(model, "set_attn_implementation", None)
     if setter is None:
         raise ValueError(f"{name} cannot switch its attention implementation (transformers 5 models can, with "
                          "set_attn_implementation), so its attention cannot be captured here.")
-    setter(capture.ATTENTION_NAME)
-    if getattr(model.config, "_attn_implementation", None) != capture.ATTENTION_NAME:
-        raise ValueError(f"{name} does not run its attention through transformers' AttentionInterface, so the "
-                         f"explorer cannot capture it in memory. Save it (model.save_pretrained(folder)) and explore "
-                         "the folder, or pick a model transformers implements with AttentionInterface.")
+    try:
+        setter(capture.ATTENTION_NAME)
+    except (KeyError, ValueError):  # classes chosen by implementation name that know no other (Falcon)
+        pass
+    if getattr(model.config, "_attn_implementation", None) == capture.ATTENTION_NAME:
+        found = capture.probe(model)
+        if found is None or (found.recorded and not found.not_causal):
+            return found.description() if found is not None else capture.CAPTURE_DESCRIPTION
+    setter(capture.EAGER_PATH)
+    found = capture.probe(model)
+    if found is not None and not found.recorded:
+        raise ValueError(f"{name}: no attention weights reach the explorer: its attention does not pass through "
+                         "transformers' AttentionInterface and its own eager forward returned no maps.")
+    return capture.EAGER_PATH_DESCRIPTION
 
 
 def device_and_dtype(model: nn.Module) -> tuple[str, str]:

@@ -110,7 +110,10 @@ def adopt(model, processor=None) -> borrowing.Adopted | None:
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     max_positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     loaded = LoadedModel(borrowing.spec_of("causal_lm", model), model, tokenizer, device, dtype, max_positions)
-    return borrowing.Adopted(loaded, borrowing.use_capture, model)
+    def prepare(borrowed) -> None:  # how its maps are drawn is known once it is switched, per call
+        loaded.capture = borrowing.use_capture(borrowed)
+
+    return borrowing.Adopted(loaded, prepare, model)
 
 
 # --- running --------------------------------------------------------------------------------------------------------

@@ -52,7 +52,11 @@ def adopt(model, processor=None) -> borrowing.Adopted | None:
     device, dtype = borrowing.device_and_dtype(model)
     max_positions = getattr(config, "max_position_embeddings", None)
     loaded = LoadedModel(borrowing.spec_of("encoder", model), base, tokenizer, device, dtype, max_positions)
-    return borrowing.Adopted(loaded, borrowing.use_capture, model)
+
+    def prepare(borrowed) -> None:  # how its maps are drawn is known once it is switched, per call
+        loaded.capture = borrowing.use_capture(borrowed)
+
+    return borrowing.Adopted(loaded, prepare, model)
 
 
 def run(loaded: LoadedModel, inputs: TextInput, options: None = None) -> TextResult:
