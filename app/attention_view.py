@@ -5,16 +5,13 @@ viz/figures/attention.py (the same ones ``python -m app.cli`` writes), this modu
 """
 from __future__ import annotations
 
-import dataclasses
 
-import altair as alt
 import streamlit as st
 
-from app import display, presentation, resources, tables, url_state, widgets
+from app import display, presentation, tables, url_state, widgets
 from models.analysis import heads, roles, showcase
 from models.core.results import AttentionMaps, RunResult
 from viz import heatmap
-from viz.figure import Figure
 from viz.figures.attention import (
     FocusOptions,
     GridOptions,
@@ -22,7 +19,7 @@ from viz.figures.attention import (
     StatisticsOptions,
     ZoomOptions,
 )
-from viz.figures.long_inputs import LevelOptions, RowOptions
+from viz.figures.long_inputs import LevelOptions, OverviewOptions, RowOptions
 
 AVERAGE = "average of heads"
 
@@ -80,14 +77,10 @@ def head_heatmap(result: RunResult, kind: str, layer: int, head: int | None, key
     queries, keys = _zoom_ranges(key, n_q, n_k, heatmap.MAX_CHART_TOKENS)
     overview, detail = st.columns([1, 1])
     with overview:
-        # both charts fit half a 1280-px laptop screen (402 px a column): Vega maps the pointer in its own pixels, so
-        # a chart scaled down or cut off by its column would brush and tooltip the wrong cells
-        png = resources.figure_png(figure, (result.run_id, kind, layer, head, scheme, statistic))
-        whole = Figure(figure.stem, chart=heatmap.zoom_overview_chart(png, n_q, n_k, queries, keys, width=320,
-                                                                      pick="pick"),
-                       caption=figure.caption + " Drag a rectangle to zoom (the red frame is the region on the right); "
-                               "double-click to open a query's row below.")
-        display.show(whole, f"{key}_overview", select=f"{key}_brush", downloads=False)
+        whole = widgets.figure_or_none("head_overview", result, OverviewOptions(kind, layer, head, scheme, statistic,
+                                                                                queries, keys))
+        if whole is not None:
+            display.show(whole, f"{key}_overview", select=f"{key}_brush", downloads=False)
         st.radio("Each pixel shows", list(STATISTICS), format_func=STATISTICS.get, key=f"{key}_pixels",
                  horizontal=True)
     with detail:
@@ -95,21 +88,13 @@ def head_heatmap(result: RunResult, kind: str, layer: int, head: int | None, key
         if cells:  # the last level: every cell, with a tooltip; a click opens its row
             zoom = widgets.figure_or_none("head_zoom", result, ZoomOptions(kind, layer, head, scheme, queries, keys))
             if zoom is not None:
-                clickable = dataclasses.replace(zoom, chart=zoom.chart.add_params(alt.selection_point(
-                    name="cell", fields=["query position"], on="click", clear=False)))
-                display.show(clickable, f"{key}_zoom", select=f"{key}_cells", downloads=False, caption=False)
+                display.show(zoom, f"{key}_zoom", select=f"{key}_cells", downloads=False, caption=False)
                 st.caption("Click a cell to open its query's row below.")
         else:  # a level of the pyramid: the window at the tiles that fit, computed now; brush again to go deeper
             level = widgets.figure_or_none("head_level", result, LevelOptions(kind, layer, head, scheme, statistic,
                                                                               queries, keys))
             if level is not None:
-                png = resources.figure_png(level, (result.run_id, kind, layer, head, scheme, statistic, queries,
-                                                   keys))
-                span = (queries[1] - queries[0] + 1, keys[1] - keys[0] + 1)
-                window = Figure(level.stem, chart=heatmap.zoom_overview_chart(
-                    png, *span, queries, keys, width=320, origin=(queries[0], keys[0]), pick="pick"),
-                    caption=level.caption + " Drag to zoom further; double-click to open a row.")
-                display.show(window, f"{key}_level", select=f"{key}_level_brush", downloads=False)
+                display.show(level, f"{key}_level", select=f"{key}_level_brush", downloads=False)
         st.button("Whole map", key=f"{key}_unzoom", help="Show the whole input again on the right",
                   on_click=_zoom_to, args=(key, (0, n_q - 1), (0, n_k - 1)))
     display.offer(figure, key)

@@ -14,7 +14,7 @@ one kind of store (``_Store``), all made by one cached function (``_stores``) so
   that does not fit on its device first drops the least recently used runs there.
 - Attention recomputed from a result's queries and keys (``cached_maps``): bounded in bytes, keyed by the result's
   ``run_id``, so moving the head slider back does not recompute and a long input cannot fill the memory.
-- Analyses, figures and their PNGs (``figure``, ``figure_png``): keyed by the view, the run and the options that
+- Analyses and figures (``figure``): keyed by the view, the run and the options that
   matter, and dropped with their run, so that no cached figure keeps a run's maps alive past the run cache's bound.
 - Small derived values (a sentence's tokens, a mini's card): the same store, by entries.
 
@@ -244,7 +244,6 @@ def _stores() -> dict[str, _Store]:
                             budget=lambda device: ATTENTION_CACHE_BYTES),
         "analyses": _Store(ANALYSIS_CACHE_ENTRIES, RUN_CACHE_TTL_S),
         "figures": _Store(FIGURE_CACHE_ENTRIES, RUN_CACHE_TTL_S),
-        "pngs": _Store(16, RUN_CACHE_TTL_S),
         "small": _Store(64),
     }
 
@@ -259,10 +258,6 @@ def _analyses() -> _Store:
 
 def _figures() -> _Store:
     return _stores()["figures"]
-
-
-def _pngs() -> _Store:
-    return _stores()["pngs"]
 
 
 def _attention() -> _Store:
@@ -416,14 +411,6 @@ def figure(name: str, result: RunResult | None = None, options=None, loaded: Loa
     else:
         data, data_key = None, ("options",)
     return _figure(name, data_key, repr(options), data, options, run_id)
-
-
-def figure_png(figure_: Figure, key: tuple) -> bytes:
-    """A figure's image as fast PNG bytes (for a chart that embeds it, such as the brushable overview), cached;
-    ``key`` starts with the run's id."""
-    from viz import heatmap
-
-    return _pngs().get(key, lambda: heatmap.png_bytes(figure_.image), tag=key[0] if key else None)
 
 
 # --- mechanics (how attention works, what it costs) --------------------------------------------------------------

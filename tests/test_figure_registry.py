@@ -16,7 +16,7 @@ import pytest
 from app import catalog, cli
 
 APP = Path(__file__).resolve().parent.parent / "app"
-REQUESTS = {"figure_or_none", "figure", "build", "figure_png"}  # the calls that name a view first
+REQUESTS = {"figure_or_none", "figure", "build"}  # the calls that name a view first
 SHARED = {"app.widgets", "app.resources", "app.display", "app.url_state", "app.presentation", "app.sidebar",
           "app.catalog", "app.run_log", "app.warmup", "app.server_cpu", "app.http_guard", "app.image_input"}
 
@@ -152,3 +152,47 @@ def test_every_page_is_in_one_section_of_the_navigation():
     assert all(catalog.sections().values())
     main = (catalog.VIEWS_DIR.parent / "main.py").read_text()
     assert "catalog.sections()" in main and "expanded=True" in main
+
+
+# what a page may call from viz/: the label helpers a widget needs and the registry by view name, nothing that draws
+PAGE_HELPERS = {"token_labels", "unique_labels", "display_scale", "build", "get"}
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_no_page_draws_a_figure_of_its_own(page):
+    """Read from what pages call, not only what they import: a page that builds a ``Figure`` itself, or calls a
+    viz/ drawing function (a chart, an image) on its way to the screen, shows something the CLI and the downloads
+    do not know. Widgets may read label helpers and constants."""
+    for name, tree in _closure(page).items():
+        if name == "app.display":
+            continue
+        viz_names, viz_modules = set(), set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("viz"):
+                for alias in node.names:
+                    (viz_modules if _is_module(node.module, alias.name) else viz_names).add(alias.asname or alias.name)
+            elif isinstance(node, ast.Import):
+                viz_modules |= {a.asname or a.name for a in node.names if a.name.startswith("viz")}
+        drawn = []
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            if isinstance(func, ast.Name) and func.id == "Figure":
+                drawn.append("Figure(...)")
+            elif isinstance(func, ast.Name) and func.id in viz_names and func.id not in PAGE_HELPERS \
+                    and not func.id[0].isupper():
+                drawn.append(func.id)
+            elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
+                    and func.value.id in viz_modules and func.attr not in PAGE_HELPERS:
+                drawn.append(f"{func.value.id}.{func.attr}")
+        assert not drawn, f"{name} draws {sorted(set(drawn))} itself instead of asking for a registered view"
+
+
+def _is_module(package: str, name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(f"{package}.{name}") is not None
+    except ModuleNotFoundError:
+        return False

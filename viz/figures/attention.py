@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import altair as alt
 import numpy as np
 import pandas as pd
 
@@ -162,6 +163,8 @@ def head_zoom(result: RunResult, options: ZoomOptions) -> Figure:
                                     f"queries {rows.start}–{rows.stop - 1}, keys {cols.start}–{cols.stop - 1}",
                                     options.scheme, query_offset=rows.start, key_offset=cols.start, size=300,
                                     compact=True)
+    # a click on a cell names its query (the page opens that row)
+    chart = chart.add_params(alt.selection_point(name="cell", fields=["query position"], on="click", clear=False))
     where = f"queries {rows.start}-{rows.stop - 1}", f"keys {cols.start}-{cols.stop - 1}"
     return Figure(
         export.run_stem(result, maps.kind, f"layer {layer}", f"head {name}", *where), chart=chart,

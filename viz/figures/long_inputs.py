@@ -21,6 +21,60 @@ DETAIL_PX = 640  # a pyramid level's window is drawn at most this many pixels a 
 PROFILE_BINS = 600  # a long row's weights over the key positions, drawn as this many bins' maxima
 
 
+ZOOM_WIDTH = 320  # the zoomable charts fit half a 1280-px laptop screen (402 px a column): Vega maps the pointer in
+# its own pixels, so a chart scaled down or cut off by its column would brush and tooltip the wrong cells
+
+
+@dataclass(frozen=True)
+class OverviewOptions:
+    kind: str = ""
+    layer: int = 0
+    head: int | None = 0
+    scheme: str = "viridis"
+    statistic: str = "maximum"  # "maximum" or "mean" of each tile
+    queries: tuple[int, int] = (0, 0)  # the region shown beside it, framed in red: first and last query, inclusive
+    keys: tuple[int, int] = (0, 0)
+
+
+@dataclass(frozen=True)
+class Overview:
+    """A long input's whole map for one head, drawn once (the ``head`` view's figure and its PNG), whatever region
+    is framed on it."""
+
+    figure: Figure
+    png: bytes
+    queries: int
+    keys: int
+
+
+def whole_map(loaded, result: RunResult, options: OverviewOptions) -> Overview:
+    """The ``head`` view's figure of the whole map and its image as PNG (the overview the zoom starts from)."""
+    from viz.figures.attention import HeadOptions, head
+
+    figure = head(result, HeadOptions(options.kind, options.layer, options.head, options.scheme, options.statistic))
+    maps = result.maps(options.kind)
+    n_q, n_k = (len(tokens) for tokens in maps.tokens_in(options.layer))
+    image = figure.image
+    if image is None:  # small enough for cells (the page draws those): its image at one pixel a cell
+        tiles = maps.tiles(options.layer, options.head, tile=1)
+        image = heatmap.tiles_image(tiles, options.statistic, options.scheme, heatmap.OVERVIEW_PX)[0]
+    return Overview(figure, heatmap.png_bytes(image), n_q, n_k)
+
+
+@view("head_overview", "One head of a long input, to zoom into", OverviewOptions, analysis=whole_map,
+      analysis_options=("kind", "layer", "head", "scheme", "statistic"))
+def head_overview(overview: Overview, options: OverviewOptions) -> Figure:
+    """The whole map of a long input as one image in a chart: drag a rectangle to zoom (the region shown beside
+    it is framed in red), double-click to open a query's row. Its files are the ``head`` view's."""
+    whole = overview.figure
+    chart = heatmap.zoom_overview_chart(overview.png, overview.queries, overview.keys, options.queries, options.keys,
+                                        width=ZOOM_WIDTH, pick="pick")
+    return Figure(whole.stem, chart=chart, table=whole.table, payload=whole.payload, arrays=whole.arrays,
+                  metadata=whole.metadata,
+                  caption=whole.caption + " Drag a rectangle to zoom (the red frame is the region on the right); "
+                                          "double-click to open a query's row below.")
+
+
 @dataclass(frozen=True)
 class LevelOptions:
     kind: str = ""
@@ -52,8 +106,13 @@ def head_level(result: RunResult, options: LevelOptions) -> Figure:
     caption = (f"{where[0]}, {where[1]}" + (f": each pixel the {which} weight of {tile} × {tile} cells" if tile > 1
                                             else ", cell by cell")
                + f"; colours saturate at {vmax:.3f}.")
+    span = (queries[1] - queries[0], keys[1] - keys[0])
+    chart = heatmap.zoom_overview_chart(heatmap.png_bytes(image), *span, (queries[0], queries[1] - 1),
+                                        (keys[0], keys[1] - 1), width=ZOOM_WIDTH, origin=(queries[0], keys[0]),
+                                        pick="pick")
     return Figure(
-        export.run_stem(result, maps.kind, f"layer {layer}", f"head {name}", *where), image=image, caption=caption,
+        export.run_stem(result, maps.kind, f"layer {layer}", f"head {name}", *where), chart=chart,
+        caption=caption + " Drag to zoom further; double-click to open a row.",
         table=lambda: pd.DataFrame({"first query": tiles.query_edges[:-1].repeat(tiles.shape[1]),
                                     "first key": np.tile(tiles.key_edges[:-1], tiles.shape[0]),
                                     "maximum": tiles.maximum.ravel(), "mean": tiles.mean.ravel(),

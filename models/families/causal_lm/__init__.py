@@ -20,7 +20,7 @@ SPECS = (
 
 FAMILY = Family("causal_lm", "GPT-style causal language model", TextInput, model.load, model.run,
                 model.TextResult,
-                views=("head", "head_zoom", "head_level", "query_row", "grid", "head_statistics", "focus", "next_token",
+                views=("head", "head_zoom", "head_level", "head_overview", "query_row", "grid", "head_statistics", "focus", "next_token",
                        "generation_step", "lens",
                        "ablation", "patching", "knockout", "knockout_sweep", "compare", "faithfulness", "explanations",
                        "decoding_penalties", "length_penalty", "token_attribution", "why", "why_head"),

@@ -17,7 +17,7 @@ SPECS = (
 
 FAMILY = Family("encoder", "bidirectional encoder (BERT family)", TextInput, model.load, model.run,
                 model.TextResult,
-                views=("head", "head_zoom", "head_level", "query_row", "grid", "head_statistics", "focus", "special_tokens",
+                views=("head", "head_zoom", "head_level", "head_overview", "query_row", "grid", "head_statistics", "focus", "special_tokens",
                        "faithfulness",
                        "explanations", "token_attribution", "why", "why_head"),
                 specs=SPECS,

@@ -23,7 +23,7 @@ SPECS = (
 
 FAMILY = Family("speech", "speech recognition encoder–decoder (Whisper)", AudioInput, model.load,
                 model.run, model.SpeechResult,
-                views=("cross", "word_timestamps", "spectrogram", "speech_step", "head", "head_zoom", "head_level",
+                views=("cross", "word_timestamps", "spectrogram", "speech_step", "head", "head_zoom", "head_level", "head_overview",
                        "query_row", "grid",
                        "head_statistics"),
                 options=model.SpeechSettings,

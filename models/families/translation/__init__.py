@@ -44,7 +44,7 @@ SPECS = BERGAMOT[:1] * INSTALLED + (
 
 FAMILY = Family("translation", "encoder–decoder translation model", TextInput, model.load, model.run,
                 model.TranslationResult,
-                views=("alignment", "decoding_step", "accuracy_by_length", "aer_grid", "head", "head_zoom", "head_level",
+                views=("alignment", "decoding_step", "accuracy_by_length", "aer_grid", "head", "head_zoom", "head_level", "head_overview",
                        "query_row", "grid",
                        "head_statistics", "focus", "decoder_lens", "faithfulness", "explanations", "token_attribution"),
                 options=model.TranslationSettings,
