@@ -10,6 +10,7 @@ import streamlit as st
 
 from app import display, presentation, tables, url_state, widgets
 from models.analysis import heads, roles, showcase
+from models.core import selection
 from models.core.results import AttentionMaps, RunResult
 from viz import heatmap
 from viz.figures.attention import (
@@ -21,9 +22,6 @@ from viz.figures.attention import (
 )
 from viz.figures.long_inputs import LevelOptions, OverviewOptions, RowOptions
 
-AVERAGE = "average of heads"
-
-
 def _apply_grid_click(key: str) -> None:
     """A click on the layer × head chart (previous run) selects that head before the pickers are drawn."""
     event = st.session_state.get(f"{key}_grid_pick")
@@ -33,27 +31,16 @@ def _apply_grid_click(key: str) -> None:
         if st.session_state.get(f"{key}_grid_last") != picked:
             st.session_state[f"{key}_grid_last"] = picked
             st.session_state[f"{key}_layer"] = picked[0]
-            st.session_state[f"{key}_head"] = f"head {picked[1]}"
+            st.session_state[f"{key}_head"] = picked[1]
 
 
 def layer_head_picker(maps: AttentionMaps, key: str) -> tuple[int, int | None]:
+    """The page's layer and head (``widgets.layer_and_head``), opened by a click on the heads' chart or table."""
     _apply_grid_click(key)
     _apply_table_pick(key, maps.num_heads)
-    left, right = st.columns(2)
-    if not 0 <= st.session_state.get(f"{key}_layer", 0) < maps.num_layers:  # another model's, or a link's -5
-        st.session_state[f"{key}_layer"] = 0
-    numbers = [maps.layer_number(i) for i in range(maps.num_layers)]
-    if numbers != list(range(maps.num_layers)) and maps.num_layers > 1:  # a hybrid: its attention layers under the model's own numbers
-        layer = left.select_slider("Layer (attention layers only)", list(range(maps.num_layers)),
-                                   format_func=lambda i: str(numbers[i]), key=f"{key}_layer")
-    else:
-        layer = left.slider("Layer", 0, max(maps.num_layers - 1, 1), key=f"{key}_layer",
-                            disabled=maps.num_layers == 1)
-    options = [AVERAGE] + [f"head {h}" for h in range(maps.num_heads)]
-    if st.session_state.get(f"{key}_head") not in options:
-        st.session_state[f"{key}_head"] = options[1]
-    choice = right.selectbox("Head", options, key=f"{key}_head")
-    return min(layer, maps.num_layers - 1), None if choice == AVERAGE else options.index(choice) - 1
+    layer, head = widgets.layer_and_head(key, maps.num_layers, maps.num_heads, opening=(0, 0),
+                                         layer_numbers=[maps.layer_number(i) for i in range(maps.num_layers)])
+    return selection.pick(maps, layer, head)
 
 
 STATISTICS = {"maximum": "largest weight", "mean": "mean weight"}
@@ -172,7 +159,7 @@ def _apply_table_pick(key: str, num_heads: int) -> None:
     if rows and st.session_state.get(f"{key}_table_last") != rows[0]:
         st.session_state[f"{key}_table_last"] = rows[0]
         st.session_state[f"{key}_layer"] = rows[0] // num_heads
-        st.session_state[f"{key}_head"] = f"head {rows[0] % num_heads}"
+        st.session_state[f"{key}_head"] = rows[0] % num_heads
 
 
 def model_view(result: RunResult, kind: str, layer: int, head: int | None, key: str, loaded=None) -> None:
@@ -253,7 +240,7 @@ def open_on_sample(result: RunResult, kind: str, key: str, samples: dict[str, sh
         st.session_state[marker] = shown
         if not (first and (url_state.from_link(f"{key}_layer") or url_state.from_link(f"{key}_head"))):
             st.session_state[f"{key}_layer"] = opening.layer
-            st.session_state[f"{key}_head"] = f"head {opening.head}"
+            st.session_state[f"{key}_head"] = opening.head
     return opening
 
 

@@ -67,6 +67,10 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[str, 
 
 def convert(text: str, annotation: str, name: str) -> Any:
     """A flag's text as the option's type (``int``, ``float``, ``bool``, ``str``, ``tuple[int, int]``, ``X | None``)."""
+    if str(annotation) in ("Layer", "Head"):  # one parser for every view's layer and head (models/core/selection)
+        from models.core import selection
+
+        return selection.parse(text, str(annotation).lower())
     kinds = {part.strip() for part in str(annotation).split("|")}
     if "None" in kinds and text.strip().lower() in NONE_WORDS:
         return None

@@ -109,6 +109,14 @@ def publish(keys: list[str], names: dict[str, str] | None = None) -> None:
             st.query_params[name] = text
 
 
+def choice(kind: str) -> Callable[[str], object]:
+    """A layer or a head from the URL, as ``models.core.selection`` reads one ("3", "last", "mean"; also the labels
+    older links carry, "head 3", "average of heads")."""
+    from models.core import selection
+
+    return lambda text: selection.parse(text, kind)
+
+
 # Coercers for ``restore``: a value they refuse (ValueError) leaves the widget at its default. Selectboxes, radios and
 # number inputs ignore values outside their options themselves; a slider given one would stop the page.
 def within(low: float, high: float, cast: Callable = int) -> Callable[[str], float]:

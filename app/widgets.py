@@ -11,7 +11,7 @@ import streamlit as st
 
 from app import resources, sidebar, url_state
 from models import families
-from models.core import limits, text
+from models.core import limits, selection, text
 from models.core.loading import LoadedModel
 from models.core.results import RunResult
 from models.core.specs import ModelSpec
@@ -214,3 +214,45 @@ def mini_classifier_card(spec: ModelSpec) -> None:
 def show_notices(result: RunResult) -> None:
     for notice in result.notices:
         st.warning(plain(notice), icon="✂️")
+
+
+def layer_and_head(key: str, layers: int, heads: int, *, layer_numbers: list[int] | None = None,
+                   all_layers: bool = False, opening: tuple = (0, selection.MEAN), labels: tuple[str, str] =
+                   ("Layer", "Head"), columns=None, disabled: tuple[bool, bool] = (False, False),
+                   layer_key: str | None = None, head_key: str | None = None) -> tuple:
+    """The one layer and head picker of every page (``models/core/selection.py``): a layer (a slider; a list with
+    "every layer averaged" first where the view averages layers, ``all_layers``; a hybrid's attention layers
+    under the model's own numbers, ``layer_numbers``) and a head ("average of heads", then each head). Their state
+    (``{key}_layer``, ``{key}_head``) holds the choices themselves, so links carry "3", "all", "mean"; a stale
+    one (another model's, a link's) goes back to ``opening``. Returns (layer choice, head choice)."""
+    layer_key, head_key = layer_key or f"{key}_layer", head_key or f"{key}_head"
+    numbers = layer_numbers or list(range(layers))
+    layer_choices = ([selection.ALL] if all_layers else []) + list(range(layers))
+    head_choices = [selection.MEAN, *range(heads)]
+    opening_layer = opening[0]
+    if opening_layer not in layer_choices:  # "last", "opening": the index it names here
+        opening_layer = selection.layer_index(opening_layer, layers, averages=all_layers)
+    opening_head = opening[1] if opening[1] in head_choices else selection.MEAN
+    if st.session_state.get(layer_key, opening_layer) not in layer_choices:
+        st.session_state[layer_key] = opening_layer
+    if st.session_state.get(head_key, opening_head) not in head_choices:
+        st.session_state[head_key] = opening_head
+    st.session_state.setdefault(layer_key, opening_layer)
+    st.session_state.setdefault(head_key, opening_head)
+    left, right = columns or st.columns(2)
+
+    def layer_name(choice) -> str:
+        return selection.LABELS[selection.ALL] if choice == selection.ALL else f"layer {numbers[choice]}"
+
+    if all_layers:
+        layer = left.selectbox(labels[0], layer_choices, format_func=layer_name, key=layer_key,
+                               disabled=disabled[0] or layers == 1)
+    elif numbers != list(range(layers)) and layers > 1:  # a hybrid: its attention layers under their numbers
+        layer = left.select_slider(f"{labels[0]} (attention layers only)", layer_choices, format_func=layer_name,
+                                   key=layer_key, disabled=disabled[0])
+    else:
+        layer = left.slider(labels[0], 0, max(layers - 1, 1), key=layer_key, disabled=disabled[0] or layers == 1)
+        layer = min(layer, layers - 1)
+    head = right.selectbox(labels[1], head_choices, format_func=selection.head_label, key=head_key,
+                           disabled=disabled[1] or heads == 1 and not all_layers)
+    return layer, head

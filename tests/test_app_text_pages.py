@@ -6,6 +6,8 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
+
+from models.core import selection
 from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ROOT, url_param
@@ -79,9 +81,9 @@ def test_gpt_page_layer_and_head_controls_redraw_the_chosen_head(patched_loader)
     assert not at.exception, at.exception
     np.testing.assert_allclose(heatmap_weights(at), maps.head(1 - layer, head), atol=1e-6)
     at.slider(key="gpt_layer").set_value(1).run()
-    at.selectbox(key="gpt_head").set_value("head 2").run()
+    at.selectbox(key="gpt_head").set_value(2).run()
     np.testing.assert_allclose(heatmap_weights(at), maps.head(1, 2), atol=1e-6)
-    at.selectbox(key="gpt_head").set_value("average of heads").run()
+    at.selectbox(key="gpt_head").set_value("mean").run()
     np.testing.assert_allclose(heatmap_weights(at), maps.head(1, None), atol=1e-6)
     assert not np.allclose(first, heatmap_weights(at))
 
@@ -123,7 +125,7 @@ def test_gpt_page_long_input_shows_the_overview_and_zooms_cell_by_cell(patched_l
     at.slider(key="gpt_zoom_k").set_value((0, 30)).run()
     assert not at.exception, at.exception
     np.testing.assert_allclose(heatmap_weights(at), maps.head(0, 0)[10:41, 0:31], atol=1e-6)
-    at.selectbox(key="gpt_head").set_value("head 3").run()
+    at.selectbox(key="gpt_head").set_value(3).run()
     np.testing.assert_allclose(heatmap_weights(at), maps.head(0, 3)[10:41, 0:31], atol=1e-6)
 
 
@@ -157,7 +159,7 @@ def test_gpt_layer_and_head_controls_show_the_head_the_figure_draws(patched_load
     def agree(mounted_before: bool) -> None:
         layer = browser_shows(at.slider(key="gpt_layer"), mounted_before)
         head = browser_shows(at.selectbox(key="gpt_head"), mounted_before)
-        assert head_chart_title(at) == f"layer {layer}, {head}", (layer, head)
+        assert head_chart_title(at) == f"layer {layer}, {selection.head_label(head)}", (layer, head)
 
     agree(mounted_before=False)  # first draw: the link's head
     assert head_chart_title(at) == "layer 1, head 3"
@@ -171,7 +173,7 @@ def test_gpt_layer_and_head_controls_show_the_head_the_figure_draws(patched_load
     at.slider(key="gpt_layer").set_value(0).run()
     agree(mounted_before=True)
     assert head_chart_title(at) == "layer 0, head 3"
-    at.selectbox(key="gpt_head").set_value("average of heads").run()
+    at.selectbox(key="gpt_head").set_value("mean").run()
     agree(mounted_before=True)
     assert head_chart_title(at) == "layer 0, average of heads"
 
@@ -234,7 +236,7 @@ def test_a_prompt_too_long_for_a_link_says_so_and_offers_the_text(patched_loader
 
 def _shown_head(at: AppTest, key: str) -> tuple[int, int | None]:
     choice = at.selectbox(key=f"{key}_head").value
-    return at.slider(key=f"{key}_layer").value, None if choice == "average of heads" else int(choice.split()[1])
+    return at.slider(key=f"{key}_layer").value, None if choice == "mean" else int(choice)
 
 
 def _maps_of(family: str, text: str):

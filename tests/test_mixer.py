@@ -75,7 +75,7 @@ def test_figures_draw_the_map(tiny):
     np.testing.assert_allclose(row.payload()["signed_row"], signed, atol=1e-7)
     np.testing.assert_allclose(row.payload()["abs_share"], np.abs(signed) / np.abs(signed).sum(), atol=1e-6)
     assert "sample-coffee" not in row.stem  # the fixed map belongs to the model, not the image
-    at_image = figures.get("mixing").build(result, MixingOptions(layer=-1, map="input"))
+    at_image = figures.get("mixing").build(result, MixingOptions(layer="last", map="input"))
     np.testing.assert_allclose(at_image.payload()["signed_row"], result.input_mixing[1][2 * 4 + 2].reshape(4, 4))
     difference = np.linalg.norm(result.input_mixing[1] - result.fixed_mixing[1]) / np.linalg.norm(
         result.fixed_mixing[1])
@@ -86,7 +86,7 @@ def test_figures_draw_the_map(tiny):
         check_files(figure)
     with pytest.raises(ValueError, match="outside the 4 × 4 grid"):
         figures.get("mixing").build(result, MixingOptions(row=9))
-    with pytest.raises(ValueError, match="outside 0..1"):
+    with pytest.raises(ValueError, match="layer 5 does not exist: this model has layers 0..1"):
         figures.get("mixing_matrix").build(result, MatrixOptions(layer=5))
     with pytest.raises(ValueError, match="unknown map"):
         figures.get("mixing_matrix").build(result, MatrixOptions(map="learned"))

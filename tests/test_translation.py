@@ -386,15 +386,16 @@ def test_a_sentence_outside_the_samples_has_no_gold(mini_transformer):
     assert figure.payload()["gold_links"] is None and figure.payload()["alignment_error_rate"] is None
 
 
-@pytest.mark.parametrize("layer, head", [(1, None), (None, 0), (2, 2)])
+@pytest.mark.parametrize("layer, head", [(1, "mean"), ("all", 0), (2, 2)])
 def test_alignment_figure_is_the_models_cross_attention(bahdanau_result, layer, head):
     from tests.conftest import check_files
     from viz import figures
     from viz.figures.translation import AlignmentOptions
 
     cross, out = bahdanau_result.maps("cross"), bahdanau_result.output
-    pieces_map = (cross.head(layer, head) if layer is not None
-                  else np.mean([cross.head(i, head) for i in range(cross.num_layers)], axis=0))
+    index = None if head == "mean" else head
+    pieces_map = (cross.head(layer, index) if layer != "all"
+                  else np.mean([cross.head(i, index) for i in range(cross.num_layers)], axis=0))
     tokens = figures.build("alignment", bahdanau_result, AlignmentOptions(layer, head, "tokens"))
     np.testing.assert_allclose(tokens.payload()["weights"], pieces_map, atol=1e-6)
     assert tokens.payload()["output_labels"] == out.output_tokens and tokens.payload()["gold_links"] is None
@@ -409,8 +410,8 @@ def test_alignment_figure_is_the_models_cross_attention(bahdanau_result, layer, 
         alignment.alignment_error_rate(argmax, out.gold_links))
     files = check_files(words)
     np.testing.assert_allclose(json.loads(files["json"])["weights"], by_hand, atol=1e-6)
-    assert words.stem.endswith(f"_cross_{'all-layers' if layer is None else f'layer-{layer}'}_"
-                               f"{'mean' if head is None else f'head-{head}'}_words")
+    assert words.stem.endswith(f"_cross_{'all-layers' if layer == 'all' else f'layer-{layer}'}_"
+                               f"{'mean' if head == 'mean' else f'head-{head}'}_words")
 
 
 def test_alignment_opens_on_the_models_best_head_and_refuses_what_does_not_exist(bahdanau_result):
@@ -568,8 +569,8 @@ def test_page_opens_on_the_papers_alignment_with_the_best_aligned_head(fresh_cac
     assert at.code[0].value == BAHDANAU.french
     assert at.tabs[0].label == "Alignment" and at.session_state["tr_view"] == "Alignment"
     best = json.loads(translation.METRICS.read_text())["models"]["transformer"]["alignment"]["best_head"]
-    assert at.selectbox(key="tr_layer_mini Transformer en→fr").value == f"layer {best['layer']}"
-    assert at.selectbox(key="tr_head_mini Transformer en→fr").value == f"head {best['head']}"
+    assert at.selectbox(key="tr_layer_mini Transformer en→fr").value == best["layer"]
+    assert at.selectbox(key="tr_head_mini Transformer en→fr").value == best["head"]
     assert at.radio(key="tr_units").value == "words"
     weights = alignment_maps(at)[0]
     source, output = BAHDANAU.en_words, BAHDANAU.fr_words
@@ -614,8 +615,8 @@ def test_page_charts_are_the_models_numbers(fresh_caches, offered, bahdanau_resu
     np.testing.assert_allclose(alignment_maps(at)[0], translation.word_attention(cross.head(layer, head), out),
                                atol=1e-6)
     assert any("Alignment error rate" in m.label for m in at.metric)
-    at.selectbox(key="tr_layer_mini Transformer en→fr").set_value("layer 1")
-    at.selectbox(key="tr_head_mini Transformer en→fr").set_value("average of heads")
+    at.selectbox(key="tr_layer_mini Transformer en→fr").set_value(1)
+    at.selectbox(key="tr_head_mini Transformer en→fr").set_value("mean")
     at.radio(key="tr_units").set_value("tokens").run()
     np.testing.assert_allclose(alignment_maps(at)[0], cross.head(1, None), atol=1e-6)
     assert offered["tr_align"].stem.endswith("_cross_layer-1_mean_tokens")

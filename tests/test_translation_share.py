@@ -84,7 +84,7 @@ def test_translation_url_round_trip_and_the_offered_alignment_is_the_models(fres
     at.run()
     assert not at.exception, at.exception
     layer_box = at.selectbox(key="tr_layer_mini Transformer en→fr")
-    assert at.text_area(key="translation_text").value == SENTENCE and layer_box.value == "layer 1"
+    assert at.text_area(key="translation_text").value == SENTENCE and layer_box.value == 1
     assert at.radio(key="tr_units").value == "tokens"
     view = translation.alignment_view(mini_result, 1, None, False)
     figure = offered["tr_align"]
@@ -96,7 +96,7 @@ def test_translation_url_round_trip_and_the_offered_alignment_is_the_models(fres
     np.testing.assert_allclose(json.loads(files["json"])["weights"], view.weights, atol=1e-6)
 
     at.radio(key="tr_units").set_value("words").run()
-    assert url_param(at, "tr_units") == "words" and url_param(at, "tr_layer") == "layer 1"
+    assert url_param(at, "tr_units") == "words" and url_param(at, "tr_layer") == "1"
     words = translation.alignment_view(mini_result, 1, None, True)
     assert offered["tr_align"].payload()["alignment_error_rate"] == words.aer is not None
     at.session_state["tr_view"] = "Step through decoding"

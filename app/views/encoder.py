@@ -24,7 +24,7 @@ SAMPLES = {
 PRESETS = {name: sample.text for name, sample in SAMPLES.items()}
 
 SHARED = ["model_encoder", "max_tokens", "encoder_text", "encoder_layer", "encoder_head", "encoder_statistic"]
-url_state.restore(SHARED, {"max_tokens": int, "encoder_layer": int})
+url_state.restore(SHARED, {"max_tokens": int, "encoder_layer": int, "encoder_head": url_state.choice("head")})
 
 st.title("Bidirectional self-attention in an encoder")
 spec = widgets.model_picker("encoder")

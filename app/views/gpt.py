@@ -40,7 +40,8 @@ SHARED = ["model_causal_lm", "max_tokens", "gpt_text", "gpt_layer", "gpt_head", 
           "gpt_patch_clean_answer", "gpt_patch_corrupted_answer"] + knockout_section.KEYS + compare_section.KEYS + \
     generation.KEYS + why_section.keys("gpt")
 LENS_COUNTS = [8, 16, 32, 64]
-url_state.restore(SHARED, {"max_tokens": int, "gpt_layer": int, "gpt_lens_count": int, "gpt_lens_last": int,
+url_state.restore(SHARED, {"max_tokens": int, "gpt_layer": int, "gpt_head": url_state.choice("head"),
+                           "gpt_lens_count": int, "gpt_lens_last": int,
                            **knockout_section.COERCE, **compare_section.COERCE, **generation.COERCE,
                            **why_section.coerce("gpt")})
 

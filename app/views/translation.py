@@ -7,22 +7,24 @@ from app.sections import decoder_lens, faithfulness_text, vocabulary
 from models import families
 from models.core.inputs import TextInput
 from models.families.translation import bergamot
+from models.core import selection
 from models.families.translation import model as translation
 from models.minis.translation import card
 from viz.figures.translation import AlignmentOptions, DecodingStepOptions
 
-AVERAGE_LAYERS, AVERAGE_HEADS = "average of layers", "average of heads"
 WORDS, PIECES = "words", "tokens"
 # what a link carries; the cross-attention layer/head pickers are per model, in the URL as tr_layer / tr_head
 SHARED = ["model_translation", "tr_max_source", "translation_text", "translation_pt_text", "tr_strategy", "tr_beams", "tr_units", "tr_view",
           "tr_self_kind", "tr_compare", "tr_encoder_layer", "tr_encoder_head", "tr_decoder_layer", "tr_decoder_head"]
 url_state.restore(SHARED, {"tr_max_source": int, "tr_beams": int, "tr_compare": int,
-                           **dict.fromkeys(["tr_encoder_layer", "tr_decoder_layer"], url_state.within(0, 1000))})
+                           **dict.fromkeys(["tr_encoder_layer", "tr_decoder_layer"], url_state.within(0, 1000)),
+                           **dict.fromkeys(["tr_encoder_head", "tr_decoder_head"], url_state.choice("head"))})
 
 st.title("Translation: cross-attention alignments")
 spec = widgets.model_picker("translation")
 PER_MODEL = {f"tr_layer_{spec.key}": "tr_layer", f"tr_head_{spec.key}": "tr_head"}
-url_state.restore(list(PER_MODEL), names=PER_MODEL)
+url_state.restore(list(PER_MODEL), {f"tr_layer_{spec.key}": url_state.choice("layer"),
+                                    f"tr_head_{spec.key}": url_state.choice("head")}, names=PER_MODEL)
 with st.sidebar:
     max_source = int(st.number_input("Source token limit", 8, 1024, translation.DEFAULT_MAX_SOURCE_TOKENS, 8,
                                      key="tr_max_source", help="Longer sentences are refused with a message."))
@@ -54,22 +56,19 @@ def translate(loaded, inputs, settings):
     st.stop()
 
 
-def head_picker(result) -> tuple[int | None, int | None, str]:
-    """(layer or None = all layers averaged, head or None = heads averaged, units) chosen by the user; they open on
-    the model's own choice (``opening_head``: the mini Transformer's best-aligned head)."""
+def head_picker(result) -> tuple:
+    """(layer choice, head choice, units) of the cross-attention, opened on the model's own choice
+    (``opening_head``: the mini Transformer's best-aligned head); a layer may be every layer averaged."""
     maps, (layer, head) = result.maps("cross"), result.opening_head
     left, middle, right = st.columns(3)
-    if maps.num_layers > 1 or maps.num_heads > 1:
-        layers = [AVERAGE_LAYERS] + [f"layer {i}" for i in range(maps.num_layers)]
-        heads = [AVERAGE_HEADS] + [f"head {h}" for h in range(maps.num_heads)]
-        layer = layers.index(left.selectbox("Cross-attention: decoder layer", layers, index=layer + 1,
-                                            key=f"tr_layer_{spec.key}")) - 1
-        head = heads.index(middle.selectbox("Cross-attention: head", heads, index=0 if head is None else head + 1,
-                                            key=f"tr_head_{spec.key}")) - 1
+    layer, head = widgets.layer_and_head(
+        "tr", maps.num_layers, maps.num_heads, all_layers=True, opening=(layer, selection.head_choice(head)),
+        labels=("Cross-attention: decoder layer", "Cross-attention: head"), columns=(left, middle),
+        layer_key=f"tr_layer_{spec.key}", head_key=f"tr_head_{spec.key}")
     units = right.radio("Units", [WORDS, PIECES], horizontal=True, key="tr_units",
                         help="Words: attention summed over a source word's tokens and averaged over an output "
                              "word's tokens (rows still sum to 1). Tokens: what the model computed.")
-    return None if layer < 0 else layer, None if head is None or head < 0 else head, units
+    return layer, head, units
 
 
 loaded = load(spec)
@@ -89,7 +88,7 @@ if out.reference is not None and out.reference != out.translation:
                              "alignment is drawn. Where the words differ, the attention often shows why."), icon="🔍")
 widgets.show_notices(result)
 vocabulary.show(loaded)
-layer, head, units = head_picker(result) if "cross" in result.attention else (0, None, WORDS)
+layer, head, units = head_picker(result) if "cross" in result.attention else (0, selection.MEAN, WORDS)
 
 
 def alignment_tab():
@@ -108,7 +107,9 @@ def alignment_tab():
                   help="AER (Och & Ney 2003) of the orange dots against the red squares; 0 is perfect.")
     if result.maps("cross").num_heads > 1:
         with st.expander("Every layer and head (model view)"):
-            attention_view.model_view(result, "cross", layer or 0, head, key="tr_cross", loaded=loaded)
+            shown = selection.pick(result.maps("cross"), 0 if layer == selection.ALL else layer, head,
+                                   opening=result.opening_head[0])
+            attention_view.model_view(result, "cross", *shown, key="tr_cross", loaded=loaded)
 
 
 def steps_tab():

@@ -14,7 +14,9 @@ import numpy as np
 import pandas as pd
 
 from models.analysis import heads
+from models.core import selection
 from models.core.results import STEP_CONVENTION, RunResult, TextResult
+from models.core.selection import Head, Layer
 from models.core.text import with_marks
 from viz import export, heatmap
 from viz.figure import Figure, NoOptions, view
@@ -38,11 +40,12 @@ def rows_columns(allowed: np.ndarray) -> str:
     return ROWS_COLUMNS + (" " + MASKED if not np.all(allowed) else "")
 
 
+@selection.checked
 @dataclass(frozen=True)
 class HeadOptions:
     kind: str = ""  # "self", "encoder", "decoder", "cross"; "" = the result's first kind
-    layer: int = 0
-    head: int | None = 0  # None: the average of the layer's heads
+    layer: Layer = 0
+    head: Head = 0
     scheme: str = "viridis"
     statistic: str = "maximum"  # a long input's pixels: each block's largest weight, or its mean
 
@@ -58,17 +61,16 @@ def head(result: RunResult, options: HeadOptions) -> Figure:
     from models.core.tiles import pyramid_tile
 
     maps = result.maps(options.kind)
-    layer, name = options.layer, export.head_label(options.head)
-    if options.head is not None:
-        maps._check_head(layer, options.head)  # a message a user can act on, before anything is computed
+    layer, head = selection.pick(maps, options.layer, options.head)  # a message a user can act on, before any work
+    name = export.head_label(head)
     query_tokens, key_tokens = maps.tokens_in(layer)
     n_q, n_k = len(query_tokens), len(key_tokens)
-    title = f"{layer_title(maps, layer)}, {'average of heads' if options.head is None else f'head {options.head}'}"
+    title = f"{layer_title(maps, layer)}, {selection.head_label(selection.head_choice(head))}"
     chart = image = None
     whole = max(n_q, n_k) <= FULL_EXPORT_TOKENS  # the files hold every weight (computed on click only)
-    sink = maps.sink_share(layer, options.head)
+    sink = maps.sink_share(layer, head)
     if max(n_q, n_k) <= heatmap.MAX_CHART_TOKENS:
-        weights, allowed = maps.head(layer, options.head), maps.allowed(layer)
+        weights, allowed = maps.head(layer, head), maps.allowed(layer)
         caption = rows_columns(allowed)
         shown_keys = key_tokens
         if sink is not None:  # the sink as a column of its own, so that every drawn row sums to 1
@@ -80,7 +82,7 @@ def head(result: RunResult, options: HeadOptions) -> Figure:
         overview = None
     else:
         tile = pyramid_tile(max(n_q, n_k), heatmap.OVERVIEW_PX)
-        overview = maps.tiles(layer, options.head, tile=tile)
+        overview = maps.tiles(layer, head, tile=tile)
         image, vmax = heatmap.tiles_image(overview, options.statistic, options.scheme, heatmap.OVERVIEW_PX)
         which = "largest" if options.statistic == "maximum" else "mean"
         caption = (f"{title}: all {n_q} × {n_k}"
@@ -93,7 +95,7 @@ def head(result: RunResult, options: HeadOptions) -> Figure:
                       "weights sum to one minus it)." if sink is not None else ""))
 
     def weights_now():  # recomputed when a file is asked for: a cached figure keeps no (q, k) map
-        return maps.head(layer, options.head)
+        return maps.head(layer, head)
 
     if whole:
         table = lambda: export.matrix_frame(weights_now(), query_tokens, key_tokens)  # noqa: E731
@@ -129,11 +131,12 @@ def _tiles_frame(tiles) -> pd.DataFrame:
                          "visible": tiles.visible.ravel()})
 
 
+@selection.checked
 @dataclass(frozen=True)
 class ZoomOptions:
     kind: str = ""
-    layer: int = 0
-    head: int | None = 0
+    layer: Layer = 0
+    head: Head = 0
     scheme: str = "viridis"
     queries: tuple[int, int] = (0, heatmap.MAX_CHART_TOKENS - 1)  # first and last query shown, inclusive
     keys: tuple[int, int] = (0, heatmap.MAX_CHART_TOKENS - 1)
@@ -144,9 +147,8 @@ def head_zoom(result: RunResult, options: ZoomOptions) -> Figure:
     """A region of at most 64 × 64 cells of a long input's map, with a tooltip per cell, compact enough for half a
     laptop screen (the chart must fit its column: Vega maps the pointer in its own pixels)."""
     maps = result.maps(options.kind)
-    layer, name = options.layer, export.head_label(options.head)
-    if options.head is not None:
-        maps._check_head(layer, options.head)
+    layer, head = selection.pick(maps, options.layer, options.head)
+    name = export.head_label(head)
     query_tokens, key_tokens = maps.tokens_in(layer)
     limit = heatmap.MAX_CHART_TOKENS
     (q0, q1), (k0, k1) = options.queries, options.keys
@@ -157,7 +159,7 @@ def head_zoom(result: RunResult, options: ZoomOptions) -> Figure:
     rows = slice(q0, min(q1, q0 + limit - 1, n_q - 1) + 1)
     cols = slice(k0, min(k1, k0 + limit - 1, n_k - 1) + 1)
     # the exact cells of the region alone, computed where q and k are (each row normalised over every key it sees)
-    region = maps.window(layer, options.head, (rows.start, rows.stop), (cols.start, cols.stop))
+    region = maps.window(layer, head, (rows.start, rows.stop), (cols.start, cols.stop))
     allowed = maps.window_allowed(layer, (rows.start, rows.stop), (cols.start, cols.stop))
     chart = heatmap.attention_chart(region, query_tokens[rows], key_tokens[cols], allowed,
                                     f"queries {rows.start}–{rows.stop - 1}, keys {cols.start}–{cols.stop - 1}",
@@ -175,18 +177,20 @@ def head_zoom(result: RunResult, options: ZoomOptions) -> Figure:
         metadata=export.run_metadata(result, kind=maps.kind, layer=layer, head=name, region=" ".join(where)))
 
 
+@selection.checked
 @dataclass(frozen=True)
 class GridOptions:
     kind: str = ""
-    layer: int = 0  # the head framed in red
-    head: int | None = 0
+    layer: Layer = 0  # the head framed in red
+    head: Head = 0
     scheme: str = "viridis"
 
 
 @view("grid", "All heads (model view)", GridOptions, analysis=heads.summarize_run, analysis_options=("kind",))
 def grid(summary: heads.HeadSummary, options: GridOptions) -> Figure:
     """Every head of every layer as a thumbnail (block means to at most 64 × 64), the selected one framed."""
-    selected = (options.layer, -1 if options.head is None else options.head)
+    layer = selection.layer_index(options.layer, len(summary.thumbnails))
+    selected = (layer, -1 if options.head == selection.MEAN else options.head)
     image = heatmap.head_grid_image(summary.thumbnails, options.scheme, selected=selected,
                                     group_size=summary.group_size)
     groups = (f"; heads are labelled H<head>/kv<group> and spaced by key/value group ({summary.group_size} query "
@@ -201,12 +205,13 @@ def grid(summary: heads.HeadSummary, options: GridOptions) -> Figure:
         metadata={"model": summary.model, "input": summary.input_name, "kind": summary.kind})
 
 
+@selection.checked
 @dataclass(frozen=True)
 class StatisticsOptions:
     kind: str = ""
     statistic: str = "entropy_bits"  # one of models.analysis.heads.STATISTICS
-    layer: int = 0  # the head framed in red; head None frames nothing
-    head: int | None = 0
+    layer: Layer = 0  # the head framed in red; the mean of heads frames nothing
+    head: Head = 0
     scheme: str = "viridis"
 
 
@@ -217,7 +222,8 @@ def head_statistics(summary: heads.HeadSummary, options: StatisticsOptions) -> F
     statistic of every head as a table."""
     values = summary.values(options.statistic)  # a statistic of the input or a role score; a message if neither
     label = summary.label(options.statistic)
-    selected = None if options.head is None else (options.layer, options.head)
+    selected = None if options.head == selection.MEAN else \
+        (selection.layer_index(options.layer, len(values)), options.head)
     chart = heatmap.head_statistic_chart(values, label, selected, options.scheme, group_size=summary.group_size)
     caption = "Click a cell to open that head above."
     if summary.roles:
@@ -236,11 +242,12 @@ def head_statistics(summary: heads.HeadSummary, options: StatisticsOptions) -> F
         metadata={"model": summary.model, "input": summary.input_name, "kind": summary.kind})
 
 
+@selection.checked
 @dataclass(frozen=True)
 class FocusOptions:
     kind: str = ""
-    layer: int = 0
-    head: int | None = 0
+    layer: Layer = 0
+    head: Head = 0
     query: int = -1  # the attending token's position; -1 = the last
     # several attending tokens at once (a word split into pieces, a phrase): queries ``query``..``query_last``
     # (inclusive) taken together; None: ``query`` alone
@@ -274,7 +281,8 @@ def focus(result: RunResult, options: FocusOptions) -> Figure:
     tokens taken together (a word's pieces, a phrase): the mean of their rows (a distribution again) or their sum
     (how much attention the span sends to each key, up to the number of its tokens)."""
     maps = result.maps(options.kind)
-    layer, name = options.layer, export.head_label(options.head)
+    layer, head = selection.pick(maps, options.layer, options.head)
+    name = export.head_label(head)
     query_tokens, key_tokens = maps.tokens_in(layer)
     first, last = query_span(options, len(query_tokens))
     labels = heatmap.token_labels(query_tokens)
@@ -282,15 +290,15 @@ def focus(result: RunResult, options: FocusOptions) -> Figure:
         if len(key_tokens) > FOCUS_BARS:  # a bar per key stops being readable (and sendable): the row's top keys
             from viz.figures.long_inputs import RowOptions, query_row
 
-            return query_row(result, RowOptions(options.kind, layer, options.head, first))
+            return query_row(result, RowOptions(options.kind, layer, head, first))
         label = labels[first]
-        row, allowed = maps.row(layer, options.head, first), maps.row_allowed(layer, first)
+        row, allowed = maps.row(layer, head, first), maps.row_allowed(layer, first)
         title, where, token = f"Where '{label}' looks", f"query {first}", query_tokens[first]
     else:
         if len(key_tokens) > FOCUS_BARS:
             raise ValueError(f"a span of queries is drawn as bars over at most {FOCUS_BARS:,} keys, and this input "
                              f"has {len(key_tokens):,}: look at one query of it (its top keys in context)")
-        rows = maps.window(layer, options.head, (first, last + 1), (0, len(key_tokens)))  # (span, keys)
+        rows = maps.window(layer, head, (first, last + 1), (0, len(key_tokens)))  # (span, keys)
         allowed = maps.window_allowed(layer, (first, last + 1), (0, len(key_tokens))).any(axis=0)
         row = (rows.mean(axis=0) if options.combine == "mean" else rows.sum(axis=0)).astype(np.float32)
         label = " ".join(labels[first:last + 1])
@@ -325,10 +333,11 @@ def next_token(result: TextResult, options: NoOptions) -> Figure:
         metadata=export.run_metadata(result))
 
 
+@selection.checked
 @dataclass(frozen=True)
 class StepOptions:
-    layer: int = 0
-    head: int | None = 0
+    layer: Layer = 0
+    head: Head = 0
     step: int = 1  # the generated token, counted from 1
 
 
@@ -343,8 +352,9 @@ def generation_step(result: TextResult, options: StepOptions) -> Figure:
         raise ValueError(f"step {options.step} does not exist: {len(result.generation)} tokens were generated")
     chosen = result.generation[options.step - 1]
     maps = result.maps("self")
-    _, key_tokens = maps.tokens_in(options.layer)
-    weights = maps.row(options.layer, options.head, chosen.query)  # one row, computed where q and k are
+    layer, head = selection.pick(maps, options.layer, options.head)
+    _, key_tokens = maps.tokens_in(layer)
+    weights = maps.row(layer, head, chosen.query)  # one row, computed where q and k are
     visible = slice(0, chosen.query + 1)  # the choosing position sees the prompt and the tokens before the chosen one
     candidates = [c.token for c in chosen.candidates]
     probabilities = [c.probability for c in chosen.candidates]
@@ -352,21 +362,21 @@ def generation_step(result: TextResult, options: StepOptions) -> Figure:
                                  f"Step {options.step}: where the model looked to choose '{chosen.token}'"),
               heatmap.probability_bars(candidates, probabilities, f"Candidates at step {options.step}",
                                        highlight=chosen.token))
-    name = export.head_label(options.head)
+    name = export.head_label(head)
     return Figure(
-        export.run_stem(result, "generation", f"step {options.step}", f"layer {options.layer}", f"head {name}"),
+        export.run_stem(result, "generation", f"step {options.step}", f"layer {layer}", f"head {name}"),
         charts=charts, layout=((3, 2),), width="stretch",  # where it looked, wider than its candidates
         caption=with_marks(f"{STEP_CONVENTION} Attention and probabilities come from one teacher-forced forward "
                            "over the final text; probabilities are the model's raw distribution, before temperature, "
                            "top-k, top-p and repetition penalty.", key_tokens[visible], candidates),
         table=lambda: pd.DataFrame({"key": key_tokens[visible], "weight": weights[visible]}),
         payload=lambda: {"model": result.model.key, "step": options.step, "token": chosen.token,
-                         "probability": chosen.probability, "layer": options.layer, "head": name,
+                         "probability": chosen.probability, "layer": layer, "head": name,
                          "query_position": chosen.query, "key_tokens": key_tokens[visible],
                          "weights": weights[visible], "candidates": candidates,
                          "candidate_probabilities": probabilities},
         arrays=lambda: {"weights": weights[visible], "candidate_probabilities": np.asarray(probabilities)},
-        metadata=export.run_metadata(result, step=options.step, layer=options.layer, head=name))
+        metadata=export.run_metadata(result, step=options.step, layer=layer, head=name))
 
 
 @dataclass(frozen=True)

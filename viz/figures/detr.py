@@ -14,18 +14,17 @@ import pandas as pd
 from PIL import Image
 
 from models.families.detr.model import DetrResult
+from models.core import selection
+from models.core.selection import Head, Layer
 from viz import detr_charts, export, image_overlay
 from viz.figure import Figure, view
-from viz.figures.vit import HEAD_AVERAGE, OVERLAY_PIXELS, OverlayOptions
+from viz.figures.vit import OVERLAY_PIXELS, OverlayOptions
 
 TILE_PIXELS = 256  # each query's tile in the all-queries figure
 
 
-def _layer(result: DetrResult, layer: int) -> int:
-    layers = result.maps("cross").num_layers
-    if not -layers <= layer < layers:
-        raise ValueError(f"decoder layer {layer} is outside 0..{layers - 1} (this DETR has {layers} decoder layers)")
-    return layer % layers
+def _layer(result: DetrResult, layer: Layer) -> int:
+    return selection.layer_index(layer, result.maps("cross").num_layers)
 
 
 def _scale(result: DetrResult, pixels: int) -> int:
@@ -56,10 +55,11 @@ def _detection_rows(result: DetrResult, queries: list[int]) -> list[dict]:
              "y1": float(result.boxes[q, 3])} for q in queries]
 
 
+@selection.checked
 @dataclass(frozen=True)
 class QueriesOptions(OverlayOptions):
-    layer: int = -1  # the decoder layer; negative: counted from the last (the paper draws the last)
-    head: int | None = None  # None: the average of the heads
+    layer: Layer = selection.LAST  # the decoder layer (the paper draws the last)
+    head: Head = selection.MEAN
     threshold: float = 0.5  # queries whose best class is at least this probable
     max_queries: int = 6
 
@@ -76,9 +76,10 @@ def detr_queries(result: DetrResult, options: QueriesOptions) -> Figure:
     if not above:
         queries = [int(q) for q in np.argsort(-result.scores, kind="stable")]
     queries = queries[: options.max_queries]
-    maps = np.stack([query_map(result, layer, options.head, q) for q in queries])  # (n, h, w)
+    index = selection.head_index(options.head, result.maps("cross").heads_in(layer))
+    maps = np.stack([query_map(result, layer, index, q) for q in queries])  # (n, h, w)
     tiles = [_query_picture(result, m, q, options, TILE_PIXELS) for m, q in zip(maps, queries)]
-    head = "mean" if options.head is None else options.head
+    head = options.head
     which = f"above {options.threshold:.0%}" if above else \
         f"none above {options.threshold:.0%}, so the {len(queries)} most confident"
     rows = _detection_rows(result, queries)
@@ -86,7 +87,7 @@ def detr_queries(result: DetrResult, options: QueriesOptions) -> Figure:
         export.file_stem(result.model.short_name, result.input_name, "detr queries", f"layer {layer}",
                          f"head {head}", f"threshold {options.threshold:g}"),
         image=image_overlay.tile(tiles, min(3, len(tiles))),
-        caption=f"Decoder layer {layer}, {HEAD_AVERAGE if options.head is None else f'head {head}'}: each query's "
+        caption=f"Decoder layer {layer}, {selection.head_label(head)}: each query's "
                 f"cross-attention over the image with its box and class ({which}).",
         table=lambda: pd.DataFrame(rows),
         payload={"model": result.model.key, "image": result.input_name, "layer": layer, "head": head,
@@ -97,10 +98,11 @@ def detr_queries(result: DetrResult, options: QueriesOptions) -> Figure:
         metadata={"model": result.model.key, "image": result.input_name, "layer": str(layer), "head": str(head)})
 
 
+@selection.checked
 @dataclass(frozen=True)
 class QueryOptions(OverlayOptions):
     query: int | None = None  # None: the most confident query
-    layer: int = -1
+    layer: Layer = selection.LAST
 
 
 @view("detr_query", "One query's cross-attention, head by head", QueryOptions)
@@ -130,6 +132,7 @@ def detr_query(result: DetrResult, options: QueryOptions) -> Figure:
         metadata={"model": result.model.key, "image": result.input_name, "query": str(query), "layer": str(layer)})
 
 
+@selection.checked
 @dataclass(frozen=True)
 class BoxesOptions:
     threshold: float = 0.5

@@ -13,7 +13,9 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from models.core import selection
 from models.core.results import RunResult, TextResult
+from models.core.selection import Head, Layer
 from viz import export, heatmap
 from viz.figure import Figure, view
 
@@ -25,11 +27,12 @@ ZOOM_WIDTH = 320  # the zoomable charts fit half a 1280-px laptop screen (402 px
 # its own pixels, so a chart scaled down or cut off by its column would brush and tooltip the wrong cells
 
 
+@selection.checked
 @dataclass(frozen=True)
 class OverviewOptions:
     kind: str = ""
-    layer: int = 0
-    head: int | None = 0
+    layer: Layer = 0
+    head: Head = 0
     scheme: str = "viridis"
     statistic: str = "maximum"  # "maximum" or "mean" of each tile
     queries: tuple[int, int] = (0, 0)  # the region shown beside it, framed in red: first and last query, inclusive
@@ -49,14 +52,16 @@ class Overview:
 
 def whole_map(loaded, result: RunResult, options: OverviewOptions) -> Overview:
     """The ``head`` view's figure of the whole map and its image as PNG (the overview the zoom starts from)."""
-    from viz.figures.attention import HeadOptions, head
+    from viz.figures.attention import HeadOptions
+    from viz.figures.attention import head as one_head
 
-    figure = head(result, HeadOptions(options.kind, options.layer, options.head, options.scheme, options.statistic))
+    figure = one_head(result, HeadOptions(options.kind, options.layer, options.head, options.scheme, options.statistic))
     maps = result.maps(options.kind)
-    n_q, n_k = (len(tokens) for tokens in maps.tokens_in(options.layer))
+    layer, head = selection.pick(maps, options.layer, options.head)
+    n_q, n_k = (len(tokens) for tokens in maps.tokens_in(layer))
     image = figure.image
     if image is None:  # small enough for cells (the page draws those): its image at one pixel a cell
-        tiles = maps.tiles(options.layer, options.head, tile=1)
+        tiles = maps.tiles(layer, head, tile=1)
         image = heatmap.tiles_image(tiles, options.statistic, options.scheme, heatmap.OVERVIEW_PX)[0]
     return Overview(figure, heatmap.png_bytes(image), n_q, n_k)
 
@@ -75,11 +80,12 @@ def head_overview(overview: Overview, options: OverviewOptions) -> Figure:
                                           "double-click to open a query's row below.")
 
 
+@selection.checked
 @dataclass(frozen=True)
 class LevelOptions:
     kind: str = ""
-    layer: int = 0
-    head: int | None = 0
+    layer: Layer = 0
+    head: Head = 0
     scheme: str = "viridis"
     statistic: str = "maximum"  # "maximum" or "mean" of each tile
     queries: tuple[int, int] = (0, 0)  # first and last query of the window, inclusive; (0, 0): the whole input
@@ -93,13 +99,14 @@ def head_level(result: RunResult, options: LevelOptions) -> Figure:
     from models.core.tiles import pyramid_tile
 
     maps = result.maps(options.kind)
-    layer, name = options.layer, export.head_label(options.head)
+    layer, head = selection.pick(maps, options.layer, options.head)
+    name = export.head_label(head)
     query_tokens, key_tokens = maps.tokens_in(layer)
     whole = options.queries == (0, 0) and options.keys == (0, 0)
     queries = (0, len(query_tokens)) if whole else (options.queries[0], options.queries[1] + 1)
     keys = (0, len(key_tokens)) if whole else (options.keys[0], options.keys[1] + 1)
     tile = pyramid_tile(max(queries[1] - queries[0], keys[1] - keys[0]), DETAIL_PX)
-    tiles = maps.tiles(layer, options.head, queries, keys, tile)
+    tiles = maps.tiles(layer, head, queries, keys, tile)
     image, vmax = heatmap.tiles_image(tiles, options.statistic, options.scheme, DETAIL_PX)
     which = "largest" if options.statistic == "maximum" else "mean"
     where = f"queries {queries[0]:,}–{queries[1] - 1:,}", f"keys {keys[0]:,}–{keys[1] - 1:,}"
@@ -122,11 +129,12 @@ def head_level(result: RunResult, options: LevelOptions) -> Figure:
         metadata=export.run_metadata(result, kind=maps.kind, layer=layer, head=name, region=" ".join(where), tile=tile))
 
 
+@selection.checked
 @dataclass(frozen=True)
 class RowOptions:
     kind: str = ""
-    layer: int = 0
-    head: int | None = 0
+    layer: Layer = 0
+    head: Head = 0
     query: int = -1  # the attending token's position; -1 = the last
     top: int = 20  # keys listed, strongest first
     context: int = 6  # tokens shown on each side of a key
@@ -155,14 +163,15 @@ def query_row(result: RunResult, options: RowOptions) -> Figure:
     MB, its head's map 68 GB): the ``top`` keys with their tokens in context, and the whole row as a profile over
     the key positions (each bin's largest weight)."""
     maps = result.maps(options.kind)
-    layer, name = options.layer, export.head_label(options.head)
+    layer, head = selection.pick(maps, options.layer, options.head)
+    name = export.head_label(head)
     query_tokens, key_tokens = maps.tokens_in(layer)
     query = options.query if options.query >= 0 else len(query_tokens) + options.query
     if not 0 <= query < len(query_tokens):
         raise ValueError(f"query {options.query} does not exist: the input has {len(query_tokens)} tokens")
     if not 1 <= options.top <= 1000:
         raise ValueError(f"top must be between 1 and 1,000 keys, not {options.top}")
-    row, allowed = maps.row(layer, options.head, query), maps.row_allowed(layer, query)
+    row, allowed = maps.row(layer, head, query), maps.row_allowed(layer, query)
     pieces = result.pieces if isinstance(result, TextResult) and maps.kind == "self" else ()  # the keys are the result's tokens
     order = np.argsort(-np.where(allowed, row, -1.0), kind="stable")[:min(options.top, int(allowed.sum()))]
     top = pd.DataFrame({
@@ -188,7 +197,7 @@ def query_row(result: RunResult, options: RowOptions) -> Figure:
     stem = export.run_stem(result, maps.kind, f"layer {layer}", f"head {name}", f"query {query}")
     return Figure(
         stem, charts=(top_chart, profile_chart), caption=(
-            f"Layer {layer}, {'average of heads' if options.head is None else f'head {options.head}'}: the exact "
+            f"Layer {layer}, {'average of heads' if head is None else f'head {head}'}: the exact "
             f"weights of query {query:,} ('{label}') over its {int(allowed.sum()):,} visible keys, computed for this "
             "row alone. ⟦ ⟧ marks the key among its neighbours."),
         table=top, width="stretch",

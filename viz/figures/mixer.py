@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 
 from models.families.mixer.model import MixerResult
+from models.core import selection
+from models.core.selection import Head, Layer
 from viz import export, image_overlay, mixer_charts
 from viz.figure import Figure, view
 from viz.figures.vit import OVERLAY_PIXELS, QUERY_COLOUR, OverlayOptions
@@ -17,11 +19,8 @@ from viz.figures.vit import OVERLAY_PIXELS, QUERY_COLOUR, OverlayOptions
 MAPS = {"fixed": "fixed (Jacobian at 0: the weights alone)", "input": "at this image (Jacobian, mean over channels)"}
 
 
-def _layer(result: MixerResult, layer: int) -> int:
-    layers = len(result.fixed_mixing)
-    if not -layers <= layer < layers:
-        raise ValueError(f"layer {layer} is outside 0..{layers - 1} (this Mixer has {layers} blocks)")
-    return layer % layers
+def _layer(result: MixerResult, layer: Layer) -> int:
+    return selection.layer_index(layer, len(result.fixed_mixing))
 
 
 def _map(result: MixerResult, layer: int, which: str) -> np.ndarray:
@@ -37,9 +36,10 @@ def input_dependence(result: MixerResult) -> np.ndarray:
     return difference / np.maximum(np.linalg.norm(result.fixed_mixing.reshape(layers, -1), axis=1), 1e-12)
 
 
+@selection.checked
 @dataclass(frozen=True)
 class MixingOptions(OverlayOptions):
-    layer: int = -1  # negative: counted from the last block
+    layer: Layer = selection.LAST
     row: int | None = None  # the query patch; None: the middle of the grid
     col: int | None = None
     map: str = "fixed"  # "fixed": the same for every image; "input": the Jacobian at this image
@@ -76,9 +76,10 @@ def mixing(result: MixerResult, options: MixingOptions) -> Figure:
         metadata={"model": result.model.key, "image": result.input_name, **{k: str(v) for k, v in settings.items()}})
 
 
+@selection.checked
 @dataclass(frozen=True)
 class MatrixOptions:
-    layer: int = -1
+    layer: Layer = selection.LAST
     map: str = "fixed"
 
 

@@ -16,11 +16,13 @@ from models.core.results import STEP_CONVENTION
 from models.families.translation import model as translation
 from models.families.translation.model import TranslationResult
 from models.minis.translation import card
+from models.core import selection
+from models.core.selection import Head, Layer
 from viz import alignment as charts
 from viz import export, heatmap
 from viz.figure import Figure, NoOptions, view
 
-OPENING = -1  # a layer or head option's value for the one the model's figures open on (``opening_head``)
+OPENING = selection.OPENING  # the layer and head the model's figures open on (``opening_head``)
 UNITS = ("words", "tokens")
 ALIGNMENT_CAPTION = (
     "Rows: each output word, labelled with the word it produced (row t is the decoder step whose input was the "
@@ -32,14 +34,17 @@ def _stem(result: TranslationResult, *parts) -> str:
     return export.file_stem(result.model.short_name, result.input_name, *parts)
 
 
-def _cross_head(result: TranslationResult, layer: int | None, head: int | None) -> tuple[int | None, int | None]:
-    """The (layer, head) options with ``OPENING`` replaced by what the model opens on (the mini Transformer's
-    best-aligned head from its card; else the last layer, heads averaged)."""
+def _cross_head(result: TranslationResult, layer: Layer, head: Head) -> tuple[int | None, int | None]:
+    """(layer index or None for every layer averaged, head index or None for the mean) of the cross-attention, with
+    ``OPENING`` what the model opens on (the mini Transformer's best-aligned head from its card; else the last layer,
+    heads averaged)."""
     if "cross" not in result.attention:
         raise ValueError(f"{result.model.key} has no attention (one fixed context vector): pick a model with "
                          "attention")
+    maps = result.maps("cross")
     opening_layer, opening_head = result.opening_head
-    return opening_layer if layer == OPENING else layer, opening_head if head == OPENING else head
+    index = selection.layer_index(layer, maps.num_layers, opening_layer, averages=True)
+    return index, selection.head_index(head, maps.heads_in(index or 0), opening_head)
 
 
 def _names(layer: int | None, head: int | None) -> tuple[str, str]:
@@ -47,10 +52,11 @@ def _names(layer: int | None, head: int | None) -> tuple[str, str]:
     return "all layers" if layer is None else f"layer {layer}", "mean" if head is None else f"head {head}"
 
 
+@selection.checked
 @dataclass(frozen=True)
 class AlignmentOptions:
-    layer: int | None = OPENING  # a decoder layer; None: all layers averaged; -1: the one the model opens on
-    head: int | None = OPENING  # a head; None: heads averaged; -1: the one the model opens on
+    layer: Layer = OPENING  # a decoder layer, or "all" (averaged); "opening": the one the model opens on
+    head: Head = OPENING  # a head, or "mean"; "opening": the one the model opens on
     units: str = "words"  # "words" (summed over source pieces, averaged over output pieces) or "tokens"
     width: int = 800  # pixels for the whole chart, labels and legend included (420 when two stand side by side)
 
@@ -89,11 +95,12 @@ def alignment(result: TranslationResult, options: AlignmentOptions) -> Figure:
                   "units": options.units})
 
 
+@selection.checked
 @dataclass(frozen=True)
 class DecodingStepOptions:
     step: int = 1  # the output token, counted from 1
-    layer: int | None = OPENING  # of the cross-attention, as in AlignmentOptions
-    head: int | None = OPENING
+    layer: Layer = OPENING  # of the cross-attention, as in AlignmentOptions
+    head: Head = OPENING
 
 
 @view("decoding_step", "Step through decoding", DecodingStepOptions)

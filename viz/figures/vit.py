@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from models.core import selection
+from models.core.selection import Head, Layer
 from models.core.results import ImageInfo
 from models.families.vit import model as vit
 from models.families.vit.attribution import (
@@ -27,7 +29,7 @@ from viz.figure import Figure, NoOptions, view
 
 OVERLAY_PIXELS = 400  # overlays are enlarged pixel for pixel to about this height: readable in a lecture hall
 THUMBNAIL_PIXELS = 128
-HEAD_AVERAGE = "average of heads"
+HEAD_AVERAGE = selection.LABELS[selection.MEAN]
 
 
 @dataclass(frozen=True)
@@ -97,16 +99,17 @@ def _high_norm_note(result: ViTResult, options: OverlayOptions) -> str:
     return f"; {count} high-norm patch{'es' if count > 1 else ''} {where}, {scale}"
 
 
-def _layer(result: ViTResult, layer: int | None) -> int:
-    """A layer number, counting from the end when negative (-1: the last); None: the layer the page opens on."""
-    if layer is None:
-        return result.opening_layer
-    layers = result.maps("self").num_layers
-    return layer + layers if -layers <= layer < 0 else layer
+def _layer(result: ViTResult, layer: Layer) -> int:
+    """The layer a choice names (``OPENING``: the layer the page opens on, the last unless measured otherwise)."""
+    return selection.layer_index(layer, result.maps("self").num_layers, result.opening_layer)
 
 
-def _head_label(head: int | None) -> str:
-    return HEAD_AVERAGE if head is None else f"head {head}"
+def _head(result: ViTResult, layer: int, head: Head) -> int | None:
+    return selection.head_index(head, result.maps("self").heads_in(layer))
+
+
+def _head_label(head: Head) -> str:
+    return selection.head_label(head)
 
 
 def _grid_figure(result: ViTResult, values: np.ndarray, name: str, parts: tuple, settings: dict,
@@ -175,26 +178,27 @@ def predictions(result: ViTResult, options: NoOptions) -> Figure:
 
 # --- [CLS] attention ------------------------------------------------------------------------------------------------
 
+@selection.checked
 @dataclass(frozen=True)
 class ClsOptions(HighNormOptions):
-    layer: int | None = None  # None: the layer the page opens on (the last, unless measured otherwise); negative:
-    # counted from the last layer
-    head: int | None = None  # None: the average of the layer's heads
+    layer: Layer = selection.OPENING  # the layer the page opens on (the last, unless measured otherwise)
+    head: Head = selection.MEAN
 
 
 @view("cls", "[CLS] attention over the patches", ClsOptions)
 def cls(result: ViTResult, options: ClsOptions) -> Figure:
     """Row 0 of softmax(QKᵀ/√d) with the prefix columns dropped (for a model without [CLS]: the mean patch query)."""
     layer = _layer(result, options.layer)
-    values = vit.cls_attention_grid(result.maps("self"), result.image, layer, options.head)  # validates layer, head
-    head = "mean" if options.head is None else options.head
+    values = vit.cls_attention_grid(result.maps("self"), result.image, layer, _head(result, layer, options.head))
+    head = options.head
     return _grid_figure(result, values, "cls", (f"layer {layer}", f"head {head}"), {"layer": layer, "head": head},
                         options, f"[CLS] → patches, layer {layer}, {_head_label(options.head)}", "cls_attention")
 
 
+@selection.checked
 @dataclass(frozen=True)
 class PrefixOptions:
-    layer: int | None = None  # None: the layer the page opens on
+    layer: Layer = selection.OPENING
 
 
 @view("cls_prefix", "[CLS] attention kept on the prefix tokens", PrefixOptions)
@@ -247,10 +251,11 @@ def patch_norms(result: ViTResult, options: NoOptions) -> Figure:
         metadata={"model": result.model.key, "image": result.input_name})
 
 
+@selection.checked
 @dataclass(frozen=True)
 class PrefixQueryOptions(HighNormOptions):
-    layer: int | None = None  # None: the layer the page opens on
-    head: int | None = None
+    layer: Layer = selection.OPENING
+    head: Head = selection.MEAN
     token: str | None = None  # [DIST], [REG0], …; None: the first prefix token after [CLS] (or [CLS])
 
 
@@ -266,9 +271,9 @@ def prefix_query(result: ViTResult, options: PrefixQueryOptions) -> Figure:
                              "are all there is: use 'Any patch as query'")
         token = ([name for name in info.prefix_names if name != "[CLS]"] or ["[CLS]"])[0]
     query = vit.prefix_token_index(info, token)  # validates the name
-    values = vit.query_attention_grid(maps, info, layer, options.head, query)
+    values = vit.query_attention_grid(maps, info, layer, _head(result, layer, options.head), query)
     to_prefix = float(vit.prefix_attention(maps, info, layer, query).sum(-1).mean())
-    head = "mean" if options.head is None else options.head
+    head = options.head
     name = token.strip("[]").lower()
     return _grid_figure(result, values, f"{name} query", (f"layer {layer}", f"head {head}"),
                         {"token": token, "layer": layer, "head": head}, options,
@@ -276,9 +281,10 @@ def prefix_query(result: ViTResult, options: PrefixQueryOptions) -> Figure:
                         query_token=query, prefix_share=to_prefix, role=vit.prefix_role(token))
 
 
+@selection.checked
 @dataclass(frozen=True)
 class ClsHeadsOptions(HighNormOptions):
-    layer: int | None = None  # None: the layer the page opens on
+    layer: Layer = selection.OPENING
 
 
 @view("cls_heads", "[CLS] attention of every head of a layer", ClsHeadsOptions)
@@ -296,10 +302,11 @@ def cls_heads(result: ViTResult, options: ClsHeadsOptions) -> Figure:
         metadata={"model": result.model.key, "image": result.input_name, "layer": str(layer), "head": "all"})
 
 
+@selection.checked
 @dataclass(frozen=True)
 class QueryOptions(HighNormOptions):
-    layer: int | None = None  # None: the layer the page opens on
-    head: int | None = None
+    layer: Layer = selection.OPENING
+    head: Head = selection.MEAN
     row: int | None = None  # the query patch; None: the middle of the grid
     col: int | None = None
 
@@ -311,9 +318,9 @@ def patch_query(result: ViTResult, options: QueryOptions) -> Figure:
     row = rows // 2 if options.row is None else options.row
     col = cols // 2 if options.col is None else options.col
     query = vit.patch_token_index(info, row, col)  # validates the patch
-    values = vit.query_attention_grid(maps, info, layer, options.head, query)
+    values = vit.query_attention_grid(maps, info, layer, _head(result, layer, options.head), query)
     to_prefix = float(vit.prefix_attention(maps, info, layer, query).sum(-1).mean())
-    head = "mean" if options.head is None else options.head
+    head = options.head
     return _grid_figure(result, values, "patch query", (f"patch {row} {col}", f"layer {layer}", f"head {head}"),
                         {"patch": [row, col], "layer": layer, "head": head}, options,
                         f"where patch ({row}, {col}) attends (outlined in red), layer {layer}, "
