@@ -19,11 +19,15 @@ class Page:
     icon: str  # a Material icon (emoji need a font projector PCs and headless Chromium often lack)
     family: str | None = None  # the model family whose results it shows
     sample: str = ""  # the input the page opens with (the CLI's default input)
+    section: str = "Language"  # the group the navigation lists it under (SECTIONS)
 
     @property
     def file(self) -> Path:
         return VIEWS_DIR / f"{self.name}.py"
 
+
+# the navigation's groups, in order: every page one click away (a flat list of 13 folded three behind "View more")
+SECTIONS = ("Language", "Vision", "Speech", "How attention works", "Across a corpus")
 
 # the first page is the default and lives at the root URL
 PAGES = (
@@ -33,20 +37,25 @@ PAGES = (
          "The trophy didn't fit in the suitcase because it was too big."),
     Page("translation", "Translation", ":material/translate:", "translation",
          "The agreement on the European Economic Area was signed in August 1992."),
-    Page("vit", "Vision Transformer", ":material/image:", "vit", "cat"),
-    Page("swin", "Swin Transformer", ":material/grid_view:", "swin", "cat"),
     Page("moe", "Mixture of experts", ":material/call_split:", "moe",
          "Anna found the old map in the kitchen. Later, she counted 12 boats by the river.\n\n"
          "def count_prices(prices, total):\n    for item in prices:\n        total = total + item\n"
          "    return total\n\n2024-03-15 17.25 381\n12 + 30 = 42"),
-    Page("speech", "Speech (Whisper)", ":material/mic:", "speech", "en quick_brown_fox"),
-    Page("positional", "Positional encodings", ":material/straighten:"),
-    Page("mechanics", "How attention works", ":material/calculate:"),
-    Page("corpus", "Corpus statistics", ":material/library_books:"),
-    Page("mixer", "MLP-Mixer", ":material/blender:", "mixer", "cat"),
-    Page("detr", "Object detection (DETR)", ":material/center_focus_strong:", "detr", "cat"),
-    Page("captioning", "Image captioning", ":material/subtitles:", "captioning", "cat"),
+    Page("vit", "Vision Transformer", ":material/image:", "vit", "cat", "Vision"),
+    Page("swin", "Swin Transformer", ":material/grid_view:", "swin", "cat", "Vision"),
+    Page("mixer", "MLP-Mixer", ":material/blender:", "mixer", "cat", "Vision"),
+    Page("detr", "Object detection (DETR)", ":material/center_focus_strong:", "detr", "cat", "Vision"),
+    Page("captioning", "Image captioning", ":material/subtitles:", "captioning", "cat", "Vision"),
+    Page("speech", "Speech (Whisper)", ":material/mic:", "speech", "en quick_brown_fox", "Speech"),
+    Page("mechanics", "How attention works", ":material/calculate:", section="How attention works"),
+    Page("positional", "Positional encodings", ":material/straighten:", section="How attention works"),
+    Page("corpus", "Corpus statistics", ":material/library_books:", section="Across a corpus"),
 )
+
+
+def sections() -> dict[str, list[Page]]:
+    """The pages by section, in the navigation's order."""
+    return {section: [page for page in PAGES if page.section == section] for section in SECTIONS}
 
 
 def get(name: str) -> Page:

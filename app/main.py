@@ -34,9 +34,10 @@ from app import sidebar  # noqa: E402
 from app import catalog  # noqa: E402
 
 # Every page in the catalog is routed; a missing file is an error here and in the tests, never a quietly hidden page.
-pages = [st.Page(str(page.file), title=page.title, icon=page.icon, url_path=page.name,
-                 default=(page is catalog.PAGES[0])) for page in catalog.PAGES]
-navigation = st.navigation(pages)
+pages = {section: [st.Page(str(page.file), title=page.title, icon=page.icon, url_path=page.name,
+                           default=(page is catalog.PAGES[0])) for page in listed]
+         for section, listed in catalog.sections().items()}
+navigation = st.navigation(pages, expanded=True)  # every page one click away, none behind "View more"
 with run_log.finished(started, navigation.url_path):
     sidebar.render()
     navigation.run()

@@ -1,17 +1,24 @@
-"""The only caching in the app.
+"""The only caching in the app: loaded models in ``st.cache_resource`` slots, and every result derived from them in
+one kind of store (``_Store``), all made by one cached function (``_stores``) so that they are cleared together
+(``st.cache_resource.clear()``) and bounded the same way.
 
 - Models (``load``): one loaded model serves every browser session, so it is never mutated after loading and capture
   keeps its per-call state out of it (models/core/capture.py). Each (spec, device, dtype) has a cached slot, filled under
   a lock by the first session that asks, with a progress bar in that session's page; the server's warm-up
   (app/warmup.py) may have filled it already.
+- A ``_Store`` is an LRU bounded by entries, by age and by the bytes its values hold on each device; a value is
+  computed once when sessions ask for it at once; entries are tagged with their run, and go when the run goes.
 - Runs (``run``): one shared object per run, not a pickled copy (``cache_data`` would unpickle the kept queries and
   keys on every rerun). Results are frozen and their arrays read-only, so sharing them is safe. Bounded by the bytes
-  they hold on each device (``RunResult.held_bytes``: a 131,072-token run keeps ~10 GB of q/k on a GPU), by age and
-  by entries; a new run that does not fit on its device first drops the least recently used runs there.
-- Attention recomputed from a result's queries and keys (``cached_maps``): a byte-bounded LRU keyed by the result's
+  they hold on each device (``RunResult.held_bytes``: a 131,072-token run keeps ~10 GB of q/k on a GPU); a new run
+  that does not fit on its device first drops the least recently used runs there.
+- Attention recomputed from a result's queries and keys (``cached_maps``): bounded in bytes, keyed by the result's
   ``run_id``, so moving the head slider back does not recompute and a long input cannot fill the memory.
-- Analyses and figures (``analysis``, ``figure``): keyed by the view, the run and the options that matter, and
-  dropped with their run, so that no cached figure keeps a run's maps alive past the run cache's bound.
+- Analyses, figures and their PNGs (``figure``, ``figure_png``): keyed by the view, the run and the options that
+  matter, and dropped with their run, so that no cached figure keeps a run's maps alive past the run cache's bound.
+- Small derived values (a sentence's tokens, a mini's card): the same store, by entries.
+
+``models/`` keeps nothing of its own but per-object memos that die with their object (models/core/memo.py).
 """
 from __future__ import annotations
 
@@ -201,6 +208,15 @@ class _Store:
         for key, value in gone:
             self.on_evict(key, value)
 
+    def peek(self, key: tuple):
+        """The value under ``key`` if it is kept (made newest), else None; nothing is computed."""
+        dropped: list = []
+        with self._lock:
+            entry = self._fresh(key, dropped)
+        for old_key, old_value in dropped:
+            self.on_evict(old_key, old_value)
+        return None if entry is None else entry[0]
+
     def nbytes(self) -> dict[str, int]:
         with self._lock:
             return self._totals()
@@ -209,31 +225,48 @@ class _Store:
 def _forget_run(key: tuple, result: RunResult) -> None:
     """A run left the cache: what was derived from it goes too, so no figure or analysis keeps its q/k alive."""
     run_id = getattr(result, "run_id", None)
-    for store in (_figures(), _analyses(), _pngs()):
-        store.purge(run_id)
-    _attention.purge(run_id)
+    for name, store in _stores().items():
+        if name != "runs":
+            store.purge(run_id)
 
 
-# ``st.cache_resource.clear()`` (the tests between pages with different patched models) empties these too
+def _array_bytes(value) -> dict[str, int]:
+    return {"cpu": int(getattr(value, "nbytes", 0))}
+
+
 @st.cache_resource(max_entries=1, show_spinner=False)
+def _stores() -> dict[str, _Store]:
+    """Every store of derived results, made (and cleared: ``st.cache_resource.clear()``) together."""
+    return {
+        "runs": _Store(RUN_CACHE_ENTRIES, RUN_CACHE_TTL_S, held=lambda result: result.held_bytes(),
+                       budget=_device_budget, on_evict=_forget_run),
+        "attention": _Store(10_000, RUN_CACHE_TTL_S, held=_array_bytes,
+                            budget=lambda device: ATTENTION_CACHE_BYTES),
+        "analyses": _Store(ANALYSIS_CACHE_ENTRIES, RUN_CACHE_TTL_S),
+        "figures": _Store(FIGURE_CACHE_ENTRIES, RUN_CACHE_TTL_S),
+        "pngs": _Store(16, RUN_CACHE_TTL_S),
+        "small": _Store(64),
+    }
+
+
 def _runs() -> _Store:
-    return _Store(RUN_CACHE_ENTRIES, RUN_CACHE_TTL_S, held=lambda result: result.held_bytes(),
-                  budget=_device_budget, on_evict=_forget_run)
+    return _stores()["runs"]
 
 
-@st.cache_resource(max_entries=1, show_spinner=False)
 def _analyses() -> _Store:
-    return _Store(ANALYSIS_CACHE_ENTRIES, RUN_CACHE_TTL_S)
+    return _stores()["analyses"]
 
 
-@st.cache_resource(max_entries=1, show_spinner=False)
 def _figures() -> _Store:
-    return _Store(FIGURE_CACHE_ENTRIES, RUN_CACHE_TTL_S)
+    return _stores()["figures"]
 
 
-@st.cache_resource(max_entries=1, show_spinner=False)
 def _pngs() -> _Store:
-    return _Store(16, RUN_CACHE_TTL_S)
+    return _stores()["pngs"]
+
+
+def _attention() -> _Store:
+    return _stores()["attention"]
 
 
 # --- runs ------------------------------------------------------------------------------------------------------------
@@ -265,42 +298,6 @@ def _release_device_memory(device: str) -> None:
 
 
 # --- recomputed attention ---------------------------------------------------------------------------------------------
-
-class _BytesLRU:
-    """A thread-safe LRU of read-only arrays bounded in bytes, not entries (the newest entry is always kept): at
-    2,048 tokens one GPT-2 layer is 201 MB, so "four layers" would be 0.8 GB."""
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple, compute) -> np.ndarray:
-        with self._lock:
-            if key in self._entries:
-                self._entries.move_to_end(key)
-                return self._entries[key]
-        value = compute()
-        value.setflags(write=False)  # shared between reruns and sessions: nobody edits it in place
-        with self._lock:
-            self._entries[key] = value
-            while len(self._entries) > 1 and sum(a.nbytes for a in self._entries.values()) > self.max_bytes:
-                self._entries.popitem(last=False)
-        return value
-
-    def peek(self, key: tuple) -> np.ndarray | None:
-        with self._lock:
-            return self._entries.get(key)
-
-    def purge(self, run_id: str | None) -> None:
-        """Drop every entry of the run ``run_id`` (keys start with it)."""
-        with self._lock:
-            for key in [key for key in self._entries if key[0] == run_id]:
-                del self._entries[key]
-
-
-_attention = _BytesLRU(ATTENTION_CACHE_BYTES)
-
 
 class CachedMaps(AttentionMaps):
     """An ``AttentionMaps`` whose layers and heads come from the app's byte-bounded cache (keyed by the run and the
@@ -355,17 +352,25 @@ class CachedMaps(AttentionMaps):
     def _key(self, *parts) -> tuple:
         return (self.run_id, self.inner.kind, *parts)
 
+    def _kept(self, key: tuple, compute) -> np.ndarray:
+        def read_only():
+            value = np.asarray(compute())
+            value.setflags(write=False)  # shared between reruns and sessions: nobody edits it in place
+            return value
+
+        return _attention().get(key, read_only, tag=self.run_id)
+
     def layer(self, layer: int) -> np.ndarray:
-        return _attention.get(self._key("layer", layer), lambda: self.inner.layer(layer))
+        return self._kept(self._key("layer", layer), lambda: self.inner.layer(layer))
 
     def head(self, layer: int, head: int | None) -> np.ndarray:
-        whole = _attention.peek(self._key("layer", layer))
+        whole = _attention().peek(self._key("layer", layer))
         if whole is not None:  # a layer already computed has every head
             return whole.mean(axis=0) if head is None else whole[head]
-        return _attention.get(self._key("head", layer, head), lambda: np.asarray(self.inner.head(layer, head)))
+        return self._kept(self._key("head", layer, head), lambda: self.inner.head(layer, head))
 
     def iter_heads(self, layer: int):
-        whole = _attention.peek(self._key("layer", layer))
+        whole = _attention().peek(self._key("layer", layer))
         if whole is not None:
             yield from enumerate(whole)
         else:
@@ -423,20 +428,18 @@ def figure_png(figure_: Figure, key: tuple) -> bytes:
 
 # --- mechanics (how attention works, what it costs) --------------------------------------------------------------
 
-@st.cache_data(max_entries=32, show_spinner=False)
 def mechanics_tokens(sentence: str) -> list[str]:
     """MiniLM's WordPiece tokens of the layer's sentence (the page sizes its mask settings by them); a ValueError
     says why a sentence cannot be shown."""
     from models.lessons import mechanics
 
-    return mechanics.tokenize(sentence)[0]
+    return _stores()["small"].get(("mechanics tokens", sentence), lambda: mechanics.tokenize(sentence)[0])
 
 
 # --- model cards ----------------------------------------------------------------------------------------------------
 
-@st.cache_data(max_entries=8, show_spinner=False)
 def mini_card(spec: ModelSpec) -> tuple[str, dict | None]:
     """A mini model's card and measured metrics (``models.core.loading.mini_card``); ``("", None)`` for other models."""
     from models.core import loading
 
-    return loading.mini_card(spec)
+    return _stores()["small"].get(("mini card", spec), lambda: loading.mini_card(spec))

@@ -69,10 +69,13 @@ def load_or_stop(spec: ModelSpec) -> LoadedModel:
     """Load the model picked in the sidebar on the sidebar's device; a failure is shown and the page stops."""
     device, dtype = sidebar.device_choice()
     try:
-        return resources.load(spec, device, dtype)
+        loaded = resources.load(spec, device, dtype)
     except ValueError as error:
         show_error(error)
         stop()
+    for note in loaded.notes:  # what loading changed or could not check, in words
+        st.caption(plain(note))
+    return loaded
 
 
 def run_or_stop(loaded: LoadedModel, inputs, options=None) -> RunResult:

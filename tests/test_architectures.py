@@ -85,3 +85,49 @@ def test_a_model_in_training_mode_is_refused_rather_than_drawn_with_dropout():
         capture.check_keywords(module, {"dropout": 0.1, "scaling": 0.25})
     module.eval()
     capture.check_keywords(module, {"dropout": 0.1, "scaling": 0.25, "use_cache": False})
+
+
+def test_a_model_spread_over_devices_with_disk_offload_captures_exactly(model_dir):
+    """accelerate's device_map (here the CPU and a disk offload, what a CPU machine has): each layer's weights are
+    brought in by accelerate's hooks around its forward, and the capture inside the attention call sees the same
+    q and k as anywhere else."""
+    import transformers
+
+    from models.core import capture
+
+    folder = model_dir / "llama"
+    support_matrix.build("causal_lm", "llama", folder)
+    capture.register()
+    spread = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, attn_implementation=capture.ATTENTION_NAME, offload_folder=str(model_dir / "offload"),
+        device_map={"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk",
+                    "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"}).eval()
+    assert {"cpu", "disk"} <= set(spread.hf_device_map.values())
+    ids = list(range(101, 117))
+    with torch.inference_mode(), capture.recording(spread) as recorder:
+        spread(input_ids=torch.tensor([ids]), use_cache=False)
+    maps = recorder.attention_maps("self")
+    reference, _ = support_matrix._eager("causal_lm", folder, ids)
+    assert maps.num_layers == 2
+    for layer in range(2):
+        np.testing.assert_allclose(maps.layer(layer), reference["self"][layer], atol=TOLERANCE, rtol=0)
+
+
+def test_a_memory_check_that_cannot_count_says_so(model_dir, monkeypatch, caplog):
+    """The load goes on without the check, and the page is told why (issue 40: errors keep their cause)."""
+    from models import families
+    from models.core import memory_fit
+
+    folder = model_dir / "llama"
+    support_matrix.build("causal_lm", "llama", folder)
+
+    def broken(model_class, config):
+        raise RuntimeError("a config only its own class understands")
+
+    monkeypatch.setattr(memory_fit, "_meta_parameters", broken)
+    monkeypatch.setattr(memory_fit, "_safetensors_parameters", lambda folder: None)  # no headers to count from
+    with caplog.at_level("WARNING"):
+        loaded = families.load(families.custom("causal_lm", str(folder)))
+    assert any("could not count this model's parameters" in note and "RuntimeError" in note
+               for note in loaded.notes)
+    assert "a config only its own class understands" in caplog.text

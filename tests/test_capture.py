@@ -203,3 +203,25 @@ def test_long_input_keeps_queries_and_keys_not_maps():
     all_maps_bytes = maps.num_layers * maps.num_heads * n * n * 4
     assert maps.nbytes() < all_maps_bytes / 4
     assert maps.layer(1).shape == (4, n, n)
+
+
+def test_a_cached_mask_keeps_its_id_from_passing_to_another_mask():
+    """The recorder caches each mask's description by the mask's id: a mask freed while cached would let a later
+    mask (a generation's next, wider one) take its id and be handed the old description. The cache holds the mask
+    itself, so its id stays taken, and a look-up checks the mask is the same object."""
+    import weakref
+
+    import torch
+
+    from models.core import capture
+
+    recorder = capture.Recorder(module_names={})
+    module = torch.nn.Module()
+    first = torch.ones(1, 1, 3, 3, dtype=torch.bool).tril()
+    watch = weakref.ref(first)
+    described = recorder._described(module, first, {}, 3, 3)
+    del first
+    assert watch() is not None  # still held by the cache: its id cannot be reused
+    wider = torch.ones(1, 1, 1, 4, dtype=torch.bool)
+    rules = recorder._described(module, wider, {}, 1, 4)[0][0]
+    assert rules.shape == (1, 4) and described[0][0].shape == (3, 3)

@@ -263,12 +263,18 @@ def test_safetensors_running_out_of_space_is_recognised():
 
 @pytest.fixture
 def tiny_disk(tmp_path):
-    """A real 1 MB disk (tmpfs), where the tests may mount one (root on Linux); skipped elsewhere."""
+    """A real 1 MB disk (tmpfs). CI runs as root on Linux and mounts one; where that cannot be done (no root) the
+    test is a declared failure (xfail), never a silent skip, and under CI=true a failure."""
+    import os
+
     mount = tmp_path / "tiny-disk"
     mount.mkdir()
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+        why = f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.xfail(why + " (run as root to test a really full disk)")
     try:
         yield mount
     finally:
@@ -314,8 +320,8 @@ def test_the_size_comes_from_the_checkpoint_headers_and_matches_the_model(allowe
     loaded = families.load(families.custom("causal_lm", str(folder)), "cpu", "float32")
     # every tensor in the checkpoint (tied embeddings are stored once) and the model built on the meta device agree
     true_count = sum(p.numel() for p in loaded.model.parameters())
-    assert memory_fit.parameter_count(type(loaded.model), loaded.model.config, folder) == true_count
-    assert memory_fit.parameter_count(type(loaded.model), loaded.model.config, "no/such-folder") == true_count
+    assert memory_fit.parameter_count(type(loaded.model), loaded.model.config, folder) == (true_count, "")
+    assert memory_fit.parameter_count(type(loaded.model), loaded.model.config, "no/such-folder") == (true_count, "")
 
 
 def test_a_tiny_model_is_refused_only_when_memory_is_short(allowed_dirs, monkeypatch):

@@ -140,3 +140,15 @@ def test_the_cli_lists_every_view_of_every_page():
         section = listing.split(f"--page {page.name}", 1)[1].split("\n--page ", 1)[0]
         for view in catalog.views(page):
             assert f"--view {view.name}:" in section, (page.name, view.name)
+
+
+def test_every_page_is_in_one_section_of_the_navigation():
+    """The sidebar groups pages (app/catalog.SECTIONS) and lists all of them expanded: none folds behind Streamlit's
+    "View more"; every catalog page is in exactly one section, and no section is empty."""
+    from app import catalog
+
+    grouped = [page for pages in catalog.sections().values() for page in pages]
+    assert sorted(page.name for page in grouped) == sorted(page.name for page in catalog.PAGES)
+    assert all(catalog.sections().values())
+    main = (catalog.VIEWS_DIR.parent / "main.py").read_text()
+    assert "catalog.sections()" in main and "expanded=True" in main

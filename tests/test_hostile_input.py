@@ -1,7 +1,7 @@
 """Hostile and odd input, each case its own test, at the level where it is handled.
 
 Text (models/core/text.py, and a full run on tiny random models loaded through the real loader), model ids and paths
-(models/core/registry.py + models/core/loading.py), images (models/core/images.py), and the GPT / encoder pages as AppTest runs with
+(models/core/specs.py + models/core/loading.py), images (models/core/images.py), and the GPT / encoder pages as AppTest runs with
 the loader patched to the tiny models: every case gives a message a user can act on — a ``ValueError`` in models/,
 ``st.error`` / ``st.info`` / ``st.warning`` on the page — and never an exception; the next normal input still works.
 """

@@ -98,15 +98,18 @@ def test_results_hold_no_cache_and_the_app_cache_is_bounded_in_bytes(monkeypatch
         maps.head(0, h)
     maps.layer(1)
     assert vars(maps) == before  # nothing was stored on the maps
-    cache = resources._BytesLRU(3 * 64 * 64 * 4)  # room for three single heads
-    monkeypatch.setattr(resources, "_attention", cache)
+    cache = resources._Store(10_000, held=resources._array_bytes,
+                             budget=lambda device: 3 * 64 * 64 * 4)  # room for three single heads
+    monkeypatch.setattr(resources, "_attention", lambda: cache)
     cached = resources.CachedMaps(maps, "run-1")
     for h in range(4):
         np.testing.assert_array_equal(cached.head(0, h), maps.head(0, h))
-    assert sum(a.nbytes for a in cache._entries.values()) <= 3 * 64 * 64 * 4
+    assert cache.nbytes()["cpu"] <= 3 * 64 * 64 * 4
     assert ("run-1", "self", "head", 0, 0) not in cache._entries  # the oldest head went first
     cached.layer(1)  # one layer (4 heads) is larger than the budget: it is kept alone
     assert list(cache._entries) == [("run-1", "self", "layer", 1)]
+    cache.purge("run-1")  # and it goes with its run
+    assert not cache._entries
     np.testing.assert_array_equal(cached.head(1, 2), maps.head(1, 2))  # served from the cached layer
     assert not cached.head(1, 2).flags.writeable
 
@@ -295,3 +298,22 @@ def test_a_long_map_is_one_overview_image_named_by_its_head(head, named):
     figure = figures.build("head", result, HeadOptions(layer=0, head=head))
     assert figure.chart is None and figure.image is not None
     assert figure.caption.startswith(f"{named}: all {n} × {n}. Colours saturate at "), figure.caption
+
+
+def test_every_store_of_derived_results_is_cleared_together():
+    """One mechanism (issue 40): the runs, recomputed attention, analyses, figures, PNGs and small values are all
+    ``_Store``s made by one cached function, so clearing Streamlit's resource cache empties every one of them."""
+    import streamlit as st
+
+    from app import resources
+
+    stores = resources._stores()
+    assert all(isinstance(store, resources._Store) for store in stores.values())
+    class Kept(np.ndarray):  # what a run holds (held_bytes) and an array's bytes, for any store
+        def held_bytes(self):
+            return {"cpu": self.nbytes}
+
+    for name, store in stores.items():
+        store.get((name, 1), lambda: np.zeros(3).view(Kept))
+    st.cache_resource.clear()
+    assert all(not store._entries for store in resources._stores().values())

@@ -430,7 +430,7 @@ def test_every_view_of_the_page_draws_its_defaults_and_makes_its_files():
     names = [view.name for view in figures.page_views("mechanics")]
     assert names == ["layer_steps", "entropy_by_d_k", "multi_vs_single_head", "masked_softmax", "swin_mask_regions",
                      "mask_zoo", "attention_memory", "worked_examples", "kv_cache", "linear_attention",
-                     "linear_recurrent", "linear_attention_cost", "norm_placement"]
+                     "linear_recurrent", "linear_attention_cost", "norm_placement", "why_circuit"]
     published = cost.published_kv_specs()
     for view in figures.page_views("mechanics"):
         if view.name == "kv_cache":

@@ -5,13 +5,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from models.core import memory
 
 MB = 1 << 20
 ROOT = Path(__file__).resolve().parent.parent
-glibc_only = pytest.mark.skipif(not sys.platform.startswith("linux") or not memory._glibc(), reason="glibc only")
+def no_glibc_here() -> bool:
+    """Without glibc (macOS, musl) there is nothing to set up: the functions must say so and do nothing, which is
+    what the glibc tests check there instead of skipping."""
+    if memory._glibc():
+        return False
+    assert not memory.use_fixed_mmap_threshold() and not memory.release_freed_heap()
+    return True
 
 
 def mapping_of(address: int) -> tuple[int, str] | None:
@@ -51,8 +56,9 @@ def probe(fixed: bool) -> tuple[int, str, bool]:
     return int(out[0]), out[1], out[2] == "True"
 
 
-@glibc_only
 def test_large_blocks_get_their_own_mapping_returned_on_free():
+    if no_glibc_here():
+        return
     size, name, gone = probe(fixed=True)
     # its own anonymous mapping (whose size says little: the kernel merges neighbouring anonymous mappings)
     assert name != "[heap]" and size >= 4 * MB, (size, name)
@@ -104,8 +110,9 @@ def trim_probe(trim: bool) -> tuple[int, int, int, int, str]:
     return int(out[0]), int(out[1]), int(out[2]), int(out[3]), out[4]
 
 
-@glibc_only
 def test_release_freed_heap_returns_freed_small_blocks_to_the_os():
+    if no_glibc_here():
+        return
     before, live, freed, trimmed, released = trim_probe(trim=True)
     assert live - before > 150 * MB, (before, live)  # the blocks really sat in the heap
     assert freed > live - 16 * MB, (live, freed)  # free() alone keeps them: a live block sits above them

@@ -3,6 +3,7 @@ import streamlit as st
 
 from app import attention_view, display, presentation, url_state, widgets
 from app.sections import faithfulness_text
+from app.sections import why as why_section
 from models.analysis.showcase import Sample
 from models.core.inputs import TextInput
 from viz.figures.attention import ShareOptions
@@ -48,6 +49,13 @@ if result.special_positions:
     figure = widgets.figure_or_none("special_tokens", result, ShareOptions(presentation.color_scheme()))
     if figure is not None:
         display.show(figure, "encoder_special", downloads=False)
+
+st.subheader("Why does this head look here?")  # the score split into what wrote its query and its key (issue 37)
+url_state.restore(["encoder_why", *why_section.keys("encoder")],
+                  {"encoder_why": lambda text: text == "True", **why_section.coerce("encoder")})
+if st.toggle("Split a cell's score into what wrote its query and what wrote its key", key="encoder_why"):
+    why_section.show(result, loaded, "encoder")
+url_state.publish(["encoder_why", *why_section.keys("encoder")])
 
 st.subheader("Which tokens make the sentence embedding?")  # explanations and their faithfulness (issue 17)
 url_state.restore(["encoder_faith"], {"encoder_faith": lambda text: text == "True"})

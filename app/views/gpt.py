@@ -7,6 +7,7 @@ from app.sections import generation
 from app.sections import faithfulness as faithfulness_section
 from app.sections import knockout as knockout_section
 from app.sections import patching as patching_section
+from app.sections import why as why_section
 from models.analysis.showcase import Sample
 from models.core.inputs import TextInput
 from viz.figures.ablation import AblationOptions
@@ -37,10 +38,11 @@ PRESETS = {name: sample.text for name, sample in SAMPLES.items()}
 SHARED = ["model_causal_lm", "max_tokens", "gpt_text", "gpt_layer", "gpt_head", "gpt_statistic", "gpt_tab",
           "gpt_lens_count", "gpt_lens_last", "gpt_ablation_target", "gpt_ablation_mode", "gpt_patch_corrupt",
           "gpt_patch_clean_answer", "gpt_patch_corrupted_answer"] + knockout_section.KEYS + compare_section.KEYS + \
-    generation.KEYS
+    generation.KEYS + why_section.keys("gpt")
 LENS_COUNTS = [8, 16, 32, 64]
 url_state.restore(SHARED, {"max_tokens": int, "gpt_layer": int, "gpt_lens_count": int, "gpt_lens_last": int,
-                           **knockout_section.COERCE, **compare_section.COERCE, **generation.COERCE})
+                           **knockout_section.COERCE, **compare_section.COERCE, **generation.COERCE,
+                           **why_section.coerce("gpt")})
 
 st.title("Causal self-attention in a language model")
 spec = widgets.model_picker("causal_lm")
@@ -54,9 +56,10 @@ if not prompt.strip():
 inputs = TextInput(prompt, max_tokens)
 
 # the lens tab runs only when open (on_change="rerun"): a new prompt does not pay for unembedding every layer
-attention_tab, lens_tab, ablation_tab, patching_tab, knockout_tab, compare_tab, faithfulness_tab, generate_tab = \
-    st.tabs(["Attention on the prompt", "What each layer predicts", "Which heads matter", "Patching", "Knockout",
-             "Compare two runs", "Faithfulness", "Generate and step through"], key="gpt_tab", on_change="rerun")
+attention_tab, why_tab, lens_tab, ablation_tab, patching_tab, knockout_tab, compare_tab, faithfulness_tab, \
+    generate_tab = st.tabs(["Attention on the prompt", "Why this head looks here", "What each layer predicts",
+                            "Which heads matter", "Patching", "Knockout", "Compare two runs", "Faithfulness",
+                            "Generate and step through"], key="gpt_tab", on_change="rerun")
 
 with attention_tab:
     result = widgets.run_or_stop(loaded, inputs)
@@ -68,6 +71,11 @@ with attention_tab:
     st.subheader("Next token")
     if (figure := widgets.figure_or_none("next_token", result)) is not None:
         display.show(figure, "gpt_next", downloads=False)
+
+if why_tab.open is not False:
+    with why_tab:
+        why_section.show(result, loaded, "gpt")
+    url_state.publish(SHARED)
 
 if lens_tab.open is not False:
     with lens_tab:

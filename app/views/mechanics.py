@@ -8,6 +8,7 @@ import streamlit as st
 
 from app import display, presentation, resources, url_state, widgets
 from app.sections import linear_attention, norm_placement
+from app.sections import why as why_section
 from models.lessons import cost, mechanics
 from viz.figures.mechanics import (
     EntropyOptions,
@@ -57,9 +58,9 @@ except ValueError as error:
 st.caption(mechanics.describe_embeddings(len(tokens), source))
 n, labels = len(tokens), unique_labels(tokens)
 url_state.restore(BY_LENGTH, {key: url_state.within(0 if key == "mech_prefix" else 1, n) for key in BY_LENGTH})
-tab_steps, tab_masks, tab_cost, tab_linear, tab_norm = st.tabs(
-    ["① Step by step", "② Masks", "③ Cost", "④ Linear attention", "⑤ Pre-LN vs Post-LN"], key="mech_view",
-    on_change="rerun")
+tab_steps, tab_masks, tab_cost, tab_linear, tab_norm, tab_why = st.tabs(
+    ["① Step by step", "② Masks", "③ Cost", "④ Linear attention", "⑤ Pre-LN vs Post-LN", "⑥ Why a head looks there"],
+    key="mech_view", on_change="rerun")
 
 
 def mask_settings(kind: str) -> dict:
@@ -101,7 +102,8 @@ scheme = presentation.color_scheme()
 
 with tab_steps:
     other, keys = None, n  # keys: how many keys the scores have (the other sequence's tokens in cross-attention)
-    attention_column, head_column = st.columns(2)
+    # one row of controls, then the step's figure, then the table of every step's shape: a projector opens on a figure
+    attention_column, head_column, step_column, all_column = st.columns([2, 2, 5, 2])
     mode = attention_column.radio("Attention", ["Self-attention", "Cross-attention"], horizontal=True,
                                   key="mech_mode")
     head = head_column.radio("Head shown", range(heads), horizontal=True, key="mech_head",
@@ -113,27 +115,30 @@ with tab_steps:
         except ValueError as error:
             widgets.show_error(error)
             st.stop()
-        st.caption("Queries from the sentence, keys and values from the other sequence (as a translation decoder reads "
+        setting = ("Queries from the sentence, keys and values from the other sequence (as a translation decoder reads "
                    "its encoder): the scores are N × M and no mask applies.")
     else:
-        st.caption(f"Mask (chosen in the Masks tab): **{mechanics.MASK_KINDS[kind].title}**.")
+        setting = f"Mask (chosen in the Masks tab): **{mechanics.MASK_KINDS[kind].title}**."
     steps = mechanics.step_outline(mechanics.LayerConfig(d_model, heads, d_head, scaled, seed), n, keys,
                                    other is not None, mechanics.mask_value(kind if other is None else "none"))
-    st.markdown("**The layer as four matrix multiplications** (①–④), with this sentence's shapes:")
-    st.table({"step": [step.title for step in steps], "shape": [step.shape for step in steps]}, hide_index=True)
-    everything = st.toggle("Show every step at once", value=False, key="mech_all_steps")
+    everything = all_column.toggle("Show every step at once", value=False, key="mech_all_steps")
     first = [step.key for step in steps].index("q" if other is not None else "qkv")
-    chosen = steps if everything else [steps[st.select_slider(
+    chosen = steps if everything else [steps[step_column.select_slider(
         "Step", range(len(steps)), value=first, key="mech_step", format_func=lambda i: steps[i].title)]]
     options = StepsOptions(**layer, other=other, head=head, step="" if everything else chosen[0].key,
                            all_steps=everything)
     if (figure := widgets.figure_or_none("layer_steps", None, options)) is not None:
         for part, step in enumerate(chosen):
-            st.markdown(f"#### {step.title}")
+            if everything:  # one step: the slider names it
+                st.markdown(f"#### {step.title}")
             st.latex(step.latex)
-            st.caption(f"Shape: {step.shape}" + (f" — head {head} of {heads} shown" if step.per_head else ""))
+            st.caption(f"Shape: {step.shape}" + (f" — head {head} of {heads} shown" if step.per_head else "")
+                       + (f". {setting}" if part == 0 else ""))
             display.show(figure, "mech_steps", part=part, downloads=False)
         display.offer(figure, "mech_steps")
+    with st.expander("The layer as four matrix multiplications (①–④), with this sentence's shapes",
+                     expanded=not presentation.is_on()):
+        st.table({"step": [step.title for step in steps], "shape": [step.shape for step in steps]}, hide_index=True)
 
     st.subheader("Why divide by √d_k")
     if (figure := widgets.figure_or_none("entropy_by_d_k", None, EntropyOptions(**layer, other=other))) is not None:
@@ -217,4 +222,10 @@ if tab_linear.open is not False:  # only the tab on screen computes
 if tab_norm.open is not False:
     with tab_norm:
         norm_placement.show()
+if tab_why.open is not False:
+    with tab_why:
+        url_state.restore(why_section.CIRCUIT_KEYS, {"mech_why_block": url_state.within(3, 12),
+                                                     "mech_why_seed": int})
+        why_section.show_circuit()
+        url_state.publish(why_section.CIRCUIT_KEYS)
 url_state.publish(SHARED + BY_LENGTH + ["mech_shift"])

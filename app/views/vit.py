@@ -5,6 +5,7 @@ import streamlit as st
 from app import display, image_input, presentation, url_state, widgets
 from app.sections import faithfulness as faithfulness_section
 from app.sections import vit_high_norm, vit_prefix
+from app.sections import why as why_section
 from models.analysis.rollout import HEAD_FUSIONS
 from models.families.vit import attribution as vit_attribution
 from viz import image_overlay
@@ -23,12 +24,13 @@ from viz.figures.vit import (
 # what a link carries: model, sample (never an upload), layer, head, tab and the view options
 SHARED = ["model_vit", *image_input.shared_keys("vit"), "vit_layer", "vit_head", "vit_view", "vit_opacity", "vit_cmap",
           "vit_upsampling", "vit_clip", "vit_row", "vit_col", "vit_fusion", "vit_discard", "vit_class", "vit_method",
-          "vit_steps", *vit_prefix.SHARED, *vit_high_norm.SHARED]
+          "vit_steps", *vit_prefix.SHARED, *vit_high_norm.SHARED, *why_section.keys("vit")]
 url_state.restore(SHARED, {"vit_layer": url_state.within(0, 10_000), "vit_row": url_state.within(0, 10_000),
                            "vit_mark_high_norm": url_state.flag, "vit_high_norm_in_scale": url_state.flag,
                            "vit_col": url_state.within(0, 10_000), "vit_opacity": url_state.within(0.0, 1.0, float),
                            "vit_clip": url_state.within(90.0, 100.0, float),
-                           "vit_discard": url_state.within(0.0, 0.95, float), "vit_steps": url_state.within(8, 64)})
+                           "vit_discard": url_state.within(0.0, 0.95, float), "vit_steps": url_state.within(8, 64),
+                           **why_section.coerce("vit")})
 
 
 def picture(figure, where, key: str, downloads: bool = True) -> None:
@@ -91,9 +93,9 @@ if st.session_state.get("vit_head") not in head_options:
     st.session_state.pop("vit_head", None)
 head_choice = c2.selectbox("Head", head_options, key="vit_head")
 head = None if head_choice == HEAD_AVERAGE else head_options.index(head_choice) - 1
-cls_tab, query_tab, rollout_tab, distance_tab, faithfulness_tab = st.tabs(
-    ["[CLS] attention", "Any patch as query", "Rollout and attribution", "Distance and positions", "Faithfulness"],
-    key="vit_view", on_change="rerun")
+cls_tab, query_tab, rollout_tab, distance_tab, why_tab, faithfulness_tab = st.tabs(
+    ["[CLS] attention", "Any patch as query", "Rollout and attribution", "Distance and positions",
+     "Why [CLS] looks here", "Faithfulness"], key="vit_view", on_change="rerun")
 
 with cls_tab:
     if result.opening_reason:
@@ -173,6 +175,9 @@ with distance_tab:
     picture(widgets.figure_or_none("distance", result), st.container(), "vit_distance")
     if result.position_similarity is not None:
         picture(widgets.figure_or_none("positions", result), st.container(), "vit_positions", downloads=False)
+if why_tab.open is not False:  # the [CLS] row's scores split into what wrote the query and the key (issue 37)
+    with why_tab:
+        why_section.show(result, loaded, "vit", cls_only=True)
 if faithfulness_tab.open:  # explanations and their deletion/insertion curves (issue 17): only when looked at
     with faithfulness_tab:
         faithfulness_section.show(result, loaded, "vit_faith")

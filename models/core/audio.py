@@ -89,7 +89,7 @@ def decode(data: bytes, name: str = "audio") -> Audio:
         reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
         reason = re.sub(r"^Error opening .*?>: ", "", reason).rstrip(".")  # libsndfile names our in-memory buffer
         raise ValueError(f"This file could not be read as audio ({reason}). Upload a WAV, FLAC, MP3 or OGG file; "
-                         "a file renamed to .wav is not audio, and a damaged header cannot be read.") from None
+                         "a file renamed to .wav is not audio, and a damaged header cannot be read.") from error
     samples = samples[:CHUNK_SECONDS * rate]
     if samples.shape[0] == 0:
         raise ValueError("The audio holds 0 s of sound. Record or upload at least a second of speech.")

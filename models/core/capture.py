@@ -283,7 +283,9 @@ class Recorder:
     encoder_decoder: bool = False  # only then do "encoder." / "decoder." names mean different kinds
     model_type: str = "this model"  # named in refusals
     records: dict[str, list[LayerRecord]] = field(default_factory=dict)
-    _mask_cache: dict = field(default_factory=dict)  # id(mask) or an implicit-mask shape -> (allowed, bias)
+    # an implicit mask's shape -> (allowed, bias); a mask tensor's (id, k_len) -> (the mask, (allowed, bias)): the
+    # entry holds the mask, so its id cannot pass to another mask (a generation's next, wider one) while cached
+    _mask_cache: dict = field(default_factory=dict)
     # per module, weak references to the last call's q and k: a second call with the very same tensors (DiffLlama
     # runs one softmax twice, over two halves of v) is the same map, not another layer
     _last_call: dict = field(default_factory=dict)
@@ -322,6 +324,8 @@ class Recorder:
             maps = [(n, w) for n, w in enumerate(maps) if isinstance(w, torch.Tensor) and w.dim() == 4]
             if kind != "cross" and self.model_type in BANDED:  # Longformer's sliding window, row by row
                 maps = [(n, _unband(w)) if w.shape[-1] != w.shape[-2] else (n, w) for n, w in maps]
+            if self.model_type in SCORES_RETURNED:  # its weights are exactly the softmax of what it returns
+                maps = [(n, torch.softmax(w.float(), dim=-1)) for n, w in maps]
             kept = [(number, weights.detach().float().cpu().numpy()) for number, weights in maps
                     if _is_softmax(weights) and (kind == "cross" or weights.shape[-1] == weights.shape[-2])]
             self.rejected += len(maps) - len(kept)
@@ -378,9 +382,10 @@ class Recorder:
                 rules = CausalMask(q_len, k_len) if shape_key[-1] else DescribedMask(q_len, k_len)
                 self._mask_cache[shape_key] = ((rules,), None)
             return self._mask_cache[shape_key]
-        key_ = ("described", id(attention_mask))
-        if key_ in self._mask_cache:
-            return self._mask_cache[key_]
+        key_ = ("described", id(attention_mask), k_len)
+        cached = self._mask_cache.get(key_)
+        if cached is not None and cached[0] is attention_mask:
+            return cached[1]
         mask = attention_mask.detach()[..., -k_len:]
         if mask.dtype == torch.bool:
             allowed, bias = (mask[:, 0] if mask.ndim == 4 else mask), None
@@ -392,7 +397,7 @@ class Recorder:
             bias = bias if bool(bias.abs().max() > 0) else None
         items = [describe_mask(item) for item in allowed]
         result = (tuple(items) if all(item is not None for item in items) else allowed, bias)
-        self._mask_cache[key_] = result
+        self._mask_cache[key_] = (attention_mask, result)
         return result
 
     def _mask(self, module, attention_mask, kwargs, q_len: int, k_len: int, lazy: bool = False):
@@ -414,9 +419,9 @@ class Recorder:
                 allowed = torch.ones(1, q_len, k_len, dtype=torch.bool)
             self._mask_cache[shape_key] = (allowed, None)
             return self._mask_cache[shape_key]
-        cached = self._mask_cache.get(id(attention_mask))
-        if cached is not None:
-            return cached
+        cached = self._mask_cache.get(("tensor", id(attention_mask), k_len, lazy))
+        if cached is not None and cached[0] is attention_mask:
+            return cached[1]
         mask = attention_mask.detach().to("cpu")[..., -k_len:]
         if mask.dtype == torch.bool:
             result = (mask[:, 0] if mask.ndim == 4 else mask, None)
@@ -425,7 +430,7 @@ class Recorder:
             bias = torch.where(blocked, torch.zeros((), dtype=mask.dtype), mask).to(torch.float32)
             allowed = ~blocked
             result = (allowed[:, 0] if allowed.ndim == 4 else allowed, bias if bias.abs().max() > 0 else None)
-        self._mask_cache[id(attention_mask)] = result
+        self._mask_cache[("tensor", id(attention_mask), k_len, lazy)] = (attention_mask, result)
         return result
 
     # --- turning records into results ---------------------------------------------------------------------------
@@ -443,14 +448,21 @@ class Recorder:
             raise ValueError(f"{self.model_type}'s layers return maps of different shapes for one input "
                              f"({', '.join(f'{q} × {k}' for q, k in shapes)}): some attend to compressed blocks of "
                              "tokens rather than to tokens, and no map here can label such keys, so none is drawn.")
-        q_index = np.arange(q_len) if query_positions is None else np.asarray(query_positions)
-        k_index = np.arange(k_len) if key_positions is None else np.asarray(key_positions)
-        maps = [np.ascontiguousarray(weights[batch_index if len(weights) > 1 else 0][:, q_index][:, :, k_index])
-                for _, weights in layers]
+        q_index = slice(None) if query_positions is None else np.asarray(query_positions)
+        k_index = slice(None) if key_positions is None else np.asarray(key_positions)
+
+        def item(weights: np.ndarray) -> np.ndarray:  # a view when every position is kept: no copy of N² per layer
+            chosen = weights[batch_index if len(weights) > 1 else 0]
+            return chosen[:, q_index][:, :, k_index] if query_positions is not None or key_positions is not None \
+                else chosen
+
+        maps = [item(weights) for _, weights in layers]
+        q_len = maps[0].shape[1]
+        k_len = maps[0].shape[2]
         return StoredAttention(
             kind=kind,
-            query_tokens=list(query_tokens) if query_tokens is not None else [str(i) for i in range(len(q_index))],
-            key_tokens=list(key_tokens) if key_tokens is not None else [str(i) for i in range(len(k_index))],
+            query_tokens=list(query_tokens) if query_tokens is not None else [str(i) for i in range(q_len)],
+            key_tokens=list(key_tokens) if key_tokens is not None else [str(i) for i in range(k_len)],
             layers=maps, layer_numbers=tuple(number for number, _ in layers))
 
     def attention_maps(self, kind: str, batch_index: int = 0, query_positions=None, key_positions=None,
@@ -465,10 +477,15 @@ class Recorder:
         if kind not in self.records and kind in self.stored:
             return self._stored_maps(kind, batch_index, query_positions, key_positions, query_tokens, key_tokens)
         if kind not in self.records:
-            found = ", ".join(self.kinds()) or "none at all"
-            raise ValueError(f"This view needs {self.model_type}'s {kind} attention, and its run gave {found}: "
-                             "its modules are not named the way this app tells encoder, decoder and cross-attention "
-                             "apart (encoder., decoder., encoder_attn), or that part computes attention its own way.")
+            if not self.kinds():
+                raise ValueError(f"{self.model_type} gave no attention map at all: its layers do not compute a "
+                                 "softmax attention this app can read (a recurrent or state-space model), or they "
+                                 "compute it in a way that passes neither through transformers' AttentionInterface "
+                                 "nor through output_attentions.")
+            raise ValueError(f"This view needs {self.model_type}'s {kind} attention, and its run gave "
+                             f"{', '.join(self.kinds())}: its modules are not named the way this app tells encoder, "
+                             "decoder and cross-attention apart (encoder., decoder., encoder_attn), or that part "
+                             "computes attention its own way.")
         layers = self.records[kind]
         q_len, k_len = layers[0].query.shape[2], layers[0].key.shape[2]
         key_counts = sorted({int(rec.key.shape[2]) for rec in layers if rec.query.shape[2] == q_len})
@@ -929,6 +946,7 @@ def _ranges(numbers: list[int]) -> str:
 
 
 BANDED = ("longformer", "led")  # eager attentions given as each row's window of keys, not as (q, k)
+SCORES_RETURNED = ("squeezebert",)  # returns its masked scores before the softmax as its "attentions"
 
 
 def _unband(band: torch.Tensor) -> torch.Tensor:

@@ -22,12 +22,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import threading
-import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 from torch import nn
+
+from models.core import memo
 
 _ACTIVE: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("active_hook_blocks", default=frozenset())
 
@@ -198,20 +198,13 @@ class Sites:
         return found
 
 
-_FOUND: "weakref.WeakKeyDictionary[nn.Module, Sites]" = weakref.WeakKeyDictionary()
-_FOUND_LOCK = threading.Lock()
+_FOUND: "memo.PerObject[Sites]" = memo.PerObject()
 
 
 def sites(model: nn.Module) -> Sites:
     """The named sites of a transformers text model (decoder-only, BERT-style encoder, BART/Marian/Whisper-style
-    encoder–decoder), found once per model and kept beside it (not on it)."""
-    with _FOUND_LOCK:
-        found = _FOUND.get(model)
-    if found is None:
-        found = _verify(model, _find(model))
-        with _FOUND_LOCK:
-            _FOUND[model] = found
-    return found
+    encoder–decoder), found once per model and kept beside it (not on it), for the model's lifetime."""
+    return _FOUND.get(model, lambda: _verify(model, _find(model)))
 
 
 def _verify(model: nn.Module, found: Sites) -> Sites:

@@ -77,7 +77,7 @@ def decode_image(data: bytes, name: str = "the file") -> UserImage:
         raise _too_many_pixels(name, None) from None
     except (OSError, SyntaxError, ValueError) as error:
         raise ValueError(f"{name} could not be read as an image ({error}). It may be damaged; "
-                         "try saving it again as PNG or JPEG.") from None
+                         "try saving it again as PNG or JPEG.") from error
 
     fmt = (image.format or "").upper()
     if fmt not in ALLOWED_FORMATS:
@@ -106,7 +106,7 @@ def decode_image(data: bytes, name: str = "the file") -> UserImage:
         raise _too_many_pixels(name, (width, height)) from None
     except (OSError, SyntaxError, ValueError, EOFError) as error:
         raise ValueError(f"{name} is truncated or damaged ({error}). Upload the complete file, or save it "
-                         "again as PNG or JPEG.") from None
+                         "again as PNG or JPEG.") from error
     if orientation not in (None, 1):
         notes.append(f"turned upright as its EXIF orientation tag ({orientation}) says")
 

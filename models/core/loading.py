@@ -196,7 +196,7 @@ REMOTE_CODE_MESSAGE = ("needs its own Python code to run. This app never runs co
 
 
 @contextlib.contextmanager
-def library_errors(spec: ModelSpec, unknown_name: str = "", device: str = "cpu"):
+def library_errors(spec: ModelSpec, unknown_name: str = "", device: str = "cpu", model_type: str = ""):
     """Exceptions a model library (transformers, timm, huggingface_hub, safetensors) raises while reading ``spec``'s
     config or weights, as a ``ValueError`` that says what to do. Wrap only library calls: our own checks raise their
     own messages.
@@ -210,20 +210,26 @@ def library_errors(spec: ModelSpec, unknown_name: str = "", device: str = "cpu")
         yield
     except (RuntimeError, safetensors.SafetensorError) as error:
         if is_out_of_memory(error):
-            raise out_of_memory_error(device, f"loading {spec.key}") from None
+            raise out_of_memory_error(device, f"loading {spec.key}") from error
         if unknown_name and "Unknown model" in str(error):
-            raise ValueError(f"'{spec.id}' is not a known model name. {unknown_name}") from None
-        raise damaged_weights_error(spec.id, error) from None
-    except MemoryError:
-        raise out_of_memory_error(device, f"loading {spec.key}") from None
+            raise ValueError(f"'{spec.id}' is not a known model name. {unknown_name}") from error
+        raise damaged_weights_error(spec.id, error) from error
+    except MemoryError as error:
+        raise out_of_memory_error(device, f"loading {spec.key}") from error
     except Exception as error:  # OSError, ValueError, KeyError, TypeError, huggingface_hub's own error types
         if "trust_remote_code" in str(error) or "custom code" in str(error):
-            raise ValueError(f"'{spec.id}' {REMOTE_CODE_MESSAGE}") from None
+            raise ValueError(f"'{spec.id}' {REMOTE_CODE_MESSAGE}") from error
+        if "Unrecognized configuration class" in str(error):
+            kind = f"a {model_type} model" if model_type else "a model"
+            raise ValueError(f"'{spec.id}' is {kind} that this page's kind of model cannot be built from "
+                             "(transformers has no such class for it): it is most likely made for another task, "
+                             "such as image or audio with text. docs/MODELS.md lists which page reads which "
+                             "architecture.") from error
         if spec.source == "hub":
-            raise hub_error(spec.id, error) from None
+            raise hub_error(spec.id, error) from error
         raise ValueError(f"Could not load the model in '{spec.id}': {first_line(error)}. A folder saved with "
                          "save_pretrained (transformers) or timm.models.save_for_hf(model, folder, "
-                         "safe_serialization=True) (timm) works.") from None
+                         "safe_serialization=True) (timm) works.") from error
 
 
 def _remote_code_guard(folder_or_id: str, config: dict) -> None:
@@ -256,7 +262,7 @@ def friendly_out_of_memory(device: str, doing: str, advice: str = ""):
             raise
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
-        raise out_of_memory_error(device, doing, advice) from None
+        raise out_of_memory_error(device, doing, advice) from error
 
 
 TOKENS_ADVICE = ("Use fewer tokens (the token limit is in the sidebar), a smaller model, or switch the device to "
@@ -322,7 +328,7 @@ def converted_once(name: str, stamp: dict, build: Callable[[Path], None], progre
         except Exception as error:
             if cache_files.is_disk_full(error):
                 shutil.rmtree(partial, ignore_errors=True)  # free what it took before saying what is free
-                raise cache_files.disk_full_error(cache_dir(), f"converting {name}", needs_bytes) from None
+                raise cache_files.disk_full_error(cache_dir(), f"converting {name}", needs_bytes) from error
             raise
         finally:
             if partial.exists():
@@ -367,12 +373,16 @@ def load_transformers(spec: ModelSpec, auto_class, device: str = "cpu", dtype: s
         memory_fit,  # refuse a model that cannot fit before a weight is read (or downloaded)
     )
 
-    memory_fit.check(spec.id, memory_fit.parameter_count(model_class, config, source), device, torch_dtype(dtype))
+    parameters, uncounted = memory_fit.parameter_count(model_class, config, source)
+    memory_fit.check(spec.id, parameters, device, torch_dtype(dtype))
+    notes = (f"The memory check before loading could not count this model's parameters ({uncounted}), so it was "
+             "loaded without it.",) if uncounted else ()
     progress("Loading weights" + (" (downloading if not cached)" if spec.source == "hub" else ""), 0.45)
     spread = {"device_map": "auto"} if spans_gpus(device) else {}  # several GPUs: accelerate spreads a large model
 
     def build(implementation: str):
-        with library_errors(spec, device=device), construction.LOCK:  # the default device is process-global
+        with library_errors(spec, device=device, model_type=getattr(config, "model_type", "")), \
+                construction.LOCK:  # the default device is process-global
             built = model_class.from_pretrained(
                 source, config=config, dtype=torch_dtype(dtype), attn_implementation=implementation,
                 trust_remote_code=False, use_safetensors=None, local_files_only=local_only, **spread)
@@ -421,7 +431,7 @@ def load_transformers(spec: ModelSpec, auto_class, device: str = "cpu", dtype: s
     progress("Ready", 1.0)
     max_positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     max_positions = max_positions if isinstance(max_positions, int) and max_positions > 0 else None  # XLNet: −1
-    return LoadedModel(spec, model, tokenizer, device, dtype, max_positions, capture=description)
+    return LoadedModel(spec, model, tokenizer, device, dtype, max_positions, capture=description, notes=notes)
 
 
 # --- timm -----------------------------------------------------------------------------------------------------------

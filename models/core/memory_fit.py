@@ -8,6 +8,8 @@ config is built on PyTorch's ``meta`` device, which allocates nothing (0.3 s for
 """
 from __future__ import annotations
 
+import logging
+
 import json
 import struct
 from pathlib import Path
@@ -22,6 +24,8 @@ FIT_MARGIN = 1.1  # the forward's activations and the allocator's slack on top o
 RUN_SHARE = 0.8
 VIEW_SHARE = 0.5
 CHECK_FROM_BYTES = 256 * 2**20  # work below this is not checked (reading the free memory costs milliseconds)
+
+logger = logging.getLogger(__name__)
 
 
 def _safetensors_parameters(folder: Path) -> int | None:
@@ -53,15 +57,17 @@ def _meta_parameters(model_class, config) -> int:
     return sum(parameter.numel() for parameter in model.parameters())
 
 
-def parameter_count(model_class, config, source: str | Path) -> int | None:
-    """How many parameters the model at ``source`` has; None when it cannot be told before loading."""
+def parameter_count(model_class, config, source: str | Path) -> tuple[int | None, str]:
+    """(how many parameters the model at ``source`` has, "") or (None, why that cannot be told before loading):
+    the load then goes on without the check, and says so (``loading.load_transformers``)."""
     folder = Path(source)
     try:
         if folder.is_dir() and (count := _safetensors_parameters(folder)) is not None:
-            return count
-        return _meta_parameters(model_class, config)
-    except Exception:  # a config only its own class understands: the load itself will say what is wrong
-        return None
+            return count, ""
+        return _meta_parameters(model_class, config), ""
+    except Exception as error:  # a config only its own class understands: the load itself will say what is wrong
+        logger.warning("memory check: could not count the parameters of %s: %s", source, error, exc_info=True)
+        return None, f"{type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"
 
 
 def timm_parameter_count(name: str, **kwargs) -> int | None:
@@ -76,7 +82,8 @@ def timm_parameter_count(name: str, **kwargs) -> int | None:
         with construction.LOCK, torch.device("meta"):
             model = timm.create_model(name, pretrained=False, **kwargs)
         return sum(parameter.numel() for parameter in model.parameters())
-    except Exception:
+    except Exception as error:  # an unknown name: timm's own error says so when the load runs
+        logger.warning("memory check: could not count the parameters of %s: %s", name, error)
         return None
 
 

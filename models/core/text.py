@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import functools
 import re
-import threading
 import unicodedata
-import weakref
 from dataclasses import dataclass
 
-from models.core import limits
+from models.core import limits, memo
 
 MAX_CHARACTERS = limits.MAX_CHARACTERS  # beyond this even tokenising is pointless: the token limit cuts far earlier
 DEFAULT_MAX_TOKENS = limits.DEFAULT_TOKENS
@@ -40,23 +38,16 @@ def display_token(text: str) -> str:
     return visible_text(text[1:] if text.startswith(" ") else text)
 
 
-_DECODED: dict[int, dict[int, str]] = {}  # id(tokenizer) -> {token id: its text}, dropped with the tokenizer
-_DECODED_LOCK = threading.Lock()
+_DECODED: "memo.PerObject[dict[int, str]]" = memo.PerObject()  # per tokenizer, for its lifetime
 
 
 def _decoded_memo(tokenizer) -> dict[int, str] | None:
     """The tokenizer's memo of single-id decodes (None for an object that cannot be watched for its end). At most one
     entry per vocabulary entry: ~20 MB for a 256k vocabulary, shared by every session using that tokenizer."""
-    key = id(tokenizer)
-    with _DECODED_LOCK:
-        memo = _DECODED.get(key)
-        if memo is None:
-            try:
-                weakref.finalize(tokenizer, _DECODED.pop, key, None)
-            except TypeError:
-                return None
-            memo = _DECODED[key] = {}
-        return memo
+    try:
+        return _DECODED.get(tokenizer, dict)
+    except TypeError:  # no weak references to it: its end cannot be seen, so nothing is kept
+        return None
 
 
 def decoded(tokenizer, ids) -> dict[int, str]:
@@ -117,7 +108,7 @@ def decode_upload(data: bytes) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise ValueError(f"That file is not UTF-8 text (byte {error.start} cannot be decoded). Save it as UTF-8 and "
-                         "upload it again.") from None
+                         "upload it again.") from error
 
 
 SURROGATE = re.compile("[\ud800-\udfff]")

@@ -177,8 +177,8 @@ def _ray_batches(pending: list[Document], loaded, max_tokens: int, batch_documen
     try:
         import ray
         from ray.data import ActorPoolStrategy
-    except ImportError:
-        raise ValueError('The Ray engine needs Ray Data: pip install "ray[data]" (or use --engine local).') from None
+    except ImportError as error:
+        raise ValueError('The Ray engine needs Ray Data: pip install "ray[data]" (or use --engine local).') from error
     ray_init()
     ray.data.DataContext.get_current().enable_progress_bars = False
     device, gpus, actors = actor_resources(ray.cluster_resources().get("GPU", 0), str(loaded.device), actors)

@@ -23,7 +23,7 @@ FAMILY = Family("causal_lm", "GPT-style causal language model", TextInput, model
                 views=("head", "head_zoom", "head_level", "query_row", "grid", "head_statistics", "focus", "next_token",
                        "generation_step", "lens",
                        "ablation", "patching", "knockout", "knockout_sweep", "compare", "faithfulness", "explanations",
-                       "decoding_penalties", "length_penalty", "token_attribution"),
+                       "decoding_penalties", "length_penalty", "token_attribution", "why", "why_head"),
                 options=model.GenerationSettings,
                 specs=SPECS,
                 explainer=explain)

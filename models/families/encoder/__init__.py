@@ -19,6 +19,6 @@ FAMILY = Family("encoder", "bidirectional encoder (BERT family)", TextInput, mod
                 model.TextResult,
                 views=("head", "head_zoom", "head_level", "query_row", "grid", "head_statistics", "focus", "special_tokens",
                        "faithfulness",
-                       "explanations", "token_attribution"),
+                       "explanations", "token_attribution", "why", "why_head"),
                 specs=SPECS,
                 explainer=explain)

@@ -16,7 +16,6 @@ that writes the transcript (or an English translation) while cross-attending to 
 """
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ import numpy as np
 import torch
 
 from models.core import audio as audio_lib
-from models.core import capture, loading, text
+from models.core import capture, loading, memo, text
 from models.core.inputs import AudioInput
 from models.core.loading import LoadedModel, Progress
 from models.core.results import GenerationStep, RunResult
@@ -124,7 +123,9 @@ class WhisperVocabulary:
         return bool(self.languages)
 
 
-@functools.lru_cache(maxsize=8)
+_VOCABULARIES: "memo.PerObject[WhisperVocabulary]" = memo.PerObject()  # per tokenizer, for its lifetime
+
+
 def _vocabulary_of(tokenizer, vocab_size: int) -> WhisperVocabulary:
     from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
@@ -141,7 +142,8 @@ def _vocabulary_of(tokenizer, vocab_size: int) -> WhisperVocabulary:
 
 
 def vocabulary(loaded: LoadedModel) -> WhisperVocabulary:
-    return _vocabulary_of(loaded.tokenizer, loaded.model.config.vocab_size)
+    vocab_size = loaded.model.config.vocab_size
+    return _VOCABULARIES.get(loaded.tokenizer, lambda: _vocabulary_of(loaded.tokenizer, vocab_size), vocab_size)
 
 
 def alignment_heads(loaded: LoadedModel) -> list[tuple[int, int]]:

@@ -41,6 +41,6 @@ SPECS = (
 FAMILY = Family("vit", "Vision Transformer (timm)", ImageInput, model.load, model.run, model.ViTResult,
                 views=("cls", "cls_prefix", "prefix_query", "cls_heads", "patch_norms", "patch_query", "rollout", "attribution",
                        "saliency", "distance", "positions", "input", "predictions", "faithfulness", "explanations",
-                       "localisation"),
+                       "localisation", "why"),
                 specs=SPECS,
                 explainer=explain)

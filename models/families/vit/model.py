@@ -218,7 +218,7 @@ def run(loaded: LoadedVision, inputs: ImageInput, options: None = None) -> ViTRe
             array.setflags(write=False)
     return ViTResult(model=loaded.info(), tokens=tokens, attention={"self": attention}, input_name=inputs.name,
                      image=ImageInfo(prepared.crop, (rows, cols), patch, len(prefix), prefix),
-                     notices=loaded.notes + inputs.notes, predictions=predictions,
+                     notices=inputs.notes, predictions=predictions,
                      is_classifier=loaded.is_classifier,
                      explanation="" if loaded.is_classifier else BACKBONE_EXPLANATION,
                      preprocessing=prepared.describe(), position_similarity=similarity, saliency=saliency,
