@@ -17,6 +17,11 @@ What is compared, per MoE layer and token:
 - **attention**: every layer's map of the page's forward (``capture.recording`` around the page's own run, the
   capture path or the eager path the page's load chose) against ``output_attentions=True`` of eager attention.
 
+The MoE page draws no attention itself; its forward is what the routing of every layer after the first depends on,
+which is why its maps are compared too (DeepSeek-V4's forward under capture once differed from eager's by 0.6 in
+the logits, and the page routed that forward). What the page cannot read it must refuse in words naming the
+architecture, when the model loads (a router returning something else, weights no rule explains, no router).
+
 A tiny model keeps a dense layer beside its MoE layers where the architecture has both, and its routers are drawn
 with logits of unit scale (``_spread_routers``): a fresh router's near-equal logits would make the comparison of
 which experts were chosen a matter of rounding.

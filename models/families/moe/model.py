@@ -233,7 +233,8 @@ def _parse_router_output(site: RouterSite, output, model_type: str = "this model
                                                               for t in output) and output[0].shape == output[1].shape:
         return _dense_scores_call(output[0].detach(), output[1].detach())
     if not (isinstance(output, tuple) and len(output) == 3 and all(torch.is_tensor(t) for t in output)):
-        returned = f"{len(output)} values" if isinstance(output, tuple) else f"a {type(output).__name__}"
+        returned = f"{len(output)} values" if isinstance(output, tuple) else \
+            "one tensor" if torch.is_tensor(output) else "something else"
         raise ValueError(f"{model_type}'s router ({type(site.router).__name__}, at {site.name}) returns {returned}, "
                          "not the (logits, weights, experts) this page reads, so it cannot say which experts each "
                          "token went to and draws nothing rather than a guess. The language-model (GPT) or "
