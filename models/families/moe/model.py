@@ -24,10 +24,9 @@ over *all* experts are recomputed from the router logits in float32, and which r
 or not, scale) turns them into the dispatched weights is checked on the data, not assumed.
 
 The family (``FAMILY``): ``load`` refuses, naming the architecture, a model without MoE layers or whose routing
-it cannot read (a four-token run at load: a router that returns something else, weights no rule explains),
-``run(loaded, TextInput)`` returns a frozen
-``RoutingResult`` whose ``routing`` the views read (``attention`` is empty), and ``prompt_pair`` routes two prompts
-for the two-prompt view (viz/figures/moe.py).
+it cannot read (a four-token run at load: a router that returns something else, weights no rule explains);
+``run(loaded, TextInput)`` returns a frozen ``RoutingResult`` whose ``routing`` the views read (``attention`` is
+empty), and ``prompt_pair`` routes two prompts for the two-prompt view (viz/figures/moe.py).
 """
 from __future__ import annotations
 
