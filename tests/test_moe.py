@@ -158,6 +158,62 @@ def test_qwen2_moe_shared_expert_and_unnormalised_top_k():
         torch.testing.assert_close(recomputed, y.reshape(-1, y.shape[-1]), atol=1e-5, rtol=1e-4)
 
 
+def tiny_llama4() -> transformers.Llama4ForCausalLM:
+    torch.manual_seed(0)
+    config = transformers.Llama4TextConfig(
+        vocab_size=128, hidden_size=32, intermediate_size=24, intermediate_size_mlp=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=4, num_experts_per_tok=2,
+        interleave_moe_layer_step=2, attention_chunk_size=64, max_position_embeddings=128)
+    model = transformers.Llama4ForCausalLM(config).eval()
+    with torch.no_grad():
+        for site in moe.router_sites(model):  # a fresh router's weights are zeros: every expert ties
+            site.router.weight.normal_(0, 0.3)
+            site.block.experts.gate_up_proj.normal_(0, 0.2)
+    return model
+
+
+@torch.no_grad()
+def test_llama4_routes_its_dense_scores_and_weighs_each_experts_input():
+    """Llama 4's router hands back (scores, logits), scores zero where a token did not go; each chosen expert gets
+    the token multiplied by sigmoid(logit), and the shared expert adds the token's own MLP."""
+    model = tiny_llama4()
+    routing, seen = capture(model, torch.randint(0, 128, (1, 10)))
+    assert routing.layer_indices == [1] and routing.top_k == 2  # every second layer is MoE
+    assert routing.score_function == "sigmoid" and not routing.renormalized and routing.weights_scale_input
+    assert routing.dispatch_rule() == "top-2 of sigmoid (each weight scales the expert's input)"
+    site = moe.router_sites(model)[0]
+    x, y = seen[site.block_name]
+    x = x.reshape(-1, x.shape[-1])
+    logits = x @ site.router.weight.T
+    np.testing.assert_array_equal(np.sort(routing.top_experts[0], -1), np.sort(logits.topk(2).indices.numpy(), -1))
+    routed_in = torch.zeros(4, *x.shape)  # (experts, tokens, hidden): the token scaled by its weight, else 0
+    for t in range(x.shape[0]):
+        for e, w in zip(routing.top_experts[0, t], routing.top_weights[0, t]):
+            routed_in[int(e), t] = float(w) * x[t]
+    recomputed = site.block.shared_expert(x) + site.block.experts(routed_in.reshape(-1, x.shape[-1])).reshape(
+        4, *x.shape).sum(0)
+    torch.testing.assert_close(recomputed, y[0].reshape(x.shape), atol=1e-5, rtol=1e-4)
+
+
+def test_a_router_the_page_cannot_read_is_refused_when_it_loads_naming_the_architecture(tmp_path, tiny_tokenizer,
+                                                                                       monkeypatch):
+    """PhiMoE's sparse mixer weighs its experts by no top-k rule of softmax or sigmoid: the load says so, naming
+    phimoe, before any text is routed."""
+    torch.manual_seed(0)
+    config = transformers.PhimoeConfig(vocab_size=len(tiny_tokenizer), hidden_size=32, intermediate_size=48,
+                                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                       num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=128)
+    model = transformers.PhimoeForCausalLM(config).eval()
+    with torch.no_grad():
+        for site in moe.router_sites(model):
+            site.router.weight.normal_(0, 1.0)
+    folder = tmp_path / "tiny-phimoe"
+    model.save_pretrained(folder)
+    tiny_tokenizer.save_pretrained(folder)
+    with pytest.raises(ValueError, match="phimoe's router turns its logits into weights"):
+        _load_local(folder, monkeypatch)
+
+
 @torch.no_grad()
 def test_deepseek_v3_sigmoid_scores_scaling_and_shared_experts():
     model = tiny_deepseek_v3()
@@ -760,3 +816,20 @@ def test_trainer_balance_loss_is_per_layer():
     assert float(balance_loss(skewed, top_k=1)) == pytest.approx(2.0, abs=1e-3)
     pooled = transformers.models.mixtral.modeling_mixtral.load_balancing_loss_func(skewed, 4, top_k=1)
     assert float(pooled) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_deepseek_v4_runs_under_capture_as_under_its_own_eager_attention(tmp_path, monkeypatch):
+    """DeepSeek-V4 appends its compressor's additive block bias to the mask it is handed: under SDPA's boolean
+    masks that bias flipped (the compressed slots a query may see were hidden, the others shown), and the page's
+    routing came from another forward than the model's. Capture hands it eager's additive masks."""
+    from tests import matrix_moe
+
+    folder = tmp_path / "deepseek_v4"
+    matrix_moe.build("deepseek_v4", folder)
+    ids = torch.tensor([[101, 1996, 4937, 2938, 2006, 1996, 13523, 102, 2000, 2001]])
+    eager = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+    loaded = _load_local(folder, monkeypatch)
+    with torch.inference_mode():
+        expected = eager(input_ids=ids, use_cache=False).logits
+        drawn = loaded.model(input_ids=ids, use_cache=False).logits
+    torch.testing.assert_close(drawn, expected, atol=1e-5, rtol=1e-5)

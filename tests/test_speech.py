@@ -227,8 +227,10 @@ def test_dtw_finds_the_diagonal_and_words_split_at_spaces(tiny):
 
 # --- log-mel --------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("signal", ["sample", "noise", "long", "silence"])
-def test_log_mel_equals_whisper_feature_extractor(signal):
+@pytest.mark.parametrize("signal, bins", [("sample", 80), ("noise", 80), ("long", 80), ("silence", 80),
+                                          ("sample", 128)])
+def test_log_mel_equals_whisper_feature_extractor(signal, bins):
+    """80 mel bins, and large-v3's 128."""
     from transformers import WhisperFeatureExtractor
 
     rng = np.random.default_rng(1)
@@ -236,10 +238,10 @@ def test_log_mel_equals_whisper_feature_extractor(signal):
                "noise": lambda: (0.1 * rng.standard_normal(16000 * 3)).astype(np.float32),
                "long": lambda: (0.1 * rng.standard_normal(16000 * 31)).astype(np.float32),
                "silence": lambda: np.zeros(16000, dtype=np.float32)}[signal]()
-    extractor = WhisperFeatureExtractor()
+    extractor = WhisperFeatureExtractor(feature_size=bins)
     expected = extractor(samples[:audio.CHUNK_SAMPLES], sampling_rate=16000, return_tensors="np").input_features[0]
-    np.testing.assert_allclose(audio.log_mel(samples), expected, atol=1e-4)
-    np.testing.assert_allclose(audio.mel_filters(), extractor.mel_filters.T, atol=1e-7)
+    np.testing.assert_allclose(audio.log_mel(samples, bins), expected, atol=1e-4)
+    np.testing.assert_allclose(audio.mel_filters(bins), extractor.mel_filters.T, atol=1e-7)
 
 
 # --- bad audio ------------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ def _render(figure) -> Image.Image:
 def spectrogram_with_attention(mel: np.ndarray, weights: np.ndarray | None, tokens: list[str],
                                words: list[tuple[str, float, float]] = (), title: str = "",
                                width_inches: float = 11.0) -> Image.Image:
-    """``mel (80, mel frames)`` above ``weights (tokens, frames)`` (20 ms frames, rows scaled to their own maximum
+    """``mel (mel bins, mel frames)`` above ``weights (tokens, frames)`` (20 ms frames, rows scaled to their own maximum
     so every token's peak shows), sharing the time axis in seconds; ``words`` (text, start, end) marked on top."""
     from matplotlib.figure import Figure as MplFigure
 

@@ -7,9 +7,10 @@ raises ``ValueError`` with what to do.
 
 Log-mel spectrogram (Radford et al. 2022, "Robust Speech Recognition via Large-Scale Weak Supervision", §2.2): the
 audio padded with zeros (or cut) to 30 s; a 25 ms Hann window (400 samples) every 10 ms (160 samples), centred with
-reflection at the edges, the last frame dropped (3,000 frames); power spectrum; 80 triangular mel filters between 0 and
-8 kHz on Slaney's mel scale with Slaney's area normalisation; log10 clamped at 1e-10, floored at 8 below its maximum
-(80 dB of range), then (x + 4) / 4. No filter file ships, so the filters are computed here.
+reflection at the edges, the last frame dropped (3,000 frames); power spectrum; 80 triangular mel filters (128 for
+large-v3 and its turbo: the model's ``num_mel_bins``) between 0 and 8 kHz on Slaney's mel scale with Slaney's area
+normalisation; log10 clamped at 1e-10, floored at 8 below its maximum (80 dB of range), then (x + 4) / 4. No filter
+file ships, so the filters are computed here.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import numpy as np
 SAMPLE_RATE = 16_000  # Hz, what Whisper was trained on
 N_FFT = 400  # 25 ms window
 HOP = 160  # 10 ms between frames
-N_MELS = 80
+N_MELS = 80  # Whisper tiny … large-v2; large-v3 and large-v3-turbo read 128
 CHUNK_SECONDS = 30  # Whisper reads one 30 s window
 CHUNK_SAMPLES = SAMPLE_RATE * CHUNK_SECONDS  # 480,000
 MEL_FRAMES = CHUNK_SAMPLES // HOP  # 3,000 spectrogram frames
@@ -150,8 +151,8 @@ def mel_filters(n_mels: int = N_MELS, n_fft: int = N_FFT, rate: int = SAMPLE_RAT
     return (triangles * (2.0 / (upper - lower))).astype(np.float32)
 
 
-def log_mel(samples: np.ndarray) -> np.ndarray:
-    """``(80, 3000)`` float32 log-mel spectrogram of 16 kHz mono ``samples`` padded or cut to 30 s."""
+def log_mel(samples: np.ndarray, n_mels: int = N_MELS) -> np.ndarray:
+    """``(n_mels, 3000)`` float32 log-mel spectrogram of 16 kHz mono ``samples`` padded or cut to 30 s."""
     import torch
 
     audio = np.zeros(CHUNK_SAMPLES, dtype=np.float32)
@@ -161,7 +162,7 @@ def log_mel(samples: np.ndarray) -> np.ndarray:
     spectrum = torch.stft(torch.from_numpy(audio).double(), N_FFT, HOP, window=window, center=True,
                           pad_mode="reflect", return_complex=True)  # (201, 3001)
     power = spectrum[:, :-1].abs() ** 2  # (201, 3000): the frame past the end is dropped
-    mel = torch.from_numpy(mel_filters().astype(np.float64)) @ power  # (80, 3000)
+    mel = torch.from_numpy(mel_filters(n_mels).astype(np.float64)) @ power  # (n_mels, 3000)
     log_spec = torch.clamp(mel, min=1e-10).log10()
     log_spec = torch.maximum(log_spec, log_spec.max() - 8.0)
     return ((log_spec + 4.0) / 4.0).float().numpy()

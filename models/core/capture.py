@@ -78,18 +78,33 @@ _OVERRIDE: contextvars.ContextVar = contextvars.ContextVar("attention_override",
 _registered = False
 
 
+# architectures whose attention code edits the mask it is handed as eager's additive float mask, so that SDPA's
+# boolean mask would come out wrong (DeepSeek-V4 concatenates its compressor's 0 / −inf block bias onto it: cast to
+# bool, the compressed slots a query may see would be hidden and the others shown); they get eager's masks
+ADDITIVE_MASK_TYPES = ("deepseek_v4",)
+
+
+def capture_mask(**kwargs):
+    """The masks transformers builds for the capture implementation: SDPA's (boolean, True = attend; None + its
+    causal rule for plain causal), or eager's additive ones for ``ADDITIVE_MASK_TYPES``."""
+    from transformers.masking_utils import eager_mask, sdpa_mask
+
+    if getattr(kwargs.get("config"), "model_type", None) in ADDITIVE_MASK_TYPES:
+        return eager_mask(**kwargs)
+    return sdpa_mask(**kwargs)
+
+
 def register() -> None:
     """Register the capture attention function and its mask function (idempotent)."""
     global _registered
     if _registered:
         return
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(ATTENTION_NAME, capture_attention_forward)
-    # Without a registered mask function transformers builds *no* mask for an unknown implementation name; SDPA's
-    # own masks (boolean, True = attend; None + is_causal for plain causal) are what our forward hands to SDPA.
-    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+    # Without a registered mask function transformers builds *no* mask for an unknown implementation name
+    AttentionMaskInterface.register(ATTENTION_NAME, capture_mask)
     _registered = True
 
 

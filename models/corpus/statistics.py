@@ -275,7 +275,7 @@ def _add_routing(item: DocumentStatistics, recorder, row: int, width: int, lengt
 
     sites = [s for s in recorder.sites if s.name in recorder.calls]
     calls = [recorder.calls[s.name][-1] for s in sites]
-    rule = moe.infer_dispatch_rule(calls)
+    rule = moe.infer_dispatch_rule(calls, recorder.score_functions)
     num_experts = calls[0].logits.shape[-1]
     loads, coactivations, entropies = [], [], []
     for call in calls:

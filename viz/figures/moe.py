@@ -154,7 +154,8 @@ def gate(result: RoutingResult, options: GateOptions) -> Figure:
         _stem(result, "gate", label, f"token {position}"), chart=chart,
         caption="Bars: the router's probability for every expert. Coloured bars are the experts the token was "
                 "dispatched to, labelled with their rank (and, up to 16 experts, the weight that multiplied their "
-                "output; hover for it otherwise). Dashed line: uniform 1/E.",
+                f"{'input' if routing.weights_scale_input else 'output'}; hover for it otherwise). Dashed line: "
+                "uniform 1/E.",
         table=lambda: pd.DataFrame({"expert": range(routing.num_experts), "probability": probs}),
         payload=lambda: _payload(result, layer=label, token=position, **arrays), arrays=arrays,
         metadata=_metadata(result, layer=label, token=position))

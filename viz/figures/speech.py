@@ -21,8 +21,8 @@ from viz import export, heatmap, speech_charts
 from viz.figure import Figure, NoOptions, view
 
 CROSS_CAPTION = (
-    "Top: the log-mel spectrogram Whisper's encoder read (80 mel bins, 10 ms frames), with the words where the "
-    "alignment heads' cross-attention places them (dynamic time warping). Bottom: each output token's "
+    "Top: the log-mel spectrogram Whisper's encoder read (80 mel bins, 128 for large-v3; 10 ms frames), with the "
+    "words where the alignment heads' cross-attention places them (dynamic time warping). Bottom: each output token's "
     "cross-attention over the audio's 20 ms encoder frames (row t is the decoder position that produced token t); "
     "each row is scaled to its own maximum. Every row sums to 1 over all 1,500 frames, the 30 s window's padding "
     "included; only the frames holding audio are drawn.")
@@ -80,9 +80,9 @@ def spectrogram(result: SpeechResult, options: NoOptions) -> Figure:
                                                f"log-mel spectrogram, {result.seconds:.2f} s")
     return Figure(
         _stem(result, "log-mel"), image=image, width="stretch",
-        caption="80 mel bins (0–8 kHz, Slaney scale) every 10 ms from a 25 ms Hann window, log10, floored 8 below "
-                "the maximum, scaled as (x + 4) / 4: what Whisper's encoder reads. The full 30 s window (3,000 "
-                "frames, zero-padded) is in the NPZ.",
+        caption=f"{mel.shape[0]} mel bins (0–8 kHz, Slaney scale) every 10 ms from a 25 ms Hann window, log10, "
+                "floored 8 below the maximum, scaled as (x + 4) / 4: what Whisper's encoder reads. The full 30 s "
+                "window (3,000 frames, zero-padded) is in the NPZ.",
         table=lambda: pd.DataFrame(mel.T, index=[f"{i / 100:.2f}s" for i in range(frames)],
                                    columns=[f"mel {b}" for b in range(mel.shape[0])]),
         payload=lambda: {**_about(result), "seconds": result.seconds, "frames": frames, "log_mel": mel},

@@ -11,7 +11,10 @@ has them). The families differ only in how ``w`` is made from the logits, and th
   weights renormalised to sum to 1 (= softmax over the k chosen logits). Qwen2-MoE adds one shared expert scaled by
   ``sigmoid(w_s · x)``.
 - DeepSeek-V3: top-k of ``sigmoid(logits) + bias`` (bias for the choice only), weights = sigmoid scores, renormalised
-  and multiplied by ``routed_scaling_factor``; shared experts always on with weight 1.
+  and multiplied by ``routed_scaling_factor``; shared experts always on with weight 1. DeepSeek-V4 scores with
+  ``sqrt(softplus(logits))`` (its config's ``scoring_func``), the rest alike.
+- Llama 4: top-k of the logits, each chosen expert's *input* multiplied by ``sigmoid(logit)`` (no renormalisation);
+  its router hands back those scores as a dense ``(tokens, E)`` matrix, zero where a token did not go.
 
 How: forward hooks on each router module (``gate`` / ``router`` beside an ``experts`` module), installed inside
 ``recording(model)`` and removed in ``finally``. A hook records only while its own recorder is the one active in the
@@ -20,9 +23,10 @@ The gate's own outputs give the dispatched experts and weights, exactly as the m
 over *all* experts are recomputed from the router logits in float32, and which rule (softmax/sigmoid, renormalised
 or not, scale) turns them into the dispatched weights is checked on the data, not assumed.
 
-The family (``FAMILY``): ``load`` refuses a model without MoE layers, ``run(loaded, TextInput)`` returns a frozen
-``RoutingResult`` whose ``routing`` the views read (``attention`` is empty), and ``prompt_pair`` routes two prompts
-for the two-prompt view (viz/figures/moe.py).
+The family (``FAMILY``): ``load`` refuses, naming the architecture, a model without MoE layers or whose routing
+it cannot read (a four-token run at load: a router that returns something else, weights no rule explains);
+``run(loaded, TextInput)`` returns a frozen ``RoutingResult`` whose ``routing`` the views read (``attention`` is
+empty), and ``prompt_pair`` routes two prompts for the two-prompt view (viz/figures/moe.py).
 """
 from __future__ import annotations
 
@@ -74,6 +78,7 @@ class Routing:
     shared_weight: np.ndarray | None = None
     num_shared_experts: int = 0
     capacity: int | None = None  # Switch: tokens an expert accepts per sequence
+    weights_scale_input: bool = False  # Llama 4: the weight multiplies the expert's input, not its output
     stack: str = "decoder"  # "decoder" (causal LM) or "encoder" (Switch: the encoder reads the text)
     token_offsets: list[tuple[int, int]] | None = None  # character span of each token in the input text
     special_positions: list[int] = field(default_factory=list)  # BOS/EOS and the like
@@ -105,6 +110,8 @@ class Routing:
             rule += f", × {self.weight_scale:g}"
         if self.capacity is not None:
             rule += f"; at most {self.capacity} tokens per expert"
+        if self.weights_scale_input:
+            rule += " (each weight scales the expert's input)"
         if self.num_shared_experts:
             rule += f"; plus {self.num_shared_experts} shared expert(s) every token uses"
         return rule
@@ -172,6 +179,18 @@ def is_moe_model(model: torch.nn.Module) -> bool:
     return bool(router_sites(model))
 
 
+def _model_type(model) -> str:
+    return str(getattr(getattr(model, "config", None), "model_type", "") or type(model).__name__)
+
+
+def no_moe_layers(model, name: str = "") -> str:
+    """The refusal of a model in which no router was found, naming its architecture."""
+    called = f"'{name}' ({_model_type(model)})" if name else _model_type(model)
+    return (f"{called} has no mixture-of-experts layers this page can read: no 'gate' or 'router' module beside an "
+            "'experts' module. Pick an MoE model such as Mixtral, OLMoE, Qwen-MoE, DeepSeek or Switch "
+            "Transformers; the language-model (GPT) page draws any model's attention.")
+
+
 # --- recording --------------------------------------------------------------------------------------------------
 
 @dataclass
@@ -192,23 +211,33 @@ class RoutingRecorder:
     sites: list[RouterSite]
     calls: dict[str, list[RouterCall]] = field(default_factory=dict)
     shared: dict[str, list[torch.Tensor]] = field(default_factory=dict)
+    model_type: str = "this model"  # config.model_type, named in refusals
+    score_functions: tuple[str, ...] = ("softmax", "sigmoid")  # the candidates ``infer_dispatch_rule`` tries
 
     def record_router(self, site: RouterSite, output) -> None:
-        self.calls.setdefault(site.name, []).append(_parse_router_output(site, output))
+        self.calls.setdefault(site.name, []).append(_parse_router_output(site, output, self.model_type))
 
     def record_shared(self, site: RouterSite, output: torch.Tensor) -> None:
         self.shared.setdefault(site.name, []).append(output.detach().reshape(-1).to("cpu", torch.float32))
 
 
-def _parse_router_output(site: RouterSite, output) -> RouterCall:
-    """Read the two router output conventions of transformers v5 into one ``RouterCall``.
+def _parse_router_output(site: RouterSite, output, model_type: str = "this model") -> RouterCall:
+    """Read the router output conventions of transformers v5 into one ``RouterCall``.
 
     - top-k routers (Mixtral, OLMoE, Qwen-MoE, DeepSeek, ...): ``(logits (T, E), weights (T, k), indices (T, k))``;
-    - Switch's top-1 router: ``(dispatch one-hot (B, S, E) after the capacity cut, max prob (B, S, 1), logits)``.
+    - Switch's top-1 router: ``(dispatch one-hot (B, S, E) after the capacity cut, max prob (B, S, 1), logits)``;
+    - Llama 4's router: ``(scores (T, E), logits (T, E))``, the chosen experts' scores and zeros elsewhere.
     """
+    if isinstance(output, tuple) and len(output) == 2 and all(torch.is_tensor(t) and t.is_floating_point()
+                                                              for t in output) and output[0].shape == output[1].shape:
+        return _dense_scores_call(output[0].detach(), output[1].detach())
     if not (isinstance(output, tuple) and len(output) == 3 and all(torch.is_tensor(t) for t in output)):
-        raise ValueError(f"the router {site.name} ({type(site.router).__name__}) does not return "
-                         "(logits, weights, experts); this MoE family is not supported yet")
+        returned = f"{len(output)} values" if isinstance(output, tuple) else \
+            "one tensor" if torch.is_tensor(output) else "something else"
+        raise ValueError(f"{model_type}'s router ({type(site.router).__name__}, at {site.name}) returns {returned}, "
+                         "not the (logits, weights, experts) this page reads, so it cannot say which experts each "
+                         "token went to and draws nothing rather than a guess. The language-model (GPT) or "
+                         "translation page draws its attention.")
     first, second, third = (t.detach() for t in output)
     if not third.is_floating_point():  # (logits, weights, indices)
         logits = first.reshape(-1, first.shape[-1]).to("cpu", torch.float32)
@@ -218,14 +247,40 @@ def _parse_router_output(site: RouterSite, output) -> RouterCall:
         order = torch.argsort(weights, dim=-1, descending=True, stable=True)
         experts, weights = experts.gather(1, order), weights.gather(1, order)
         return RouterCall(logits, experts, weights, torch.ones_like(experts, dtype=torch.bool), second.dtype)
-    if first.is_floating_point() or first.shape != third.shape:
-        raise ValueError(f"the router {site.name} returns an output this app does not understand")
+    if first.is_floating_point() or first.shape != third.shape or second.numel() * third.shape[-1] != \
+            third.numel():  # Switch's probability is one per token (NLLB-MoE's router hands a matrix: not read)
+        raise ValueError(f"{model_type}'s router ({type(site.router).__name__}, at {site.name}) returns tensors this "
+                         "page does not read as (logits, weights, experts) or Switch's (dispatch, probability, "
+                         "logits), so it draws no routing rather than a guess. The language-model (GPT) or "
+                         "translation page draws its attention.")
     logits = third.reshape(-1, third.shape[-1]).to("cpu", torch.float32)
     dispatch = first.reshape(-1, first.shape[-1]).to("cpu")
     experts = logits.argmax(dim=-1, keepdim=True)  # the router's choice, before the capacity cut
     kept = dispatch.gather(1, experts).bool()
     weights = second.reshape(-1, 1).to("cpu", torch.float32)
     return RouterCall(logits, experts, weights, kept, second.dtype)
+
+
+def _dense_scores_call(scores: torch.Tensor, logits: torch.Tensor) -> RouterCall:
+    """Llama 4's ``(scores, logits)``, each ``(T, E)``: the experts are the non-zero scores, the weights their
+    values, highest first."""
+    scores = scores.reshape(-1, scores.shape[-1]).to("cpu", torch.float32)
+    k = max(1, int((scores > 0).sum(dim=-1).max()))
+    weights, experts = scores.topk(k, dim=-1)  # sorted: highest weight first
+    return RouterCall(logits.reshape(scores.shape).to("cpu", torch.float32), experts, weights,
+                      torch.ones_like(experts, dtype=torch.bool), scores.dtype)
+
+
+def score_functions(config) -> tuple[str, ...]:
+    """The score functions a router of this config may use: softmax, sigmoid, and the config's own
+    ``scoring_func`` where it names another (DeepSeek-V4's ``sqrtsoftplus``)."""
+    named = getattr(config, "scoring_func", None) if config is not None else None
+    text = config.get_text_config() if config is not None and hasattr(config, "get_text_config") else None
+    named = named or getattr(text, "scoring_func", None)
+    from transformers.activations import ACT2CLS
+
+    extra = (named,) if isinstance(named, str) and named not in ("softmax", "sigmoid") and named in ACT2CLS else ()
+    return ("softmax", "sigmoid", *extra)
 
 
 @contextlib.contextmanager
@@ -235,9 +290,9 @@ def recording(model: torch.nn.Module):
     disturbed."""
     sites = router_sites(model)
     if not sites:
-        raise ValueError(f"{type(model).__name__} has no mixture-of-experts layers (no 'gate'/'router' beside "
-                         "'experts'). Pick an MoE model such as Mixtral, OLMoE, Qwen-MoE or Switch Transformers.")
-    recorder = RoutingRecorder(sites)
+        raise ValueError(no_moe_layers(model))
+    config = getattr(model, "config", None)
+    recorder = RoutingRecorder(sites, model_type=_model_type(model), score_functions=score_functions(config))
 
     def router_hook(site):
         def hook(module, args, output):
@@ -265,9 +320,16 @@ class DispatchRule:
 
 
 def scores_from_logits(logits: torch.Tensor, score_function: str) -> torch.Tensor:
-    """float32 per-expert scores ``(T, E)``: softmax over experts, or independent sigmoids."""
+    """float32 per-expert scores ``(T, E)``: softmax over experts, or an independent function of each logit
+    (sigmoid; DeepSeek-V4's sqrt(softplus), by the name transformers gives it)."""
     logits = logits.to(torch.float32)
-    return torch.softmax(logits, dim=-1) if score_function == "softmax" else torch.sigmoid(logits)
+    if score_function == "softmax":
+        return torch.softmax(logits, dim=-1)
+    if score_function == "sigmoid":
+        return torch.sigmoid(logits)
+    from transformers.activations import ACT2FN
+
+    return ACT2FN[score_function](logits)
 
 
 def dispatch_weights(scores: torch.Tensor, experts: torch.Tensor, rule: DispatchRule) -> torch.Tensor:
@@ -278,7 +340,8 @@ def dispatch_weights(scores: torch.Tensor, experts: torch.Tensor, rule: Dispatch
     return chosen * rule.weight_scale
 
 
-def infer_dispatch_rule(calls: list[RouterCall]) -> DispatchRule | None:
+def infer_dispatch_rule(calls: list[RouterCall], functions: tuple[str, ...] = ("softmax", "sigmoid")
+                        ) -> DispatchRule | None:
     """The (score function, renormalisation, constant scale) that reproduces every dispatched weight, or None.
 
     Rules with scale 1 are preferred; a fitted constant (DeepSeek's ``routed_scaling_factor``) only when none fits.
@@ -289,7 +352,7 @@ def infer_dispatch_rule(calls: list[RouterCall]) -> DispatchRule | None:
     weights = torch.cat([c.weights for c in calls])
     tolerance = max(_relative_precision(c.weights_dtype) for c in calls)
     fitted = []
-    for score_function in ("softmax", "sigmoid"):
+    for score_function in functions:
         scores = scores_from_logits(logits, score_function)
         for renormalized in (False, True):
             base = dispatch_weights(scores, experts, DispatchRule(score_function, renormalized, 1.0))
@@ -361,10 +424,28 @@ def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
 
     loaded = loading.load_transformers(spec, auto_class, device, dtype, progress)
     if not is_moe_model(loaded.model):
-        raise ValueError(f"'{spec.id}' ({type(loaded.model).__name__}) has no mixture-of-experts layers (no "
-                         "'gate'/'router' beside 'experts'). Pick an MoE model such as Mixtral, OLMoE, Qwen-MoE or "
-                         "Switch Transformers.")
+        raise ValueError(no_moe_layers(loaded.model, spec.id))
+    progress("Checking how its routers choose (four tokens)", 0.95)
+    check_routing(loaded.model)
     return replace(loaded, capture=CAPTURE_DESCRIPTION)
+
+
+def check_routing(model: torch.nn.Module) -> None:
+    """Route four tokens and read them as ``run`` does: a router this page cannot read is refused in words now,
+    when the model loads, not after a user's text ran."""
+    config = model.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    vocab = int(getattr(text, "vocab_size", 0) or getattr(config, "vocab_size", 0) or 8)
+    device = next(model.parameters()).device
+    ids = (torch.arange(1, 5, device=device) % vocab)[None]
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+    with recording(model) as recorder, torch.inference_mode():
+        if encoder_decoder:
+            model.get_encoder()(input_ids=ids, attention_mask=torch.ones_like(ids))
+        else:
+            model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+    tokens = [str(i) for i in ids[0].tolist()]
+    routing_from_recorder(recorder, tokens, ids[0].tolist(), None, config)
 
 
 def run(loaded: LoadedModel, inputs: TextInput, options: None = None) -> RoutingResult:
@@ -427,14 +508,20 @@ def routing_from_recorder(recorder: RoutingRecorder, raw_tokens: list[str], toke
     tokens = [text_utils.display_token(t) for t in raw_tokens]
     sites = [s for s in recorder.sites if s.name in recorder.calls]
     if not sites:
-        raise ValueError("No router ran: the model's MoE layers were skipped for this input.")
+        where = " (its encoder, which reads the text, has none)" if any(
+            s.stack == "decoder" for s in recorder.sites) and getattr(config, "is_encoder_decoder", False) else ""
+        raise ValueError(f"No router of {recorder.model_type} ran for this input{where}: its MoE layers were "
+                         "skipped, so there is no routing to show. The language-model (GPT) or translation page "
+                         "draws its attention.")
     if len({s.stack for s in sites}) > 1:
         sites = [s for s in sites if s.stack == "encoder"]
     calls = [recorder.calls[s.name][-1] for s in sites]  # the last call per router is this input's
-    rule = infer_dispatch_rule(calls)
+    rule = infer_dispatch_rule(calls, recorder.score_functions)
     if rule is None:
-        raise ValueError("This model's router turns its logits into weights in a way this app does not recognise "
-                         "(not softmax or sigmoid top-k); its routing cannot be shown faithfully.")
+        raise ValueError(f"{recorder.model_type}'s router turns its logits into weights in a way this page does not "
+                         f"recognise (top-k of {' or '.join(recorder.score_functions)}, renormalised or not, times "
+                         "a constant), so the probabilities it would show could not be the model's. It draws no "
+                         "routing rather than a wrong one; the language-model (GPT) page draws its attention.")
     probs = []
     for call in calls:
         scores = scores_from_logits(call.logits, rule.score_function)
@@ -459,8 +546,14 @@ def routing_from_recorder(recorder: RoutingRecorder, raw_tokens: list[str], toke
         kept=np.stack([c.kept.numpy() for c in calls]),
         score_function=rule.score_function, renormalized=rule.renormalized, weight_scale=rule.weight_scale,
         shared_weight=shared, num_shared_experts=num_shared, capacity=capacity, stack=sites[0].stack,
+        weights_scale_input=_weights_scale_input(config),
         token_offsets=offsets, special_positions=list(special_positions or []), categories=list(categories or []),
     )
+
+
+def _weights_scale_input(config) -> bool:
+    """Whether the architecture multiplies each chosen expert's input, not its output, by its weight (Llama 4)."""
+    return str(getattr(config, "model_type", "")).startswith("llama4")
 
 
 # --- two prompts ---------------------------------------------------------------------------------------------------

@@ -47,7 +47,8 @@ def check_language(mel: np.ndarray, audio_frames: int) -> LanguageCheck:
     Two looks, so that English, what an English-only model is for, costs almost nothing: first the clip's own
     encoder frames only (about 1/20 of the work of a 30 s window for a few seconds of speech; measured 0.17 s
     against 4.4 s at load 15 on 2 cores); when that does not find English, Whisper's own procedure, the padded 30 s
-    window, decides. ``mel``: ``(80, 3000)`` log-mel; ``audio_frames``: encoder frames that hold the audio."""
+    window, decides. ``mel``: ``(80, 3000)`` log-mel (whisper-base's 80 bins, whatever the checked model reads);
+    ``audio_frames``: encoder frames that hold the audio."""
     import time
 
     import ctranslate2

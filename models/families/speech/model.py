@@ -98,7 +98,8 @@ def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
     def whisper_only(config) -> None:
         if getattr(config, "model_type", "") != "whisper":
             raise ValueError(f"'{spec.id}' is a {getattr(config, 'model_type', 'unknown')} model; this page reads "
-                             "Whisper models (openai/whisper-tiny, openai/whisper-base, ...).")
+                             "Whisper models (openai/whisper-tiny … openai/whisper-large-v3-turbo, .en models and "
+                             "fine-tunes of them). docs/MODELS.md lists what each page reads.")
 
     loaded = loading.load_transformers(spec, transformers.WhisperForConditionalGeneration, device, dtype, progress,
                                        source, check_config=whisper_only)
@@ -199,7 +200,7 @@ class SpeechResult(RunResult):
     (frames × frames), ``decoder`` (decoder inputs) and ``cross`` (output tokens × frames)."""
 
     output: SpeechOutput
-    mel: np.ndarray  # (80, 3000) log-mel spectrogram the encoder read (10 ms frames)
+    mel: np.ndarray  # (mel bins, 3000) log-mel spectrogram the encoder read (10 ms frames; 80 or 128 bins)
     audio_frames: int  # encoder frames (20 ms) holding the audio; the rest is padding
     seconds: float  # the audio's length
     words: tuple[Word, ...]  # word timestamps from the alignment heads' cross-attention (DTW)
@@ -335,7 +336,7 @@ def run(loaded: LoadedModel, inputs: AudioInput, options: SpeechSettings | None 
     settings.validate()
     clip = inputs.audio
     model, tokenizer, device = loaded.model, loaded.tokenizer, loaded.device
-    mel = audio_lib.log_mel(clip.samples)
+    mel = audio_lib.log_mel(clip.samples, model.config.num_mel_bins)  # 80 bins; 128 for large-v3 and its turbo
     features = torch.from_numpy(mel)[None].to(device=device, dtype=model.dtype)
     frames = frame_labels()
     with loading.friendly_out_of_memory(device, f"transcribing {clip.seconds:.0f} s of audio"), \
@@ -371,7 +372,8 @@ def run(loaded: LoadedModel, inputs: AudioInput, options: SpeechSettings | None 
     checked = None
     if settings.check_language and not vocab.multilingual:
         try:
-            checked = check_language(mel, audio_frames)
+            heard = mel if mel.shape[0] == audio_lib.N_MELS else audio_lib.log_mel(clip.samples)  # whisper-base's
+            checked = check_language(heard, audio_frames)
         except (ValueError, ImportError, RuntimeError) as error:  # the multilingual package is not installed
             notices.append(f"Could not check that the clip is English ({error}).")
         if checked is not None and not checked.english:
