@@ -46,9 +46,12 @@ def layer_head_picker(maps: AttentionMaps, key: str) -> tuple[int, int | None]:
     if not 0 <= st.session_state.get(f"{key}_layer", 0) < maps.num_layers:  # another model's, or a link's -5
         st.session_state[f"{key}_layer"] = 0
     numbers = [maps.layer_number(i) for i in range(maps.num_layers)]
-    if numbers != list(range(maps.num_layers)) and maps.num_layers > 1:  # a hybrid: its attention layers under the model's own numbers
-        layer = left.select_slider("Layer (attention layers only)", list(range(maps.num_layers)),
-                                   format_func=lambda i: str(numbers[i]), key=f"{key}_layer")
+    hybrid = numbers != list(range(maps.num_layers))  # its attention layers under the model's own numbers
+    windowed = any(maps.layer_window(i) for i in range(maps.num_layers))  # "4 (local, 512)", "5 (global)"
+    if (hybrid or windowed) and maps.num_layers > 1:
+        layer = left.select_slider("Layer (attention layers only)" if hybrid else "Layer",
+                                   list(range(maps.num_layers)), key=f"{key}_layer",
+                                   format_func=lambda i: maps.layer_label(i).removeprefix("layer "))
     else:
         layer = left.slider("Layer", 0, max(maps.num_layers - 1, 1), key=f"{key}_layer",
                             disabled=maps.num_layers == 1)

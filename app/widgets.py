@@ -138,11 +138,13 @@ def token_limit(default: int = text.DEFAULT_MAX_TOKENS) -> int:
                                        " On a GPU a run is first checked against its free memory." if gpu else "")))
 
 
-def text_source(presets: dict[str, str], key: str, label: str = "Text", height: int = 100) -> str:
+def text_source(presets: dict[str, str], key: str, label: str = "Text", height: int = 100,
+                token_limits: dict[str, int] | None = None) -> str:
     """Presets to click, a text box, and a .txt upload; returns the text to run (may be empty).
 
     A preset's button stays highlighted only while the text is that preset: typing over it or uploading a file
-    clears it (the button is drawn after the upload is read, in a slot above it)."""
+    clears it (the button is drawn after the upload is read, in a slot above it). ``token_limits``: presets longer
+    than the sidebar's default token limit, with the limit each needs; picking one raises a lower limit to it."""
     state_key, pill_key, last_key = f"{key}_text", f"{key}_preset", f"{key}_last_preset"
     if state_key not in st.session_state:
         st.session_state[state_key] = next(iter(presets.values()))
@@ -161,10 +163,20 @@ def text_source(presets: dict[str, str], key: str, label: str = "Text", height: 
     elif chosen and st.session_state.get(state_key) != presets.get(chosen):  # its text was replaced
         st.session_state[pill_key] = chosen = None
     st.session_state[last_key] = chosen
-    slot.pills("Samples", list(presets), key=pill_key, label_visibility="collapsed")
+    slot.pills("Samples", list(presets), key=pill_key, label_visibility="collapsed",
+               on_change=_raise_token_limit, args=(pill_key, token_limits or {}))
     typed = st.text_area(label, key=state_key, height=height)
     _link_notes(key, typed, next(iter(presets.values())))
     return typed
+
+
+def _raise_token_limit(pill_key: str, token_limits: dict[str, int]) -> None:
+    """A long sample picked (a callback: before the sidebar's limit is drawn again): a lower limit is raised to what
+    the sample needs, within the device's ceiling."""
+    needed = token_limits.get(st.session_state.get(pill_key) or "", 0)
+    ceiling = limits.max_tokens(sidebar.device_choice()[0])
+    if needed and st.session_state.get("max_tokens", text.DEFAULT_MAX_TOKENS) < needed:
+        st.session_state["max_tokens"] = min(needed, ceiling)
 
 
 def _link_notes(key: str, typed: str, default: str) -> None:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from models import families
+from models.analysis import showcase
 from models.core import capture
 from models.core.inputs import TextInput
 from models.core.results import DescribedMask
@@ -122,7 +123,7 @@ def test_gemma3_270m_is_labelled_and_sees_paris(gemma):
     assert "ai.google.dev/gemma/terms" in (folder / "NOTICE").read_text()
     assert not list(folder.glob("*.gguf"))  # the joined GGUF is not kept beside its float32 copy
     result = causal_lm.run(gemma, TextInput("The Eiffel Tower is in the city of"))
-    assert result.next_token[0].token == "␣Paris" and 0.45 < result.next_token[0].probability < 0.55
+    assert result.next_token[0].token == "Paris" and 0.45 < result.next_token[0].probability < 0.55
 
 
 def test_gemma3_270m_maps_equal_its_eager_attention(gemma, gemma_eager):
@@ -140,12 +141,9 @@ def test_gemma3_270m_maps_equal_its_eager_attention(gemma, gemma_eager):
 def test_gemma3_270m_local_heads_stop_512_tokens_back(gemma, gemma_eager):
     """The GPT page's long sample: past 512 tokens the local layers' windows are drawn as the rule they are, and
     every map still equals the model's own eager attention."""
-    from app.views.gpt import SAMPLES
-
-    sample = SAMPLES["Beyond the window"]
-    result = causal_lm.run(gemma, TextInput(sample.text, sample.max_tokens))
+    result = causal_lm.run(gemma, TextInput(causal_lm.long_sample(), causal_lm.LONG_SAMPLE_TOKENS))
     n = len(result.tokens)
-    assert 512 < n <= sample.max_tokens and not result.notices
+    assert 512 < n <= causal_lm.LONG_SAMPLE_TOKENS and not result.notices
     maps = result.maps("self")
     reference = _eager_maps(gemma_eager, list(result.token_ids))
     worst = max(float(np.abs(maps.layer(i) - reference[i]).max()) for i in range(18))
@@ -154,4 +152,75 @@ def test_gemma3_270m_local_heads_stop_512_tokens_back(gemma, gemma_eager):
     assert (local[:n - 512] == 0).all() and (local[n - 512:] > 0).all()
     assert (full > 0).all()
     assert maps.allowed_masks[maps.mask_index[4]].window == 512
-    assert result.next_token[0].token.strip() == sample.key  # the name, read from beyond the local window
+    assert result.next_token[0].token == causal_lm.LONG_SAMPLE_NAME  # read from beyond the local window
+    sample = showcase.Sample(causal_lm.long_sample(), "word", key=causal_lm.LONG_SAMPLE_NAME)
+    opening = showcase.opening_head(maps, list(maps.query_tokens), sample)
+    assert maps.layer_window(opening.layer) == 0 and "(global)" in opening.why()  # only a global layer reaches it
+
+
+# --- the GPT page: a windowed model's layers named in the picker, the head's title and the heads table ---------------
+
+@pytest.fixture
+def gemma_page(tmp_path_factory, monkeypatch):
+    """The GPT page with its models replaced by the tiny random Gemma 3 (saved with save_pretrained, with the
+    MiniLM tokenizer), as the other page tests replace them by a tiny Llama."""
+    import streamlit as st
+
+    from models.core.specs import ModelSpec
+    from tests.conftest import minilm_tokenizer
+
+    folder = tmp_path_factory.mktemp("tiny-gemma3")
+    model = tiny_gemma3("sdpa")
+    model.config.vocab_size = 30522  # the MiniLM tokenizer's ids
+    model.resize_token_embeddings(30522)
+    model.save_pretrained(folder)
+    minilm_tokenizer().save_pretrained(folder)
+    real_load = families.load
+
+    def fake_load(spec, device="cpu", dtype="float32", progress=lambda step, fraction: None):
+        if spec.family != "causal_lm" or spec not in families.specs("causal_lm"):
+            return real_load(spec, device, dtype, progress)
+        tiny = ModelSpec(spec.family, spec.key, "hub", str(folder), spec.licence, spec.trained_on)
+        return families.get("causal_lm").load(tiny, device, dtype, progress)
+
+    monkeypatch.setattr(families, "load", fake_load)
+    st.cache_resource.clear()
+    yield
+    st.cache_resource.clear()
+
+
+def test_gpt_page_names_local_and_global_layers(gemma_page):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import ROOT
+    from tests.test_app_text_pages import head_chart_title
+
+    at = AppTest.from_file(str(ROOT / "app" / "views" / "gpt.py"), default_timeout=120).run()
+    assert not at.exception, at.exception
+    picker = at.select_slider(key="gpt_layer")
+    assert picker.options[4] == f"4 (local, {WINDOW})" and picker.options[5] == "5 (global)"
+    picker.set_value(5)
+    at.selectbox(key="gpt_head").set_value("head 0").run()
+    assert head_chart_title(at) == "layer 5 (global), head 0"
+    at.select_slider(key="gpt_layer").set_value(4).run()
+    assert head_chart_title(at) == f"layer 4 (local, {WINDOW}), head 0"
+    assert any(f"only the last {WINDOW} tokens" in c.value for c in at.caption)  # the head's caption says why
+    at.session_state["gpt_view"] = "All heads (model view)"
+    at.run()
+    assert not at.exception, at.exception
+    table = at.dataframe[0].value
+    assert list(table.loc[table.layer == 4, "attention"].unique()) == [f"local ({WINDOW})"]
+    assert list(table.loc[table.layer == 5, "attention"].unique()) == ["global"]
+
+
+def test_the_long_sample_raises_the_token_limit_it_needs(patched_loader):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import ROOT
+
+    at = AppTest.from_file(str(ROOT / "app" / "views" / "gpt.py"), default_timeout=120).run()
+    assert at.number_input(key="max_tokens").value == 512
+    at.button_group(key="gpt_preset").set_value("Beyond the window").run()
+    assert not at.exception, at.exception
+    assert at.number_input(key="max_tokens").value == causal_lm.LONG_SAMPLE_TOKENS
+    assert not at.warning  # nothing cut: the whole sample runs

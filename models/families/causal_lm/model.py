@@ -182,6 +182,18 @@ def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
     return loading.load_transformers(spec, transformers.AutoModelForCausalLM, device, dtype, progress, source)
 
 
+# The GPT page's long sample (written for this project): its last token needs a name 595 tokens back (Gemma 3's
+# tokens; 625 tokens in all for SmolLM2), beyond Gemma 3's 512-token local window. Gemma 3 270M reads it from a
+# global layer (" Cornelius", p = 0.99).
+LONG_SAMPLE = loading.SAMPLE_DATA / "text" / "lighthouse.txt"
+LONG_SAMPLE_NAME = "Cornelius"
+LONG_SAMPLE_TOKENS = 768  # the token limit it needs
+
+
+def long_sample() -> str:
+    return LONG_SAMPLE.read_text().strip()
+
+
 # --- running --------------------------------------------------------------------------------------------------------
 
 def _top(probabilities: torch.Tensor, tokenizer, k: int) -> tuple[TokenProbability, ...]:
