@@ -224,3 +224,21 @@ def test_the_long_sample_raises_the_token_limit_it_needs(patched_loader):
     assert not at.exception, at.exception
     assert at.number_input(key="max_tokens").value == causal_lm.LONG_SAMPLE_TOKENS
     assert not at.warning  # nothing cut: the whole sample runs
+
+
+def test_a_removed_token_is_replaced_by_an_average_token_at_the_scale_gemma_embeds_at():
+    """Gemma 3's embedding multiplies its rows by √d_model in its own forward: the explanations' "average token"
+    must be scaled alike, or a removed token becomes 25 times shorter than any real one (in Gemma 3 270M)."""
+    from types import SimpleNamespace
+
+    from models.core.results import TokenProbability
+    from models.families.causal_lm import explain
+
+    model = tiny_gemma3("eager")
+    table = model.get_input_embeddings()
+    loaded = SimpleNamespace(model=model, tokenizer=SimpleNamespace(decode=lambda ids: f"t{ids[0]}"))
+    result = SimpleNamespace(token_ids=(1, 2, 3), next_token=(TokenProbability("t4", 4, 0.5),))
+    adapter = explain.from_result(loaded, result, None)
+    expected = table.weight.mean(0) * table.embed_scale
+    torch.testing.assert_close(adapter.baseline[0, 1], expected)
+    torch.testing.assert_close(adapter.embeddings[0, 1], table.weight[2] * table.embed_scale)
