@@ -242,3 +242,33 @@ def test_a_removed_token_is_replaced_by_an_average_token_at_the_scale_gemma_embe
     expected = table.weight.mean(0) * table.embed_scale
     torch.testing.assert_close(adapter.baseline[0, 1], expected)
     torch.testing.assert_close(adapter.embeddings[0, 1], table.weight[2] * table.embed_scale)
+
+
+# --- the positional page: Gemma 3's two RoPE bases -------------------------------------------------------------------
+
+def test_rope_of_gemma3_has_a_base_per_layer_type():
+    from types import SimpleNamespace
+
+    from models.core.specs import ModelSpec
+    from models.lessons import positional as pe
+    from viz import figures
+
+    model = tiny_gemma3("eager")
+    spec = ModelSpec("causal_lm", "tiny-gemma3", "hub", "x", "", "")
+    found = pe.rope_of_model(SimpleNamespace(model=model, spec=spec))
+    kinds = {rope.layer_type: rope for rope in found.by_layer_type}
+    assert kinds["sliding_attention"].theta == 10_000.0 and kinds["full_attention"].theta == 1_000_000.0
+    assert kinds["sliding_attention"].layers == (0, 1, 2, 3, 4) and kinds["full_attention"].layers == (5,)
+    assert kinds["sliding_attention"].label == f"local layers (window {WINDOW})"
+    rotary = model.model.rotary_emb
+    np.testing.assert_allclose(kinds["sliding_attention"].model_frequencies,
+                               rotary.sliding_attention_inv_freq.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(kinds["full_attention"].frequencies, 1e6 ** (-np.arange(0, 8, 2) / 8), rtol=1e-6)
+    facts = found.facts()
+    assert facts["rope_theta (local)"] == "10000" and facts["rope_theta (global)"] == "1e+06"
+    figure = figures.build("rope_in_model", found)
+    assert "10,000" in figure.caption and "1,000,000" in figure.caption
+    arrays = figure.arrays()
+    np.testing.assert_allclose(arrays["model_frequencies_full_attention"], rotary.full_attention_inv_freq.numpy())
+    np.testing.assert_allclose(arrays["frequencies_sliding_attention"], 1e4 ** (-np.arange(0, 8, 2) / 8),
+                               rtol=1e-6)
