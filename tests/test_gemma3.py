@@ -272,3 +272,35 @@ def test_rope_of_gemma3_has_a_base_per_layer_type():
     np.testing.assert_allclose(arrays["model_frequencies_full_attention"], rotary.full_attention_inv_freq.numpy())
     np.testing.assert_allclose(arrays["frequencies_sliding_attention"], 1e4 ** (-np.arange(0, 8, 2) / 8),
                                rtol=1e-6)
+
+
+# --- the corpus page: statistics accumulated in the forward honour the windows ---------------------------------------
+
+def test_corpus_statistics_of_a_windowed_model_equal_its_eager_maps(tmp_path):
+    """Batched with padding, documents longer than the tiny model's window: every per-head statistic the corpus
+    engine accumulates inside the capture call equals the one read from Gemma 3's own eager maps."""
+    import transformers
+
+    from models.core.loading import LoadedModel
+    from models.core.specs import ModelSpec
+    from models.corpus import statistics
+    from models.corpus.readers import Document
+    from tests.conftest import minilm_tokenizer
+    from tests.test_corpus import TEXTS
+
+    model, eager = tiny_gemma3(capture.ATTENTION_NAME), tiny_gemma3("eager")
+    for each in (model, eager):
+        each.resize_token_embeddings(30522)  # the MiniLM tokenizer's ids
+    eager.load_state_dict(model.state_dict())
+    spec = ModelSpec("causal_lm", "tiny-gemma3", "hub", "tiny", "test", "random weights")
+    loaded = LoadedModel(spec, model, minilm_tokenizer(), "cpu", "float32", 256)
+    documents = [Document(f"doc#{i}", text, "test") for i, text in enumerate(TEXTS)]
+    results, skipped = statistics.StatisticsRunner(loaded, max_tokens=64).run(documents)
+    assert not skipped and max(len(item.token_ids) for item in results) > 4 * WINDOW
+    assert isinstance(eager, transformers.Gemma3ForCausalLM)
+    for item in results:
+        reference = statistics.eager_statistics(eager, item.token_ids)
+        for name in statistics.STATISTICS:
+            np.testing.assert_allclose(item.statistics[name], reference[name], rtol=1e-4, atol=1e-5,
+                                       err_msg=f"{item.doc_id} {name}")
+        np.testing.assert_array_equal(item.peak_key, reference["peak_key"])
