@@ -304,3 +304,16 @@ def test_corpus_statistics_of_a_windowed_model_equal_its_eager_maps(tmp_path):
             np.testing.assert_allclose(item.statistics[name], reference[name], rtol=1e-4, atol=1e-5,
                                        err_msg=f"{item.doc_id} {name}")
         np.testing.assert_array_equal(item.peak_key, reference["peak_key"])
+
+
+def test_the_kv_cache_table_reads_gemma3_from_its_first_chunk():
+    """The mechanics page's KV-cache presets read each packaged model's hyper-parameters from its GGUF header: for
+    Gemma 3 the header is at the start of its first chunk (nothing joined or converted), and the table says that
+    its local layers keep at most 512 tokens."""
+    from models.lessons import cost
+
+    report = cost.app_model_kv_specs()
+    assert not [line for line in report.skipped if "Gemma" in line], report.skipped
+    gemma = next(spec for spec in report.specs if spec.name == "Gemma-3-270M")
+    assert (gemma.kind, gemma.layers, gemma.heads, gemma.kv_heads, gemma.head_dim) == ("MQA", 18, 4, 1, 256)
+    assert "part00" in gemma.source and "512" in gemma.note
