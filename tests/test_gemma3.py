@@ -265,7 +265,7 @@ def test_rope_of_gemma3_has_a_base_per_layer_type():
                                rotary.sliding_attention_inv_freq.numpy(), rtol=1e-6)
     np.testing.assert_allclose(kinds["full_attention"].frequencies, 1e6 ** (-np.arange(0, 8, 2) / 8), rtol=1e-6)
     facts = found.facts()
-    assert facts["rope_theta (local)"] == "10000" and facts["rope_theta (global)"] == "1e+06"
+    assert facts["rope_theta (local)"] == "10,000" and facts["rope_theta (global)"] == "1,000,000"
     figure = figures.build("rope_in_model", found)
     assert "10,000" in figure.caption and "1,000,000" in figure.caption
     arrays = figure.arrays()

@@ -273,7 +273,8 @@ def rope_wavelengths_by_layer_type_chart(curves: list[tuple[str, np.ndarray, np.
     base = alt.Chart(frame).encode(
         x=alt.X("pair:Q", title="pair i"),
         y=alt.Y("wavelength:Q", scale=alt.Scale(type="log"), title="wavelength 2π/θᵢ (positions)"),
-        color=alt.Color("layers:N", sort=[label for label, _, _ in curves], title=None),
+        color=alt.Color("layers:N", sort=[label for label, _, _ in curves], title=None,
+                        scale=alt.Scale(scheme="tableau10")),
         tooltip=["layers", "source", "pair", alt.Tooltip("wavelength:Q", format=",.1f")])
     line = base.transform_filter(alt.datum.source == "formula b^(−2i/d)").mark_line()
     dots = base.transform_filter(alt.datum.source == "the model's inv_freq").mark_point(filled=True, size=40)

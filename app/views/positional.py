@@ -136,14 +136,20 @@ def rope_model_view(model) -> None:
     if (figure := widgets.figure_or_none("rope_in_model", None, None, model)) is None:
         return
     found = figure.payload()
-    for column, (label, value) in zip(st.columns(len(found["facts"])), found["facts"].items()):
-        column.metric(label, value)
+    facts = list(found["facts"].items())
+    per_row = 3 if len(facts) > 5 else len(facts)  # Gemma 3's two bases: two rows of three fit a laptop's width
+    for start in range(0, len(facts), per_row):
+        for column, (label, value) in zip(st.columns(per_row), facts[start:start + per_row]):
+            column.metric(label, value)
     settings = {"rope_base": found["theta"]} | ({"rope_d": found["rotary_dim"]}
                                                 if found["rotary_dim"] in ROPE_DIMS else {})
     st.button("Use these settings in the charts above" + (" (the global layers' base)" if found["by_layer_type"]
                                                           else ""),
               on_click=st.session_state.update, kwargs=settings)
-    st.caption(figure.caption)
+    if found["by_layer_type"]:  # a base per kind of layer (Gemma 3): their wavelengths side by side
+        display.show(figure, "rope_model")
+    else:
+        st.caption(figure.caption)
 
 
 @st.fragment

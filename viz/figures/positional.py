@@ -300,14 +300,14 @@ def rope_in_model(found: pe.RopeInModel, options: NoOptions) -> Figure:
     if found.by_layer_type:  # Gemma 3: a base per kind of layer, each drawn and checked against its own buffer
         kinds = found.by_layer_type
         chart = positional_charts.rope_wavelengths_by_layer_type_chart(
-            [(f"{rope.label}, b = {rope.theta:,.0f}", rope.frequencies, rope.model_frequencies) for rope in kinds],
+            [(f"{rope.kind}, b = {rope.theta:,.0f}", rope.frequencies, rope.model_frequencies) for rope in kinds],
             found.model)
         for rope in kinds:
             arrays[f"frequencies_{rope.layer_type}"] = rope.frequencies
             if rope.model_frequencies is not None:
                 arrays[f"model_frequencies_{rope.layer_type}"] = rope.model_frequencies
         checks = "; ".join(
-            f"its {rope.label} ({len(rope.layers)} of them) rotate with b = {rope.theta:,.0f}, their slowest pair "
+            f"its {len(rope.layers)} {rope.label} rotate with b = {rope.theta:,.0f}, their slowest pair "
             f"turning once every {rope.slowest_wavelength:,.0f} positions"
             + ("" if rope.max_relative_error is None else
                f" (their inv_freq buffer equals b^(−2i/d) to {rope.max_relative_error:.1e})")

@@ -318,7 +318,7 @@ class RopeInModel:
     def facts(self) -> dict[str, str]:
         """Label -> value, for a row of metrics."""
         s = self.settings
-        bases = {f"rope_theta ({rope.kind})": f"{rope.theta:g}" for rope in self.by_layer_type}
+        bases = {f"rope_theta ({rope.kind})": f"{rope.theta:,.0f}" for rope in self.by_layer_type}
         return {**(bases or {"rope_theta": f"{s.theta:g}"}), "Head dimension": str(s.head_dim),
                 "Rotary dimensions": f"{s.rotary_dim} ({s.partial_rotary_factor:.0%})",
                 "Context (positions)": str(s.max_positions or "?"), "RoPE type": s.rope_type}
