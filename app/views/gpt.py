@@ -34,9 +34,9 @@ SAMPLES = {
                        lesson="the last word reads the country the question is about, where the answer comes from"),
     "Beyond the window": Sample(
         causal_lm.long_sample(), "word", key=causal_lm.LONG_SAMPLE_NAME, max_tokens=causal_lm.LONG_SAMPLE_TOKENS,
-        lesson="the last word reaches back almost 600 tokens to the keeper's name. Gemma 3's local layers (five of "
-               "every six) see only their last 512 tokens and cannot reach it: pick one to see its map stop in a "
-               "band along the diagonal"),
+        lesson="the last word reaches back almost 600 tokens to the keeper's name. In Gemma 3 (in the sidebar) only "
+               "the global layers can: its local layers, five of every six, see only their last 512 tokens, and "
+               "their maps stop in a band along the diagonal"),
 }
 PRESETS = {name: sample.text for name, sample in SAMPLES.items()}
 TOKEN_LIMITS = {name: sample.max_tokens for name, sample in SAMPLES.items() if sample.max_tokens}
