@@ -50,7 +50,8 @@ class Opening:
         what = {"induction": "from each repeated token to the token that followed its earlier occurrence",
                 "previous_token": "from each token to the one just before it",
                 "word": f"from '{self.sample.query or 'the last token'}' to '{self.sample.key}'"}[self.sample.pattern]
-        return (f"Opened on {self.label or f'layer {self.layer}'}, head {self.head}: of all {self.heads} heads it puts the most "
+        layer = self.label or f"layer {self.layer}"
+        return (f"Opened on {layer}, head {self.head}: of all {self.heads} heads it puts the most "
                 f"attention {what} on this sample ({self.score:.2f} of its weight) — {self.sample.lesson}. Pick "
                 "another head to compare.")
 

@@ -4,8 +4,8 @@ disks and a second process converting at the same time.
 - Kills: a conversion is written to ``<name>.partial-<pid>-<thread>`` and renamed into place only when complete, so a
   kill leaves a partial folder that is never loaded; ``remove_abandoned`` deletes those of processes no longer alive.
 - Damage: ``files.json`` (every file's size, written before the stamp) and the safetensors headers say whether a
-  cached folder is whole (folders without it also have their JSON files parsed); ``damage`` returns why not (a truncated ``model.safetensors``, a missing tokenizer, a JSON
-  file cut short), and the caller converts again. A bit flipped inside the tensor data of a same-sized file is not
+  cached folder is whole (a folder without it also has its JSON files parsed); ``damage`` returns why not (a
+  truncated ``model.safetensors``, a missing tokenizer, a JSON file cut short), and the caller converts again. A bit flipped inside the tensor data of a same-sized file is not
   detected (that would mean hashing 0.5 GB on every start).
 - Full disk: ``ENOSPC`` (from Python or from safetensors' Rust writer) becomes a ``ValueError`` naming the folder,
   what the conversion needs and what is free.

@@ -6,8 +6,9 @@ UTF-8 key, a uint32 value type and the value (a little-endian scalar, a uint64-l
 type, uint64 count, items). Tensor infos and tensor data follow the metadata and are never touched here.
 
 Only the metadata is read, and only until the keys we need are known: ``general.architecture`` and, under that
-architecture's prefix, ``block_count``, ``attention.head_count``, ``attention.head_count_kv``, ``embedding_length``
-``attention.key_length`` and ``attention.sliding_window`` (Gemma 3's local layers). Versions 2 and later (64-bit counts and lengths) are supported.
+architecture's prefix, ``block_count``, ``attention.head_count``, ``attention.head_count_kv``, ``embedding_length``,
+``attention.key_length`` and ``attention.sliding_window`` (Gemma 3's local layers). Versions 2 and later (64-bit
+counts and lengths) are supported.
 """
 from __future__ import annotations
 
