@@ -63,6 +63,14 @@ def test_layers_say_whether_they_are_local_or_global(tiny_run):
     assert maps.layer_label(5) == "layer 5 (global)"
 
 
+def test_a_model_whose_every_layer_has_a_window_says_its_width():
+    from models.core.results import RecomputedAttention
+
+    maps = RecomputedAttention("self", ["a"], ["a"], [torch.zeros(2, 1, 4)] * 2, [torch.zeros(2, 1, 4)] * 2,
+                               [0.5] * 2, [DescribedMask(1, 1, True)], [0, 0], windows=(4096, 4096))
+    assert maps.layer_label(1) == "layer 1 (window 4096)"
+
+
 def test_a_model_without_windows_labels_its_layers_by_number_only():
     from tests.conftest import tiny_model
 

@@ -153,8 +153,9 @@ def summary_table(summary: HeadSummary) -> "pd.DataFrame":
     layer_index, head_index = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
     columns = {"layer": layer_index.ravel(), "head": head_index.ravel()}
     if summary.windows:  # Gemma 3, Mistral: which layers see only a sliding window of keys
-        columns["attention"] = [f"local ({summary.windows[layer]})" if summary.windows[layer] else "global"
-                                for layer in layer_index.ravel()]
+        every = all(summary.windows)  # Mistral: one window everywhere, no global layer to tell apart
+        columns["attention"] = [(f"window {summary.windows[layer]}" if every else f"local ({summary.windows[layer]})")
+                                if summary.windows[layer] else "global" for layer in layer_index.ravel()]
     if summary.group_size > 1:  # GQA: heads of one group share their keys and values
         columns["kv group"] = head_index.ravel() // summary.group_size
     columns.update({label: summary.roles[name].ravel().astype(float) for name, label in ROLES.items()

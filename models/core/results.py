@@ -132,11 +132,15 @@ class AttentionMaps:
         return int(windows[layer]) if windows else 0
 
     def layer_label(self, layer: int) -> str:
-        """"layer 4 (local, 512)" / "layer 5 (global)" where some layers attend within a sliding window (Gemma 3,
-        Mistral), else "layer 4"; under the model's own layer number."""
+        """"layer 4 (local, 512)" / "layer 5 (global)" where some layers attend within a sliding window and others
+        do not (Gemma 3), "layer 4 (window 4096)" where all do (Mistral), else "layer 4"; under the model's own
+        layer number."""
         number, window = self.layer_number(layer), self.layer_window(layer)
-        if not getattr(self, "windows", ()):
+        windows = getattr(self, "windows", ())
+        if not windows:
             return f"layer {number}"
+        if all(windows):
+            return f"layer {number} (window {window})"
         return f"layer {number} (local, {window})" if window else f"layer {number} (global)"
 
     @property

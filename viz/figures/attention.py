@@ -41,8 +41,10 @@ def window_note(maps, layer: int, keys: int) -> str:
     if keys <= window:
         return (f" A local layer: each query sees only the last {window:,} tokens (itself included); this input is "
                 "shorter than that, so its mask is the plain causal one.")
+    others = any(not maps.layer_window(i) for i in range(maps.num_layers))
     return (f" A local layer: each query sees only the last {window:,} tokens (itself included), so the map stops "
-            f"{window:,} tokens back, a band along the diagonal; the global layers see every earlier token.")
+            f"{window:,} tokens back, a band along the diagonal"
+            + ("; the global layers see every earlier token." if others else "."))
 
 
 def rows_columns(allowed: np.ndarray) -> str:
