@@ -39,7 +39,8 @@ def layer_head_picker(maps: AttentionMaps, key: str) -> tuple[int, int | None]:
     _apply_grid_click(key)
     _apply_table_pick(key, maps.num_heads)
     layer, head = widgets.layer_and_head(key, maps.num_layers, maps.num_heads, opening=(0, 0),
-                                         layer_numbers=[maps.layer_number(i) for i in range(maps.num_layers)])
+                                         layer_names=[maps.layer_label(i) for i in range(maps.num_layers)],
+                                         hybrid=any(maps.layer_number(i) != i for i in range(maps.num_layers)))
     return selection.pick(maps, layer, head)
 
 

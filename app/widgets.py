@@ -141,11 +141,13 @@ def token_limit(default: int = text.DEFAULT_MAX_TOKENS) -> int:
                                        " On a GPU a run is first checked against its free memory." if gpu else "")))
 
 
-def text_source(presets: dict[str, str], key: str, label: str = "Text", height: int = 100) -> str:
+def text_source(presets: dict[str, str], key: str, label: str = "Text", height: int = 100,
+                token_limits: dict[str, int] | None = None) -> str:
     """Presets to click, a text box, and a .txt upload; returns the text to run (may be empty).
 
     A preset's button stays highlighted only while the text is that preset: typing over it or uploading a file
-    clears it (the button is drawn after the upload is read, in a slot above it)."""
+    clears it (the button is drawn after the upload is read, in a slot above it). ``token_limits``: presets longer
+    than the sidebar's default token limit, with the limit each needs; picking one raises a lower limit to it."""
     state_key, pill_key, last_key = f"{key}_text", f"{key}_preset", f"{key}_last_preset"
     if state_key not in st.session_state:
         st.session_state[state_key] = next(iter(presets.values()))
@@ -164,10 +166,20 @@ def text_source(presets: dict[str, str], key: str, label: str = "Text", height: 
     elif chosen and st.session_state.get(state_key) != presets.get(chosen):  # its text was replaced
         st.session_state[pill_key] = chosen = None
     st.session_state[last_key] = chosen
-    slot.pills("Samples", list(presets), key=pill_key, label_visibility="collapsed")
+    slot.pills("Samples", list(presets), key=pill_key, label_visibility="collapsed",
+               on_change=_raise_token_limit, args=(pill_key, token_limits or {}))
     typed = st.text_area(label, key=state_key, height=height)
     _link_notes(key, typed, next(iter(presets.values())))
     return typed
+
+
+def _raise_token_limit(pill_key: str, token_limits: dict[str, int]) -> None:
+    """A long sample picked (a callback: before the sidebar's limit is drawn again): a lower limit is raised to what
+    the sample needs, within the device's ceiling."""
+    needed = token_limits.get(st.session_state.get(pill_key) or "", 0)
+    ceiling = limits.max_tokens(sidebar.device_choice()[0])
+    if needed and st.session_state.get("max_tokens", text.DEFAULT_MAX_TOKENS) < needed:
+        st.session_state["max_tokens"] = min(needed, ceiling)
 
 
 def _link_notes(key: str, typed: str, default: str) -> None:
@@ -216,17 +228,19 @@ def show_notices(result: RunResult) -> None:
         st.warning(plain(notice), icon="✂️")
 
 
-def layer_and_head(key: str, layers: int, heads: int, *, layer_numbers: list[int] | None = None,
-                   all_layers: bool = False, opening: tuple = (0, selection.MEAN), labels: tuple[str, str] =
-                   ("Layer", "Head"), columns=None, disabled: tuple[bool, bool] = (False, False),
-                   layer_key: str | None = None, head_key: str | None = None) -> tuple:
+def layer_and_head(key: str, layers: int, heads: int, *, layer_names: list[str] | None = None,
+                   hybrid: bool = False, all_layers: bool = False, opening: tuple = (0, selection.MEAN),
+                   labels: tuple[str, str] = ("Layer", "Head"), columns=None,
+                   disabled: tuple[bool, bool] = (False, False), layer_key: str | None = None,
+                   head_key: str | None = None) -> tuple:
     """The one layer and head picker of every page (``models/core/selection.py``): a layer (a slider; a list with
-    "every layer averaged" first where the view averages layers, ``all_layers``; a hybrid's attention layers
-    under the model's own numbers, ``layer_numbers``) and a head ("average of heads", then each head). Their state
-    (``{key}_layer``, ``{key}_head``) holds the choices themselves, so links carry "3", "all", "mean"; a stale
-    one (another model's, a link's) goes back to ``opening``. Returns (layer choice, head choice)."""
+    "every layer averaged" first where the view averages layers, ``all_layers``; named where the maps name their
+    layers, ``layer_names``: a hybrid's attention layers under the model's own numbers, Gemma 3's "4 (local, 512)")
+    and a head ("average of heads", then each head). Their state (``{key}_layer``, ``{key}_head``) holds the
+    choices themselves, so links carry "3", "all", "mean"; a stale one (another model's, a link's) goes back to
+    ``opening``. Returns (layer choice, head choice)."""
     layer_key, head_key = layer_key or f"{key}_layer", head_key or f"{key}_head"
-    numbers = layer_numbers or list(range(layers))
+    names = layer_names or [f"layer {i}" for i in range(layers)]
     layer_choices = ([selection.ALL] if all_layers else []) + list(range(layers))
     head_choices = [selection.MEAN, *range(heads)]
     opening_layer = opening[0]
@@ -242,14 +256,15 @@ def layer_and_head(key: str, layers: int, heads: int, *, layer_numbers: list[int
     left, right = columns or st.columns(2)
 
     def layer_name(choice) -> str:
-        return selection.LABELS[selection.ALL] if choice == selection.ALL else f"layer {numbers[choice]}"
+        return selection.LABELS[selection.ALL] if choice == selection.ALL else names[choice]
 
     if all_layers:
         layer = left.selectbox(labels[0], layer_choices, format_func=layer_name, key=layer_key,
                                disabled=disabled[0] or layers == 1)
-    elif numbers != list(range(layers)) and layers > 1:  # a hybrid: its attention layers under their numbers
-        layer = left.select_slider(f"{labels[0]} (attention layers only)", layer_choices, format_func=layer_name,
-                                   key=layer_key, disabled=disabled[0])
+    elif names != [f"layer {i}" for i in range(layers)] and layers > 1:  # named: hybrids, local/global layers
+        layer = left.select_slider(labels[0] + " (attention layers only)" * hybrid, layer_choices,
+                                   format_func=lambda i: names[i].removeprefix("layer "), key=layer_key,
+                                   disabled=disabled[0])
     else:
         layer = left.slider(labels[0], 0, max(layers - 1, 1), key=layer_key, disabled=disabled[0] or layers == 1)
         layer = min(layer, layers - 1)

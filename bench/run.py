@@ -11,6 +11,8 @@ machine. What each case measures, and against what, is in its module:
 - ``lens`` (n = 512), ``ablation`` (~20 tokens): ``bench/case_lens.py``, the logit lens on SmolLM2 against the
   forward it reads, all 270 heads ablated one at a time; ``patching`` (12 tokens): a clean/corrupted pair patched
   at every layer and position and for every head;
+- ``gemma`` (n = 2,048): ``bench/case_gemma.py``, Gemma 3 270M's real weights through the GPT page's run against
+  its SDPA forward;
 - ``speech``: ``bench/case_speech.py``, a 10 s clip transcribed by Whisper tiny.en with every map captured against
   the plain SDPA transcription;
 - ``captioning``: ``bench/case_captioning.py``, the three captioning minis (caption + every word's maps) and a
@@ -54,6 +56,7 @@ from bench.case_causal_lm import (  # noqa: E402
     task_causal_lm_memory,
     task_causal_lm_time,
 )
+from bench.case_gemma import case_gemma, task_gemma_memory, task_gemma_time  # noqa: E402
 from bench.case_lens import (  # noqa: E402
     case_ablation,
     case_lens,
@@ -72,7 +75,7 @@ from bench.case_why import case_why, task_why  # noqa: E402
 from bench.case_architectures import case_architectures, task_architectures  # noqa: E402
 
 CASES = ("causal_lm", "view_bytes", "rerender", "vit_rollout", "startup", "lens", "ablation", "patching",
-         "speech", "captioning", "translator", "load", "why", "architectures", "notebook")
+         "speech", "captioning", "translator", "load", "why", "architectures", "notebook", "gemma")
 # bench/case_long_context.py: N up to 131,072 on a GPU, 32,768 on a CPU (tens of minutes there): only when asked for
 LONG_CASES = ("long_context",)
 TASKS = {"causal_lm_time": task_causal_lm_time, "causal_lm_memory": task_causal_lm_memory,
@@ -84,6 +87,7 @@ TASKS["long_context"] = task_long_context
 TASKS["why"] = task_why
 TASKS["architectures"] = task_architectures
 TASKS["notebook"] = task_notebook
+TASKS.update(gemma_time=task_gemma_time, gemma_memory=task_gemma_memory)
 
 
 def allocator() -> str:
@@ -187,6 +191,9 @@ def run_case(case: str, args, devices: list[str]) -> None:
             for row in case_long_context(device, args.long_n, args.repeats, args.threads, args.cpu_statistics_max_n,
                                          args.long_shape):
                 print(json.dumps(row), flush=True)
+    elif case == "gemma":
+        for device in devices:
+            print(json.dumps(case_gemma(device, args.repeats, args.threads)), flush=True)
     elif case == "translator":  # parity on 1 thread; the speed target is on 2 cores (the case sets both)
         from bench.case_translator import case_translator
 

@@ -261,6 +261,26 @@ def rope_wavelength_chart(formula: np.ndarray, model: np.ndarray | None, model_n
     return (line + dots).properties(height=260, title=f"RoPE in {model_name}: wavelength per pair")
 
 
+def rope_wavelengths_by_layer_type_chart(curves: list[tuple[str, np.ndarray, np.ndarray | None]],
+                                         model_name: str) -> alt.Chart:
+    """Wavelength ``2π / θ_i`` of each rotated pair for each kind of layer (``(label, formula, model's inv_freq or
+    None)``, e.g. Gemma 3's local and global layers): the formula as a line, the model's own buffer as dots on it."""
+    frame = pd.concat([pd.DataFrame({"pair": np.arange(len(values)), "wavelength": 2 * np.pi / values,
+                                     "layers": label, "source": source})
+                       for label, formula, model in curves
+                       for source, values in (("formula b^(−2i/d)", formula), ("the model's inv_freq", model))
+                       if values is not None])
+    base = alt.Chart(frame).encode(
+        x=alt.X("pair:Q", title="pair i"),
+        y=alt.Y("wavelength:Q", scale=alt.Scale(type="log"), title="wavelength 2π/θᵢ (positions)"),
+        color=alt.Color("layers:N", sort=[label for label, _, _ in curves], title=None,
+                        scale=alt.Scale(scheme="tableau10")),
+        tooltip=["layers", "source", "pair", alt.Tooltip("wavelength:Q", format=",.1f")])
+    line = base.transform_filter(alt.datum.source == "formula b^(−2i/d)").mark_line()
+    dots = base.transform_filter(alt.datum.source == "the model's inv_freq").mark_point(filled=True, size=40)
+    return (line + dots).properties(height=260, title=f"RoPE in {model_name}: wavelength per pair, per kind of layer")
+
+
 def side_by_side(*images: Image.Image, gap: int = 28) -> Image.Image:
     """Images in one row on white, tops aligned, ``gap`` pixels apart (a figure the page shows as one picture)."""
     canvas = Image.new("RGB", (sum(i.width for i in images) + gap * (len(images) - 1), max(i.height for i in images)),

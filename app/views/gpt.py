@@ -10,6 +10,7 @@ from app.sections import patching as patching_section
 from app.sections import why as why_section
 from models.analysis.showcase import Sample
 from models.core.inputs import TextInput
+from models.families.causal_lm import model as causal_lm
 from viz.figures.ablation import AblationOptions
 from viz.figures.lens import LensOptions
 
@@ -32,8 +33,14 @@ SAMPLES = {
                               "continuing the sequence"),
     "Question": Sample("The capital of France is", "word", key="France",
                        lesson="the last word reads the country the question is about, where the answer comes from"),
+    "Beyond the window": Sample(
+        causal_lm.long_sample(), "word", key=causal_lm.LONG_SAMPLE_NAME, max_tokens=causal_lm.LONG_SAMPLE_TOKENS,
+        lesson="the last word reaches back almost 600 tokens to the keeper's name. In Gemma 3 (in the sidebar) only "
+               "the global layers can: its local layers, five of every six, see only their last 512 tokens, and "
+               "their maps stop in a band along the diagonal"),
 }
 PRESETS = {name: sample.text for name, sample in SAMPLES.items()}
+TOKEN_LIMITS = {name: sample.max_tokens for name, sample in SAMPLES.items() if sample.max_tokens}
 
 SHARED = ["model_causal_lm", "max_tokens", "gpt_text", "gpt_layer", "gpt_head", "gpt_statistic", "gpt_tab",
           "gpt_lens_count", "gpt_lens_last", "gpt_ablation_target", "gpt_ablation_mode", "gpt_patch_corrupt",
@@ -50,7 +57,7 @@ spec = widgets.model_picker("causal_lm")
 max_tokens = widgets.token_limit()
 widgets.model_card(spec)
 loaded = widgets.load_or_stop(spec)
-prompt = widgets.text_source(PRESETS, key="gpt", label="Prompt")
+prompt = widgets.text_source(PRESETS, key="gpt", label="Prompt", token_limits=TOKEN_LIMITS)
 if not prompt.strip():
     st.info("Type a prompt above, pick a sample, or upload a .txt file.")
     widgets.stop()

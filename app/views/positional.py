@@ -1,7 +1,7 @@
 """Positional encodings lab: why attention needs positions, the formulas, and the encodings inside loaded models.
 
 Each tab is a fragment, so moving one of its sliders reruns that tab only. The formulas come first, so they show
-while the models (MiniLM, SmolLM2, a ViT) load.
+while the models (MiniLM, SmolLM2 or Gemma 3, a ViT) load.
 """
 from pathlib import Path
 
@@ -136,12 +136,20 @@ def rope_model_view(model) -> None:
     if (figure := widgets.figure_or_none("rope_in_model", None, None, model)) is None:
         return
     found = figure.payload()
-    for column, (label, value) in zip(st.columns(5), found["facts"].items()):
-        column.metric(label, value)
+    facts = list(found["facts"].items())
+    per_row = 3 if len(facts) > 5 else len(facts)  # Gemma 3's two bases: two rows of three fit a laptop's width
+    for start in range(0, len(facts), per_row):
+        for column, (label, value) in zip(st.columns(per_row), facts[start:start + per_row]):
+            column.metric(label, value)
     settings = {"rope_base": found["theta"]} | ({"rope_d": found["rotary_dim"]}
                                                 if found["rotary_dim"] in ROPE_DIMS else {})
-    st.button("Use these settings in the charts above", on_click=st.session_state.update, kwargs=settings)
-    st.caption(figure.caption)
+    st.button("Use these settings in the charts above" + (" (the global layers' base)" if found["by_layer_type"]
+                                                          else ""),
+              on_click=st.session_state.update, kwargs=settings)
+    if found["by_layer_type"]:  # a base per kind of layer (Gemma 3): their wavelengths side by side
+        display.show(figure, "rope_model")
+    else:
+        st.caption(figure.caption)
 
 
 @st.fragment
@@ -204,5 +212,8 @@ with learned:
         show(widgets.figure_or_none("learned_text_table", None, None, model), "learned_text_table")
     grid_tab()
 with rope:
-    if (causal_lm := load(families.default_spec("causal_lm"))) is not None:
+    language_models = [spec for spec in families.specs("causal_lm") if spec.offline]  # SmolLM2, Gemma 3 (two bases)
+    picked = st.radio("Language model", language_models, horizontal=True, format_func=lambda choice: choice.label,
+                      key="rope_model")
+    if (causal_lm := load(picked)) is not None:
         rope_model_view(causal_lm)

@@ -88,6 +88,7 @@ class HeadSummary:
     kind: str = ""
     roles: dict[str, np.ndarray] = field(default_factory=dict)  # models.analysis.roles.ROLES name -> (layers, heads)
     kv_heads: int = 0  # key/value heads per layer; 0 = as many as query heads (no GQA)
+    windows: tuple[int, ...] = ()  # per layer, the sliding window it attends within (0: global); () = none has one
 
     @property
     def num_heads(self) -> int:
@@ -151,6 +152,10 @@ def summary_table(summary: HeadSummary) -> "pd.DataFrame":
     layers, heads = next(iter(summary.statistics.values())).shape
     layer_index, head_index = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
     columns = {"layer": layer_index.ravel(), "head": head_index.ravel()}
+    if summary.windows:  # Gemma 3, Mistral: which layers see only a sliding window of keys
+        every = all(summary.windows)  # Mistral: one window everywhere, no global layer to tell apart
+        columns["attention"] = [(f"window {summary.windows[layer]}" if every else f"local ({summary.windows[layer]})")
+                                if summary.windows[layer] else "global" for layer in layer_index.ravel()]
     if summary.group_size > 1:  # GQA: heads of one group share their keys and values
         columns["kv group"] = head_index.ravel() // summary.group_size
     columns.update({label: summary.roles[name].ravel().astype(float) for name, label in ROLES.items()
@@ -170,8 +175,10 @@ def summarize_run(loaded, result: RunResult, options) -> HeadSummary:
         from models.analysis.roles import head_roles
 
         roles = head_roles(loaded).scores
+    windows = tuple(maps.layer_window(layer) for layer in range(maps.num_layers))
     return replace(summary, model=result.model.short_name, input_name=result.input_name, kind=maps.kind,
-                   roles=roles, kv_heads=kv_heads if 0 < kv_heads < maps.num_heads else 0)
+                   roles=roles, kv_heads=kv_heads if 0 < kv_heads < maps.num_heads else 0,
+                   windows=windows if any(windows) else ())
 
 
 def special_token_share(maps: AttentionMaps, positions: tuple[int, ...] | list[int]) -> np.ndarray:

@@ -31,6 +31,7 @@ class Sample:
     query: str = ""  # ``word``: the attending word ("" = the last token)
     key: str = ""  # ``word``: the word it should attend to
     lesson: str = ""  # what the head does, in words, for the caption ("resolves 'it' to 'animal'")
+    max_tokens: int = 0  # a long sample: the token limit it needs (the page raises a lower one when it is picked)
 
 
 @dataclass(frozen=True)
@@ -42,13 +43,15 @@ class Opening:
     score: float
     heads: int  # how many heads were compared
     sample: Sample
+    label: str = ""  # the layer as the page names it ("layer 11 (global)"); "" = "layer {layer}"
 
     def why(self) -> str:
         """The caption that says why the page opened on this head."""
         what = {"induction": "from each repeated token to the token that followed its earlier occurrence",
                 "previous_token": "from each token to the one just before it",
                 "word": f"from '{self.sample.query or 'the last token'}' to '{self.sample.key}'"}[self.sample.pattern]
-        return (f"Opened on layer {self.layer}, head {self.head}: of all {self.heads} heads it puts the most "
+        layer = self.label or f"layer {self.layer}"
+        return (f"Opened on {layer}, head {self.head}: of all {self.heads} heads it puts the most "
                 f"attention {what} on this sample ({self.score:.2f} of its weight) — {self.sample.lesson}. Pick "
                 "another head to compare.")
 
@@ -101,4 +104,5 @@ def opening_head(maps: AttentionMaps, labels: list[str], sample: Sample) -> Open
     """The head that shows ``sample``'s lesson most strongly on its run."""
     scores = head_scores(maps, labels, sample)
     layer, head = np.unravel_index(int(np.argmax(scores)), scores.shape)  # first maximum: earlier layer and head
-    return Opening(int(layer), int(head), float(scores[layer, head]), int(scores.size), sample)
+    return Opening(int(layer), int(head), float(scores[layer, head]), int(scores.size), sample,
+                   maps.layer_label(int(layer)))

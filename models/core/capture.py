@@ -288,6 +288,7 @@ class LayerRecord:
     softcap: float = 0.0  # scores capped to c·tanh(s / c) before the bias (0: none)
     sink: torch.Tensor | None = None  # (H,) float32 sink logits on the model's device
     number: int | None = None  # the model's own layer number (``module.layer_idx``), when it says
+    window: int = 0  # the sliding window the model says this layer attends within (0: none, a global layer)
 
 
 @dataclass
@@ -370,10 +371,12 @@ class Recorder:
         relative = None if bias is None else _relative(bias)
         softcap, sink = score_terms(kwargs)
         number = getattr(module, "layer_idx", None)
+        window = kwargs.get("sliding_window")  # a label only: the mask transformers built already applies it
         self.records.setdefault(kind, []).append(LayerRecord(
             name, keep(query, k_len), keep(key, k_len), scaling, allowed,
             relative if relative is not None else bias, relative is not None, softcap,
-            None if sink is None else sink.detach().float().reshape(-1), number if isinstance(number, int) else None))
+            None if sink is None else sink.detach().float().reshape(-1), number if isinstance(number, int) else None,
+            int(window) if isinstance(window, int) and window > 0 else 0))
 
     def _repeats(self, module, query, key) -> bool:
         """Whether this call hands the same q and k objects as the module's previous call (one map twice)."""
@@ -544,6 +547,7 @@ class Recorder:
             softcaps=[rec.softcap for rec in layers] if any(rec.softcap for rec in layers) else [],
             sinks=[rec.sink for rec in layers] if any(rec.sink is not None for rec in layers) else [],
             layer_numbers=tuple(numbers),
+            windows=tuple(rec.window for rec in layers) if any(rec.window for rec in layers) else (),
         )
 
 

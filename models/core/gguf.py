@@ -6,8 +6,9 @@ UTF-8 key, a uint32 value type and the value (a little-endian scalar, a uint64-l
 type, uint64 count, items). Tensor infos and tensor data follow the metadata and are never touched here.
 
 Only the metadata is read, and only until the keys we need are known: ``general.architecture`` and, under that
-architecture's prefix, ``block_count``, ``attention.head_count``, ``attention.head_count_kv``, ``embedding_length``
-and ``attention.key_length``. Versions 2 and later (64-bit counts and lengths) are supported.
+architecture's prefix, ``block_count``, ``attention.head_count``, ``attention.head_count_kv``, ``embedding_length``,
+``attention.key_length`` and ``attention.sliding_window`` (Gemma 3's local layers). Versions 2 and later (64-bit
+counts and lengths) are supported.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ STRING_TYPE, ARRAY_TYPE = 8, 9
 # GGUF key under ``<architecture>.`` -> the transformers config attribute it becomes
 ATTENTION_KEYS = {"block_count": "num_hidden_layers", "attention.head_count": "num_attention_heads",
                   "attention.head_count_kv": "num_key_value_heads", "embedding_length": "hidden_size",
-                  "attention.key_length": "head_dim"}
+                  "attention.key_length": "head_dim", "attention.sliding_window": "sliding_window"}
 _REQUIRED = {"num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size"}
 
 

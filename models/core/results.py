@@ -124,6 +124,25 @@ class AttentionMaps:
         numbers = getattr(self, "layer_numbers", ())
         return int(numbers[layer]) if numbers else layer
 
+    def layer_window(self, layer: int) -> int:
+        """The sliding window map ``layer`` attends within, as the model declared it (0: none). A label: the mask
+        (``allowed``) is what was applied, and below the window's width a local layer's mask is plainly causal."""
+        self._check_layer(layer)
+        windows = getattr(self, "windows", ())
+        return int(windows[layer]) if windows else 0
+
+    def layer_label(self, layer: int) -> str:
+        """"layer 4 (local, 512)" / "layer 5 (global)" where some layers attend within a sliding window and others
+        do not (Gemma 3), "layer 4 (window 4096)" where all do (Mistral), else "layer 4"; under the model's own
+        layer number."""
+        number, window = self.layer_number(layer), self.layer_window(layer)
+        windows = getattr(self, "windows", ())
+        if not windows:
+            return f"layer {number}"
+        if all(windows):
+            return f"layer {number} (window {window})"
+        return f"layer {number} (local, {window})" if window else f"layer {number} (global)"
+
     @property
     def has_sinks(self) -> bool:
         """Whether a learned sink takes a share of some rows (then rows sum to one minus it)."""
@@ -346,7 +365,7 @@ class RecomputedAttention(AttentionMaps):
     added before softmax: a ``RelativeBias`` or a ``(heads or 1, q, k)`` array. ``softcaps`` (per layer, 0 = none)
     cap the scaled scores to ``c · tanh(s / c)`` before the bias; ``sinks`` (per layer, None or ``(heads,)``) are
     learned logits in each row's denominator (``models/core/scores.py``). ``layer_numbers``: the model's own number
-    of each layer (default 0, 1, ...).
+    of each layer (default 0, 1, ...); ``windows``: each layer's declared sliding window (``layer_window``).
     """
 
     kind: str
@@ -361,6 +380,7 @@ class RecomputedAttention(AttentionMaps):
     softcaps: list = field(default_factory=list)  # per layer: 0 or None = none
     sinks: list = field(default_factory=list)  # per layer: None or (heads,) float32
     layer_numbers: tuple = ()
+    windows: tuple = ()  # per layer: the sliding window the model declared (0: global); () when none did
 
     def __post_init__(self):
         as_tensor = lambda a: torch.from_numpy(a) if isinstance(a, np.ndarray) else a  # noqa: E731

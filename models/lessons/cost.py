@@ -399,6 +399,10 @@ def app_model_kv_specs() -> PresetReport:
                     report.skipped.append(f"{spec.key}: {str(error).splitlines()[0][:160]}")
                 continue
             note = "encoder: keeps no KV cache in use; shown as if it generated" if family == "encoder" else ""
+            window = getattr(config, "sliding_window", None)
+            if isinstance(window, int) and window > 0:  # Gemma 3: local layers cache only their window
+                note = (f"its sliding-window (local) layers keep at most {window:,} tokens each: every layer is "
+                        "counted at full length here, an upper bound")
             try:
                 report.specs.append(kv_cache_spec(config, spec.key, where, note))
             except ValueError as error:
@@ -406,10 +410,22 @@ def app_model_kv_specs() -> PresetReport:
     return report
 
 
+def _first_chunk(module: str) -> list:
+    """A GGUF split over packages ``<module>_part1``, ``_part2``, … (Gemma 3 270M): its header is at the start of
+    the first part's ``*.gguf.part00`` (nothing joined); [] when there is no such package."""
+    import importlib.util
+    from pathlib import Path
+
+    found = importlib.util.find_spec(f"{module}_part1")
+    if found is None or not found.submodule_search_locations:
+        return []
+    return sorted(Path(list(found.submodule_search_locations)[0]).glob("**/*.gguf.part00"))
+
+
 def _read_config(spec, transformers, loading):
     if spec.source == "package":
         folder = loading.package_folder(spec.id)
-        ggufs = sorted(folder.glob("*.gguf"))
+        ggufs = sorted(folder.glob("*.gguf")) or _first_chunk(spec.id)
         if ggufs:  # the hyper-parameters at the front of the header; no tensors, no tokenizer, no dequantising
             return gguf_attention_config(ggufs[0]), f"header of the packaged {ggufs[0].name}"
         for candidate in (folder / "model", folder):

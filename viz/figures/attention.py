@@ -31,8 +31,23 @@ SINK_COLUMN = (f"The last column, {SINK_LABEL}, is the share of each row that we
 
 
 def layer_title(maps, layer: int) -> str:
-    """``layer N`` with the model's own number (a hybrid's attention layers sit between layers of other kinds)."""
-    return f"layer {maps.layer_number(layer)}"
+    """``layer N`` with the model's own number (a hybrid's attention layers sit between layers of other kinds), and
+    ``(local, 512)`` / ``(global)`` where some layers attend within a sliding window (Gemma 3)."""
+    return maps.layer_label(layer)
+
+
+def window_note(maps, layer: int, keys: int) -> str:
+    """What a sliding-window layer's mask means on this input ("" for a layer without one)."""
+    window = maps.layer_window(layer)
+    if not window:
+        return ""
+    if keys <= window:
+        return (f" A local layer: each query sees only the last {window:,} tokens (itself included); this input is "
+                "shorter than that, so its mask is the plain causal one.")
+    others = any(not maps.layer_window(i) for i in range(maps.num_layers))
+    return (f" A local layer: each query sees only the last {window:,} tokens (itself included), so the map stops "
+            f"{window:,} tokens back, a band along the diagonal"
+            + ("; the global layers see every earlier token." if others else "."))
 
 
 def rows_columns(allowed: np.ndarray) -> str:
@@ -71,7 +86,7 @@ def head(result: RunResult, options: HeadOptions) -> Figure:
     sink = maps.sink_share(layer, head)
     if max(n_q, n_k) <= heatmap.MAX_CHART_TOKENS:
         weights, allowed = maps.head(layer, head), maps.allowed(layer)
-        caption = rows_columns(allowed)
+        caption = rows_columns(allowed) + window_note(maps, layer, n_k)
         shown_keys = key_tokens
         if sink is not None:  # the sink as a column of its own, so that every drawn row sums to 1
             weights = np.concatenate([weights, sink[:, None]], axis=1)
@@ -91,6 +106,7 @@ def head(result: RunResult, options: HeadOptions) -> Figure:
                    + (", or the 99th percentile of the block means" if options.statistic == "mean" else "")
                    + "). " + ROWS_COLUMNS
                    + (" " + MASKED if float(overview.visible.sum()) < n_q * n_k else "")
+                   + window_note(maps, layer, n_k)
                    + (f" The head's learned sink takes {float(sink.mean()):.0%} of a row on average (the keys' "
                       "weights sum to one minus it)." if sink is not None else ""))
 

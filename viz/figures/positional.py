@@ -293,19 +293,44 @@ def rope_in_model(found: pe.RopeInModel, options: NoOptions) -> Figure:
     pairs = "(i, i + d/2) (transformers' rotate_half)" if settings.pairing == "half" else "(2i, 2i+1)"
     arrays = {"frequencies": found.frequencies} | (
         {"model_frequencies": found.model_frequencies} if found.model_frequencies is not None else {})
+    chart = positional_charts.rope_wavelength_chart(found.frequencies, found.model_frequencies, found.model)
+    caption = (f"{check}. It rotates channel pairs {pairs}; the paper pairs (2i, 2i+1) — the same scores up to a "
+               f"fixed reordering of channels. Its slowest pair turns once every {found.slowest_wavelength:,.0f} "
+               f"positions, its fastest every {found.fastest_wavelength:.1f}.")
+    if found.by_layer_type:  # Gemma 3: a base per kind of layer, each drawn and checked against its own buffer
+        kinds = found.by_layer_type
+        chart = positional_charts.rope_wavelengths_by_layer_type_chart(
+            [(f"{rope.kind}, b = {rope.theta:,.0f}", rope.frequencies, rope.model_frequencies) for rope in kinds],
+            found.model)
+        for rope in kinds:
+            arrays[f"frequencies_{rope.layer_type}"] = rope.frequencies
+            if rope.model_frequencies is not None:
+                arrays[f"model_frequencies_{rope.layer_type}"] = rope.model_frequencies
+        checks = "; ".join(
+            f"its {len(rope.layers)} {rope.label} rotate with b = {rope.theta:,.0f}, their slowest pair "
+            f"turning once every {rope.slowest_wavelength:,.0f} positions"
+            + ("" if rope.max_relative_error is None else
+               f" (their inv_freq buffer equals b^(−2i/d) to {rope.max_relative_error:.1e})")
+            for rope in kinds)
+        caption = (f"{found.model} has one base per kind of layer: {checks}. A local layer never compares tokens "
+                   "further apart than its window, so a small base already tells every offset in it apart; the "
+                   "global layers span the whole context, and a large base keeps their slowest pairs from wrapping "
+                   "around within it. Lines: the formula; dots: the model's own buffers. It rotates channel pairs "
+                   f"{pairs}.")
     return Figure(
         export.file_stem(found.short_name, "rope frequencies"),
-        chart=positional_charts.rope_wavelength_chart(found.frequencies, found.model_frequencies, found.model),
-        caption=(f"{check}. It rotates channel pairs {pairs}; the paper pairs (2i, 2i+1) — the same scores up to a "
-                 f"fixed reordering of channels. Its slowest pair turns once every {found.slowest_wavelength:,.0f} "
-                 f"positions, its fastest every {found.fastest_wavelength:.1f}."),
+        chart=chart, caption=caption,
         payload=lambda: {"model": found.model, "facts": found.facts(), "theta": settings.theta,
                          "head_dim": settings.head_dim, "rotary_dim": settings.rotary_dim,
                          "rope_type": settings.rope_type, "pairing": settings.pairing, "scaling": settings.scaling,
                          "max_positions": settings.max_positions, "buffer": found.buffer_name,
                          "max_relative_error": found.max_relative_error,
                          "slowest_wavelength": found.slowest_wavelength,
-                         "fastest_wavelength": found.fastest_wavelength, **arrays},
+                         "fastest_wavelength": found.fastest_wavelength,
+                         "by_layer_type": [{"layer_type": rope.layer_type, "label": rope.label, "theta": rope.theta,
+                                            "layers": list(rope.layers),
+                                            "max_relative_error": rope.max_relative_error}
+                                           for rope in found.by_layer_type], **arrays},
         arrays=lambda: arrays, metadata={"model": found.model, "buffer": found.buffer_name or "none"})
 
 

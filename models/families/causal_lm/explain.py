@@ -7,7 +7,8 @@ layer).
 
 Units: every prompt token; the target is read at the last position: the next-token prediction, or any vocabulary
 token typed. A removed token is *replaced* (positions stay, so RoPE and the causal mask do not move) by the mean of
-the model's input embedding matrix — a neutral "average token" that is no word in particular.
+the model's input embedding matrix — a neutral "average token" that is no word in particular — at the scale the
+embedding gives its rows (Gemma 3's ``embed_scale``, √d_model).
 """
 from __future__ import annotations
 
@@ -43,7 +44,10 @@ def from_result(loaded, result, target, replacement: str = "mean", batch_size: i
     table = model.get_input_embeddings()
     with torch.no_grad():
         embeddings = table(torch.tensor([ids], device=device))
-        baseline = table.weight.mean(0).expand_as(embeddings).clone()
+        average = table.weight.mean(0)
+        scale = getattr(table, "embed_scale", None)  # Gemma 3's table scales its rows by √d_model in its forward
+        average = average * scale.to(average.dtype) if isinstance(scale, torch.Tensor) else average
+        baseline = average.expand_as(embeddings).clone()
 
     def logits(batch_embeddings):
         output = model(inputs_embeds=batch_embeddings, use_cache=False, logits_to_keep=1)

