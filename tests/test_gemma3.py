@@ -208,7 +208,7 @@ def test_gpt_page_names_local_and_global_layers(gemma_page):
     picker = at.select_slider(key="gpt_layer")
     assert picker.options[4] == f"4 (local, {WINDOW})" and picker.options[5] == "5 (global)"
     picker.set_value(5)
-    at.selectbox(key="gpt_head").set_value("head 0").run()
+    at.selectbox(key="gpt_head").set_value(0).run()
     assert head_chart_title(at) == "layer 5 (global), head 0"
     at.select_slider(key="gpt_layer").set_value(4).run()
     assert head_chart_title(at) == f"layer 4 (local, {WINDOW}), head 0"
