@@ -47,7 +47,9 @@ PAGES = {
     "encoder": "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
     "translation": "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
 }
-PAGE_TITLES = {"causal_lm": "Language model (GPT)", "encoder": "Encoder (BERT)", "translation": "Translation"}
+PAGE_TITLES = {"causal_lm": "Language model (GPT)", "encoder": "Encoder (BERT)", "translation": "Translation",
+               "vit": "Vision Transformer", "swin": "Swin Transformer", "speech": "Speech (Whisper)",
+               "moe": "Mixture of experts"}
 KINDS = {"causal_lm": ("self",), "encoder": ("self",), "translation": ("encoder", "decoder", "cross")}
 
 # sizes every tiny model gets, by the names configs use for them
@@ -465,18 +467,32 @@ WHAT_EACH_PATH_DRAWS = {
 }
 
 
+# refusals that say the architecture has no attention map at all (convolutions, pooling, state-space layers): the
+# issue counts the architectures "that have attention", so these are listed apart, not counted as refused
+NO_ATTENTION = ("has no attention to draw", "not softmax attention", "no attention weights reach",
+                "gives no query × key map", "which gives no query", "gave no attention map at all")
+
+
+def has_attention(outcome: Outcome) -> bool:
+    return not (outcome.status == "refused" and any(words in outcome.message for words in NO_ATTENTION))
+
+
 def summary(outcomes: list[Outcome]) -> dict:
-    """Counts over distinct architectures (an architecture on two pages counts once, by its best outcome)."""
+    """Counts over distinct architectures that have attention (an architecture on two pages counts once, by its
+    best outcome)."""
+    without = {o.model_type for o in outcomes if not has_attention(o)}
+    outcomes = [o for o in outcomes if o.model_type not in without or has_attention(o) and o.status != "refused"]
     rank = {"exact": 0, "exact (eager path)": 1, "refused": 2, "not built": 3, "wrong": 4, "crash": 5}
     best: dict[str, str] = {}
     for outcome in outcomes:
-        current = best.get(outcome.model_type)
+        name = outcome.model_type.split("-")[0] if outcome.page == "speech" else outcome.model_type  # sizes: one
+        current = best.get(name)
         if current is None or rank[outcome.status] < rank[current]:
-            best[outcome.model_type] = outcome.status
+            best[name] = outcome.status
     covered = [t for t, status in best.items() if status in COVERED]
     drawn = [t for t in covered if best[t] != "refused"]
     return {"architectures": len(best), "covered": len(covered), "drawn": len(drawn),
-            "drawn_share": len(drawn) / max(1, len(covered)),
+            "drawn_share": len(drawn) / max(1, len(covered)), "without_attention": sorted(without - set(best)),
             "failed": sorted(f"{o.page}:{o.model_type}" for o in outcomes if o.status in FAILED)}
 
 
@@ -496,8 +512,10 @@ def render(outcomes: list[Outcome]) -> str:
         "is compared with the same folder run by transformers' eager attention (`output_attentions=True`), and the "
         "next-token log-probabilities with eager's. The model's real weights do not change any of this.",
         "",
-        f"**{counts['covered']} architectures** are drawn exactly or refused in words; {counts['drawn']} of them "
-        f"({counts['drawn_share']:.0%}) are drawn exactly. Wrong or crashing: {len(counts['failed'])}.",
+        f"**{counts['covered']} architectures with attention** are drawn exactly or refused in words; "
+        f"{counts['drawn']} of them ({counts['drawn_share']:.0%}) are drawn exactly. Wrong or crashing: "
+        f"{len(counts['failed'])}. Refused because they have no attention map at all (convolutions, pooling, "
+        f"state-space or linear layers): {', '.join(counts['without_attention'])}.",
         "",
         "- **exact**: the capture path: " + WHAT_EACH_PATH_DRAWS["exact"] + ".",
         "- **exact (eager path)**: the architecture's attention does not pass through transformers' "
