@@ -229,30 +229,28 @@ def show_notices(result: RunResult) -> None:
 
 
 def layer_and_head(key: str, layers: int, heads: int, *, layer_names: list[str] | None = None,
-                   hybrid: bool = False, all_layers: bool = False, opening: tuple = (0, selection.MEAN),
+                   hybrid: bool = False, all_layers: bool = False, named_heads: bool = False,
+                   opening: tuple = (0, selection.MEAN),
                    labels: tuple[str, str] = ("Layer", "Head"), columns=None,
                    disabled: tuple[bool, bool] = (False, False), layer_key: str | None = None,
                    head_key: str | None = None) -> tuple:
     """The one layer and head picker of every page (``models/core/selection.py``): a layer (a slider; a list with
     "every layer averaged" first where the view averages layers, ``all_layers``; named where the maps name their
     layers, ``layer_names``: a hybrid's attention layers under the model's own numbers, Gemma 3's "4 (local, 512)")
-    and a head ("average of heads", then each head). Their state (``{key}_layer``, ``{key}_head``) holds the
+    and a head ("average of heads", then each head; first the heads the model names, ``named_heads``, Whisper's
+    alignment heads). Their state (``{key}_layer``, ``{key}_head``) holds the
     choices themselves, so links carry "3", "all", "mean"; a stale one (another model's, a link's) goes back to
     ``opening``. Returns (layer choice, head choice)."""
     layer_key, head_key = layer_key or f"{key}_layer", head_key or f"{key}_head"
     names = layer_names or [f"layer {i}" for i in range(layers)]
     layer_choices = ([selection.ALL] if all_layers else []) + list(range(layers))
-    head_choices = [selection.MEAN, *range(heads)]
     opening_layer = opening[0]
     if opening_layer not in layer_choices:  # "last", "opening": the index it names here
         opening_layer = selection.layer_index(opening_layer, layers, averages=all_layers)
-    opening_head = opening[1] if opening[1] in head_choices else selection.MEAN
+    opening_head = opening[1]
     if st.session_state.get(layer_key, opening_layer) not in layer_choices:
         st.session_state[layer_key] = opening_layer
-    if st.session_state.get(head_key, opening_head) not in head_choices:
-        st.session_state[head_key] = opening_head
     st.session_state.setdefault(layer_key, opening_layer)
-    st.session_state.setdefault(head_key, opening_head)
     left, right = columns or st.columns(2)
 
     def layer_name(choice) -> str:
@@ -268,6 +266,18 @@ def layer_and_head(key: str, layers: int, heads: int, *, layer_names: list[str] 
     else:
         layer = left.slider(labels[0], 0, max(layers - 1, 1), key=layer_key, disabled=disabled[0] or layers == 1)
         layer = min(layer, layers - 1)
-    head = right.selectbox(labels[1], head_choices, format_func=selection.head_label, key=head_key,
-                           disabled=disabled[1] or heads == 1 and not all_layers)
+    head = head_picker(head_key, heads, right, opening=opening_head, label=labels[1], named=named_heads,
+                       disabled=disabled[1] or heads == 1 and not all_layers)
     return layer, head
+
+
+def head_picker(key: str, heads: int, column=None, *, opening=selection.MEAN, label: str = "Head",
+                named: bool = False, disabled: bool = False):
+    """The one head picker ("average of heads", then each head; the heads the model names first, ``named``), alone
+    where a page picks its layer its own way (Swin's blocks); its state holds the choice itself. Returns the head
+    choice."""
+    choices = [selection.NAMED] * named + [selection.MEAN, *range(heads)]
+    if st.session_state.get(key, opening) not in choices:  # another model's, a link's "head 9"
+        st.session_state[key] = opening if opening in choices else selection.MEAN
+    st.session_state.setdefault(key, opening if opening in choices else selection.MEAN)
+    return (column or st).selectbox(label, choices, format_func=selection.head_label, key=key, disabled=disabled)

@@ -65,7 +65,7 @@ def test_detr_page_draws_every_tab_and_takes_a_photo(tiny_detr):
     assert f"Decoder layer {TINY.decoder_layers - 1}, average of heads" in _captions(at)
     at.slider(key="detr_layer").set_value(0).run()
     assert "Decoder layer 0, average of heads" in _captions(at) and "decoder layer 0: heads" in _captions(at)
-    at.selectbox(key="detr_head").set_value("head 1").run()
+    at.selectbox(key="detr_head").set_value(1).run()
     assert "Decoder layer 0, head 1" in _captions(at)
     last = at.selectbox(key="detr_query").options[-1]
     at.selectbox(key="detr_query").select(int(last.split()[-1])).run()
@@ -159,7 +159,7 @@ def test_default_view_finds_each_object_once(offered):
     at = _page().run()
     assert not at.exception, at.exception
     assert [t.label for t in at.tabs][0] == "Queries and their attention"
-    assert at.slider(key="detr_layer").value == 2 and at.selectbox(key="detr_head").value == "average of heads"
+    assert at.slider(key="detr_layer").value == 2 and at.selectbox(key="detr_head").value == "mean"
     assert at.slider(key="detr_threshold").value == 0.5
     scene = data.page_scene(at.number_input(key="detr_seed").value)
     detections = offered["detr_queries"].payload()["detections"]

@@ -68,7 +68,7 @@ def test_backbone_shows_attention_and_explains_missing_predictions(tiny_vits):
     assert _shown(at, "[CLS] → patches").startswith("[CLS] → patches, layer 1, average of heads")
     at.slider(key="vit_layer").set_value(0).run()
     assert _shown(at, "[CLS] → patches").startswith("[CLS] → patches, layer 0, average of heads")
-    at.selectbox(key="vit_head").set_value("head 1").run()
+    at.selectbox(key="vit_head").set_value(1).run()
     assert _shown(at, "[CLS] → patches").startswith("[CLS] → patches, layer 0, head 1")
     assert _shown(at, "where patch").startswith("where patch (3, 3) attends (outlined in red), layer 0, head 1")
     at.selectbox(key="vit_fusion").set_value("max").run()
@@ -122,7 +122,7 @@ def test_default_view_teaches_what_dinov2_looks_at_and_names_its_artefacts(offer
     at = _page().run()
     assert not at.exception, at.exception
     assert [t.label for t in at.tabs][0] == "[CLS] attention"
-    assert at.slider(key="vit_layer").value == 10 and at.selectbox(key="vit_head").value == "average of heads"
+    assert at.slider(key="vit_layer").value == 10 and at.selectbox(key="vit_head").value == "mean"
     assert any(c.value.startswith("It opens on layer 10 of 0–11, not the last") for c in at.caption)
     cls_caption = _shown(at, "[CLS] → patches")
     assert cls_caption.startswith("[CLS] → patches, layer 10, average of heads; ")

@@ -183,7 +183,7 @@ def test_transcript_and_cross_attention_rows_sum_to_one(fox):
         np.testing.assert_allclose(cross.layer(layer).sum(axis=-1), 1.0, atol=1e-5)
     decoder = fox.maps("decoder").layer(0)
     assert np.all(np.triu(decoder[0], k=1) == 0)  # masked: no token sees the future
-    weights, described = speech.cross_attention(fox, "alignment")
+    weights, described = speech.cross_attention(fox, "all", "alignment")
     expected = np.mean([cross.head(i, h) for i, h in fox.alignment_heads], axis=0)
     np.testing.assert_allclose(weights, expected, atol=1e-6)
     assert "8 alignment heads" in described
@@ -326,7 +326,7 @@ def test_the_step_shown_for_a_token_is_the_position_whose_distribution_chose_it(
         encoded = eager.model.encoder(torch.from_numpy(result.mel)[None]).last_hidden_state
     out = result.output
     for t in range(1, len(out.output_ids) + 1):
-        figure = figures.build("speech_step", result, SpeechStepOptions(t, "one", 2, 3))
+        figure = figures.build("speech_step", result, SpeechStepOptions(t, 2, 3))
         prefix = torch.tensor([out.prompt_ids + out.output_ids[:t - 1]])
         with torch.no_grad():
             forward = eager(encoder_outputs=(encoded,), decoder_input_ids=prefix, output_attentions=True)
@@ -349,11 +349,11 @@ def test_figures_hold_the_models_numbers(fox):
     assert payload["frames"] == fox.audio_frames and payload["tokens"] == fox.output.output_tokens
     saved = np.load(io.BytesIO(files["npz"]))
     np.testing.assert_allclose(saved["cross_attention"], speech.cross_attention(fox)[0])
-    step = figures.build("speech_step", fox, figures.get("speech_step").options(step=2, heads="one", layer=3, head=1))
+    step = figures.build("speech_step", fox, figures.get("speech_step").options(step=2, layer=3, head=1))
     np.testing.assert_allclose(step.arrays()["attention"], fox.maps("cross").head(3, 1)[1, :fox.audio_frames])
     check_files(figures.build("spectrogram", fox))
     with pytest.raises(ValueError, match="does not exist"):
-        figures.build("cross", fox, figures.get("cross").options(heads="one", layer=9))
+        figures.build("cross", fox, figures.get("cross").options(layer=9, head=0))
 
 
 def test_cli_writes_text_tokens_frames_language_and_maps(tmp_path):
@@ -393,7 +393,7 @@ def test_page_opens_on_the_alignment_heads_following_the_speech(fresh_caches, of
     assert not at.exception, at.exception
     assert at.sidebar.selectbox(key="model_speech").value.startswith("whisper-tiny.en")
     assert at.selectbox(key="sp_sample").value == "en quick_brown_fox"
-    assert at.tabs[0].label == "Cross-attention" and at.radio(key="sp_heads").value == "alignment"
+    assert at.tabs[0].label == "Cross-attention" and at.selectbox(key="sp_head").value == "alignment"
     assert at.code[0].value == "The quick brown fox jumps over the lazy dog."
     payload = offered["sp_cross"].payload()
     assert payload["heads"].startswith("mean of the 8 alignment heads")

@@ -475,7 +475,7 @@ def test_page_renders_every_view(patched_swin, offered):
     before = _captions(at)
     at.select_slider(key="swin_shift_step").set_value("regrouped windows").run()  # the others: test_shift_steps_draw
     assert _captions(at) != before and not at.exception
-    at.selectbox(key="swin_head_0").set_value("head 1").run()
+    at.selectbox(key="swin_head_0").set_value(1).run()
     assert "stage 1 · block 2 (SW-MSA): where token (7, 7) attends (head 1), roll undone" in _image_captions(at)
     at.radio(key="swin_attn_block_0").set_value(0).run()  # stage 1 · block 1 (W-MSA)
     assert any(c.startswith("All 16 windows of stage 1 · block 1 (W-MSA)") for c in _image_captions(at))

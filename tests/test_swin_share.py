@@ -33,7 +33,7 @@ def test_swin_url_round_trip_and_downloads(patched_swin, offered):
                             "swin_col": "99", "swin_attn_block": "3", "swin_view": "Window attention"})
     at.run()
     assert not at.exception, at.exception
-    assert at.selectbox(key="swin_stage").value == 1 and at.selectbox(key="swin_head_1").value == "head 3"
+    assert at.selectbox(key="swin_stage").value == 1 and at.selectbox(key="swin_head_1").value == 3
     assert at.slider(key="swin_row_1").value == 2 and at.slider(key="swin_col_1").value != 99  # out of range: default
     assert at.radio(key="swin_attn_block_1").value == 3
     assert _param(at, "swin_view") == "Window attention" and _param(at, "swin_sample") == "coffee"
@@ -81,7 +81,7 @@ def test_swin_link_with_a_head_or_block_of_another_stage_keeps_the_page(patched_
                             "swin_view": "Window attention"})
     at.run()
     assert not at.exception, at.exception
-    assert at.selectbox(key="swin_head_0").value == "average of heads"
+    assert at.selectbox(key="swin_head_0").value == "mean"
     assert at.radio(key="swin_attn_block_0").value == 1  # stage 1's shifted block
     assert "_stage-1-block-2-sw-msa_average-of-heads_window-" in offered["swin_attn"].stem
 

@@ -92,13 +92,13 @@ def test_vit_url_round_trip_and_the_offered_numbers_are_the_pages(tiny_vits, off
                             "vit_view": "Rollout and attribution"})
     at.run()
     assert not at.exception, at.exception
-    assert at.slider(key="vit_layer").value == 0 and at.selectbox(key="vit_head").value == "head 1"
+    assert at.slider(key="vit_layer").value == 0 and at.selectbox(key="vit_head").value == 1
     assert at.slider(key="vit_row").value == 2 and at.slider(key="vit_col").value >= 0  # -3: refused, default kept
     assert at.selectbox(key="vit_fusion").value == "max" and at.slider(key="vit_discard").value == 0.5
     assert at.slider(key="vit_opacity").value == 0.8
     assert _param(at, "vit_view") == "Rollout and attribution" and _param(at, "vit_sample") == "rocket"
     at.slider(key="vit_layer").set_value(1).run()
-    assert _param(at, "vit_layer") == "1" and _param(at, "vit_head") == "head 1"
+    assert _param(at, "vit_layer") == "1" and _param(at, "vit_head") == "1"
     assert set(offered) == {"vit_cls", "vit_norms", "vit_query", "vit_rollout", "vit_distance"}  # a backbone: no attributions
 
     result = _run(families.load(families.default_spec("vit")), "rocket")  # the page's default model: the tiny backbone

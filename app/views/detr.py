@@ -2,13 +2,14 @@
 with the box and class that query predicts — the paper's Fig. 6 — on generated shapes, the sample photos or yours."""
 import numpy as np
 import streamlit as st
+
+from models.core import selection
 from PIL import Image
 
 from app import display, image_input, resources, tables, url_state, widgets
 from models.core.inputs import ImageInput
 from models.minis.detr_shapes import data as scenes
 from viz.figures.detr import BoxesOptions, QueriesOptions, QueryOptions
-from viz.figures.vit import HEAD_AVERAGE
 
 SOURCES = ("Generated shapes", "Photo or your image")
 BOX_COLUMNS = {"class_id": "class id", "no_object": "no-object probability"}  # the CSV keeps the field names
@@ -18,6 +19,7 @@ FIRST_SCENE = 33  # three shapes, each found by one query of the mini (not every
 SHARED = ["model_detr", "detr_input", "detr_seed", *image_input.shared_keys("detr"), "detr_layer", "detr_head",
           "detr_threshold", "detr_view", "detr_query"]
 url_state.restore(SHARED, {"detr_seed": url_state.within(0, 9999), "detr_layer": url_state.within(0, 1000),
+                           "detr_head": url_state.choice("head"),
                            "detr_threshold": url_state.within(0.0, 1.0, float), "detr_query": int})
 
 st.title("Object detection with a Transformer decoder (DETR)")
@@ -53,18 +55,13 @@ else:
         st.stop()
 result = widgets.run_or_stop(loaded, inputs)
 cross = result.maps("cross")
-for state_key, limit in (("detr_layer", cross.num_layers), ("detr_query", len(result.scores))):
-    value = st.session_state.get(state_key)
-    if value is not None and not (isinstance(value, int) and 0 <= value < limit):  # another model, fewer of them
-        del st.session_state[state_key]
+value = st.session_state.get("detr_query")
+if value is not None and not (isinstance(value, int) and 0 <= value < len(result.scores)):  # another model's
+    del st.session_state["detr_query"]
 
 c1, c2, c3 = st.columns(3)
-layer = c1.slider("Decoder layer", 0, cross.num_layers - 1, cross.num_layers - 1, key="detr_layer")
-head_options = [HEAD_AVERAGE] + [f"head {h}" for h in range(cross.num_heads)]
-if st.session_state.get("detr_head") not in head_options:
-    st.session_state.pop("detr_head", None)
-head_choice = c2.selectbox("Head", head_options, key="detr_head")
-head = None if head_choice == HEAD_AVERAGE else head_options.index(head_choice) - 1
+layer, head = widgets.layer_and_head("detr", cross.num_layers, cross.num_heads, columns=(c1, c2),
+                                     opening=(selection.LAST, selection.MEAN), labels=("Decoder layer", "Head"))
 threshold = c3.slider("Score threshold", 0.0, 1.0, 0.5, 0.05, key="detr_threshold",
                       help="A query counts as a detection when its best class is at least this probable")
 grid = result.image.patch_grid

@@ -2,6 +2,8 @@
 from that attention and played back, and the encoder's 1,500 × 1,500 self-attention (Radford et al. 2022)."""
 import streamlit as st
 
+from models.core import selection
+
 from app import attention_view, display, tables, url_state, widgets
 from app.sections import speech as sections
 from models import families
@@ -9,12 +11,11 @@ from models.families.speech import language as speech_language
 from models.families.speech import model as speech
 from viz.figures.speech import SpeechCrossOptions, SpeechStepOptions
 
-HEADS = {"alignment": "alignment heads (mean)", "all": "all heads (mean)", "one": "one head"}
 LANGUAGES = [speech.AUTO, "en", "fr", "de", "es", "it", "pt", "pl", "nl", "ru", "ja", "zh", "hi", "ko", "ar", "tr"]
 # what a link carries: model, sample (never a recording or an upload), task, language, decoding and the views
-SHARED = ["model_speech", *sections.SHARED, "sp_task", "sp_language", "sp_strategy", "sp_beams", "sp_heads",
+SHARED = ["model_speech", *sections.SHARED, "sp_task", "sp_language", "sp_strategy", "sp_beams",
           "sp_layer", "sp_head", "sp_view", "sp_self_kind"]
-url_state.restore(SHARED, {"sp_beams": int, "sp_layer": int, "sp_head": int})
+url_state.restore(SHARED, {"sp_beams": int, "sp_layer": url_state.choice("layer"), "sp_head": url_state.choice("head")})
 
 st.title("Speech: Whisper's cross-attention over audio")
 spec = widgets.model_picker("speech")
@@ -64,21 +65,23 @@ if check is not None and not check.english:
               icon=":material/translate:", type="primary", on_click=use_multilingual)
 
 
-def heads_picker(key: str) -> tuple[str, int, int]:
+def heads_picker() -> tuple:
+    """The cross-attention's layer and head (``widgets.layer_and_head``), opening on the model's alignment heads
+    (its config names them: their attention follows the speech in time)."""
     maps = result.maps("cross")
-    left, middle, right = st.columns(3)
-    heads = left.radio("Cross-attention heads", list(HEADS), format_func=HEADS.get, key="sp_heads", horizontal=True,
-                       help=f"Alignment heads: {', '.join(f'L{i}H{h}' for i, h in result.alignment_heads)} "
-                            "(the model's config names them: their attention follows the speech in time).")
-    one = heads == "one"
-    layer = int(middle.number_input("Decoder layer", 0, maps.num_layers - 1, 0, key="sp_layer", disabled=not one))
-    head = int(right.number_input("Head", 0, maps.num_heads - 1, 0, key="sp_head", disabled=not one))
-    return heads, layer, head
+    named = ", ".join(f"L{i}H{h}" for i, h in result.alignment_heads)
+    layer, head = widgets.layer_and_head("sp", maps.num_layers, maps.num_heads, all_layers=True,
+                                         named_heads=bool(result.alignment_heads),
+                                         opening=(selection.ALL, selection.NAMED if named else selection.MEAN),
+                                         labels=("Cross-attention: decoder layer", "Head"))
+    if head == selection.NAMED:
+        st.caption(f"Alignment heads: {named}; with them the layer is every layer they sit in.")
+    return layer, head
 
 
 def cross_tab():
-    heads, layer, head = heads_picker("sp_cross")
-    figure = widgets.figure_or_none("cross", result, SpeechCrossOptions(heads, layer, head))
+    layer, head = heads_picker()
+    figure = widgets.figure_or_none("cross", result, SpeechCrossOptions(layer, head))
     if figure is not None:
         display.show(figure, "sp_cross")
     sections.playable_words(result, inputs.audio)
@@ -111,8 +114,8 @@ def steps_tab():
     so_far = loaded.tokenizer.decode(out.output_ids[:t], skip_special_tokens=True)
     st.text(f"Step {t} of {len(steps)}: the model chose “{step.token}” (p = {step.probability:.1%}). "
             f"Output so far: {so_far}")
-    heads, layer, head = heads_picker("sp_step")
-    figure = widgets.figure_or_none("speech_step", result, SpeechStepOptions(t, heads, layer, head))
+    layer, head = heads_picker()
+    figure = widgets.figure_or_none("speech_step", result, SpeechStepOptions(t, layer, head))
     if figure is not None:
         display.show(figure, "sp_step")
 

@@ -2,11 +2,12 @@
 (Liu et al. 2021). Every structure shown is read from the loaded model's own buffers; attention is captured."""
 import streamlit as st
 
+from models.core import selection
+
 from app import display, image_input, presentation, tables, url_state, widgets
 from app.sections import faithfulness as faithfulness_section
 from viz import swin_charts
 from viz.figures.swin import (
-    AVERAGE,
     BiasOptions,
     HierarchyOptions,
     MaskOptions,
@@ -59,15 +60,12 @@ if stage_index not in range(len(structure.stages)):  # the browser sent another 
 stage = structure.stages[stage_index]
 PER_STAGE = {f"swin_{name}_{stage_index}": f"swin_{name}"
              for name in ("head", "bias_block", "attn_block", "row", "col")}
-url_state.restore(list(PER_STAGE), {f"swin_bias_block_{stage_index}": int, f"swin_attn_block_{stage_index}": int,
+url_state.restore(list(PER_STAGE), {f"swin_head_{stage_index}": url_state.choice("head"),
+                                    f"swin_bias_block_{stage_index}": int, f"swin_attn_block_{stage_index}": int,
                                     f"swin_row_{stage_index}": url_state.within(0, stage.resolution[0] - 1),
                                     f"swin_col_{stage_index}": url_state.within(0, stage.resolution[1] - 1)},
                   PER_STAGE)
-head_options = [AVERAGE] + [f"head {h}" for h in range(stage.heads)]
-if st.session_state.get(f"swin_head_{stage_index}", AVERAGE) not in head_options:  # a link's "head 9"
-    del st.session_state[f"swin_head_{stage_index}"]
-head_choice = c2.selectbox("Head", head_options, key=f"swin_head_{stage_index}")
-head = None if head_choice == AVERAGE else head_options.index(head_choice) - 1
+head = selection.head_index(widgets.head_picker(f"swin_head_{stage_index}", stage.heads, c2), stage.heads)
 stage_blocks = structure.stage_blocks(stage_index)
 default_block = structure.block_in(stage_index)  # the shifted block, else the first
 no_shift = structure.no_shift_reason(stage_index) if structure.shifted_block(stage_index) is None else None

@@ -2,6 +2,8 @@
 attributions, and mean attention distance against depth (Dosovitskiy et al. 2021; Abnar & Zuidema 2020)."""
 import streamlit as st
 
+from models.core import selection
+
 from app import display, image_input, presentation, url_state, widgets
 from app.sections import faithfulness as faithfulness_section
 from app.sections import vit_high_norm, vit_prefix
@@ -10,7 +12,6 @@ from models.analysis.rollout import HEAD_FUSIONS
 from models.families.vit import attribution as vit_attribution
 from viz import image_overlay
 from viz.figures.vit import (
-    HEAD_AVERAGE,
     AttributionOptions,
     ClsHeadsOptions,
     ClsOptions,
@@ -25,7 +26,8 @@ from viz.figures.vit import (
 SHARED = ["model_vit", *image_input.shared_keys("vit"), "vit_layer", "vit_head", "vit_view", "vit_opacity", "vit_cmap",
           "vit_upsampling", "vit_clip", "vit_row", "vit_col", "vit_fusion", "vit_discard", "vit_class", "vit_method",
           "vit_steps", *vit_prefix.SHARED, *vit_high_norm.SHARED, *why_section.keys("vit")]
-url_state.restore(SHARED, {"vit_layer": url_state.within(0, 10_000), "vit_row": url_state.within(0, 10_000),
+url_state.restore(SHARED, {"vit_layer": url_state.within(0, 10_000), "vit_head": url_state.choice("head"),
+                           "vit_row": url_state.within(0, 10_000),
                            "vit_mark_high_norm": url_state.flag, "vit_high_norm_in_scale": url_state.flag,
                            "vit_col": url_state.within(0, 10_000), "vit_opacity": url_state.within(0.0, 1.0, float),
                            "vit_clip": url_state.within(90.0, 100.0, float),
@@ -82,17 +84,12 @@ with st.expander("Display", expanded=False):
 drawn = dict(opacity=opacity, colormap=scheme if presenting else colormap, upsampling=upsampling, clip=clip)
 attention_drawn = drawn | marks  # the attention maps also show the high-norm patches
 
-for state_key, limit in (("vit_layer", maps.num_layers), ("vit_row", rows), ("vit_col", cols)):
-    if st.session_state.get(state_key, 0) >= limit:  # another model with fewer layers or patches was picked
+for state_key, limit in (("vit_row", rows), ("vit_col", cols)):
+    if st.session_state.get(state_key, 0) >= limit:  # another model with fewer patches was picked
         del st.session_state[state_key]
-c1, c2 = st.columns(2)
-layer = c1.slider("Layer", 0, maps.num_layers - 1, result.opening_layer, key="vit_layer",
-                  help="for the [CLS] and the any-patch views; rollout uses every layer")
-head_options = [HEAD_AVERAGE] + [f"head {h}" for h in range(maps.num_heads)]
-if st.session_state.get("vit_head") not in head_options:
-    st.session_state.pop("vit_head", None)
-head_choice = c2.selectbox("Head", head_options, key="vit_head")
-head = None if head_choice == HEAD_AVERAGE else head_options.index(head_choice) - 1
+layer, head = widgets.layer_and_head("vit", maps.num_layers, maps.num_heads,
+                                     opening=(result.opening_layer, selection.MEAN))
+head = selection.head_index(head, maps.heads_in(layer))  # the views and sections below read the maps' index
 cls_tab, query_tab, rollout_tab, distance_tab, why_tab, faithfulness_tab = st.tabs(
     ["[CLS] attention", "Any patch as query", "Rollout and attribution", "Distance and positions",
      "Why [CLS] looks here", "Faithfulness"], key="vit_view", on_change="rerun")

@@ -14,12 +14,14 @@ LAST = "last"
 OPENING = "opening"
 ALL = "all"
 MEAN = "mean"
+NAMED = "alignment"  # the heads a model's config names (Whisper's alignment heads), averaged
 
 Layer = Union[int, str]  # an index, LAST, OPENING or ALL
-Head = Union[int, str]  # an index, MEAN, or OPENING where a page opens on a measured head (the translator's)
+Head = Union[int, str]  # an index, MEAN; OPENING where a page opens on a measured head (the translator's), NAMED
+# where the model's config names heads (Whisper's alignment heads)
 
 LABELS = {LAST: "the last layer", OPENING: "the layer the page opens on", ALL: "every layer averaged",
-          MEAN: "average of heads"}
+          MEAN: "average of heads", NAMED: "the alignment heads (mean)"}
 LAYER_WORDS = (LAST, OPENING, ALL)
 
 
@@ -71,13 +73,15 @@ def layer_label(choice: Layer, index: int | None = None) -> str:
 
 
 def head_label(choice: Head) -> str:
-    return LABELS[MEAN] if choice == MEAN else "the head the page opens on" if choice == OPENING else f"head {choice}"
+    if choice in (MEAN, NAMED):
+        return LABELS[choice]
+    return "the head the page opens on" if choice == OPENING else f"head {choice}"
 
 
 def parse(text: str, kind: str) -> Layer | Head:
     """A layer or head as typed (a CLI flag, a link): a number or one of the words. ``kind``: "layer" or "head"."""
     text = str(text).strip().lower()
-    words = LAYER_WORDS if kind == "layer" else (MEAN, OPENING)
+    words = LAYER_WORDS if kind == "layer" else (MEAN, OPENING, NAMED)
     if text in words:
         return text
     if kind == "layer" and text == MEAN:  # what "--layer mean" said before: every layer averaged
@@ -113,7 +117,7 @@ def checked(cls):
         made(self, *args, **kwargs)
         if "head" in names and self.head is None:
             object.__setattr__(self, "head", MEAN)
-        if "head" in names and self.head not in (MEAN, OPENING) and (
+        if "head" in names and self.head not in (MEAN, OPENING, NAMED) and (
                 isinstance(self.head, bool) or not isinstance(self.head, int)):
             raise ValueError(f"a head is a number or {MEAN!r}, not {self.head!r}")
         if "layer" in names and self.layer not in LAYER_WORDS and (

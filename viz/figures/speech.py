@@ -17,6 +17,8 @@ from models.core.results import STEP_CONVENTION
 from models.families.speech import model as speech
 from models.families.speech import timing
 from models.families.speech.model import SpeechResult
+from models.core import selection
+from models.core.selection import Head, Layer
 from viz import export, heatmap, speech_charts
 from viz.figure import Figure, NoOptions, view
 
@@ -32,8 +34,12 @@ def _stem(result: SpeechResult, *parts) -> str:
     return export.file_stem(result.model.short_name, result.input_name, *parts)
 
 
-def _heads_name(heads: str, layer: int, head: int) -> str:
-    return {"alignment": "alignment heads", "all": "all heads"}.get(heads, f"layer {layer} head {head}")
+def _heads_name(layer: Layer, head: Head) -> str:
+    """How a choice of heads is named in file names."""
+    if head == selection.NAMED:
+        return "alignment heads"
+    return ("all layers" if layer == selection.ALL else f"layer {layer}") + " " + \
+        ("all heads" if head == selection.MEAN else f"head {head}")
 
 
 def _about(result: SpeechResult) -> dict:
@@ -41,16 +47,16 @@ def _about(result: SpeechResult) -> dict:
     return {"model": result.model.key, "text": out.text, "task": out.task, "language": out.language}
 
 
+@selection.checked
 @dataclass(frozen=True)
 class SpeechCrossOptions:
-    heads: str = "alignment"  # "alignment": the model's alignment heads averaged; "all": every head; "one"
-    layer: int = 0  # with heads = "one"
-    head: int = 0
+    layer: Layer = selection.ALL  # a decoder layer, or every layer ("all")
+    head: Head = selection.NAMED  # the alignment heads ("alignment"), a head, or every head ("mean")
 
 
 @view("cross", "Cross-attention over the audio", SpeechCrossOptions)
 def speech_cross(result: SpeechResult, options: SpeechCrossOptions) -> Figure:
-    weights, described = speech.cross_attention(result, options.heads, options.layer, options.head)
+    weights, described = speech.cross_attention(result, options.layer, options.head)
     frames = result.audio_frames
     shown = weights[:, :frames]
     out = result.output
@@ -60,7 +66,7 @@ def speech_cross(result: SpeechResult, options: SpeechCrossOptions) -> Figure:
                                                f"{result.model.key}: cross-attention, {described}")
     times = [f"{i * SECONDS_PER_ENCODER_FRAME:.2f}s" for i in range(frames)]
     return Figure(
-        _stem(result, "cross", _heads_name(options.heads, options.layer, options.head)), image=image,
+        _stem(result, "cross", _heads_name(options.layer, options.head)), image=image,
         caption=CROSS_CAPTION, width="stretch",
         table=lambda: export.matrix_frame(shown, out.output_tokens, times),
         payload=lambda: {**_about(result), "heads": described, "tokens": out.output_tokens,
@@ -89,12 +95,12 @@ def spectrogram(result: SpeechResult, options: NoOptions) -> Figure:
         arrays=lambda: {"log_mel": result.mel}, metadata=_about(result))
 
 
+@selection.checked
 @dataclass(frozen=True)
 class SpeechStepOptions:
     step: int = 1  # the output token, counted from 1
-    heads: str = "alignment"
-    layer: int = 0
-    head: int = 0
+    layer: Layer = selection.ALL
+    head: Head = selection.NAMED
 
 
 @view("speech_step", "Step through decoding", SpeechStepOptions)
@@ -103,7 +109,7 @@ def speech_step(result: SpeechResult, options: SpeechStepOptions) -> Figure:
     if not 1 <= t <= len(steps):
         raise ValueError(f"step {t} does not exist: the output has {len(steps)} tokens")
     chosen = steps[t - 1]
-    weights, described = speech.cross_attention(result, options.heads, options.layer, options.head)
+    weights, described = speech.cross_attention(result, options.layer, options.head)
     attention = weights[chosen.query, :result.audio_frames]  # the row whose distribution chose it
     word = next((w for w in result.words if w.tokens[0] <= t - 1 < w.tokens[1]), None)
     candidates = [c.token for c in chosen.candidates]
@@ -114,7 +120,7 @@ def speech_step(result: SpeechResult, options: SpeechStepOptions) -> Figure:
                                        highlight=chosen.token))
     beams = f" (beam width {out.num_beams})" if out.num_beams > 1 else ""
     return Figure(
-        _stem(result, f"step {t}", _heads_name(options.heads, options.layer, options.head)), charts=charts,
+        _stem(result, f"step {t}", _heads_name(options.layer, options.head)), charts=charts,
         caption=f"{STEP_CONVENTION} Decoding: {out.strategy}{beams}. Attention and probabilities come from one "
                 "teacher-forced forward over the final output. Orange: the word this token belongs to, timed by DTW.",
         payload={**_about(result), "step": t, "token": chosen.token, "probability": chosen.probability,

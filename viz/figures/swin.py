@@ -16,15 +16,15 @@ import pandas as pd
 
 from models.families.swin import geometry
 from models.families.swin.model import SwinResult
+from models.core import selection
 from viz import export, heatmap, image_overlay, swin_charts
 from viz.figure import Figure, NoOptions, view
 
-AVERAGE = "average of heads"
 
 
 def head_label(head: int | None) -> str:
-    """How a head is named in titles and captions: ``head 3``, or the average of heads."""
-    return AVERAGE if head is None else f"head {head}"
+    """How a head is named in titles (the maps' index, None for the mean): one label table for every page."""
+    return selection.head_label(selection.head_choice(head))
 
 
 def _stem(result: SwinResult, *parts) -> str:

@@ -29,7 +29,6 @@ from viz.figure import Figure, NoOptions, view
 
 OVERLAY_PIXELS = 400  # overlays are enlarged pixel for pixel to about this height: readable in a lecture hall
 THUMBNAIL_PIXELS = 128
-HEAD_AVERAGE = selection.LABELS[selection.MEAN]
 
 
 @dataclass(frozen=True)

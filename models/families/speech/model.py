@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from models.core import audio as audio_lib
-from models.core import capture, loading, memo, text
+from models.core import capture, loading, memo, selection, text
 from models.core.inputs import AudioInput
 from models.core.loading import LoadedModel, Progress
 from models.core.results import GenerationStep, RunResult
@@ -396,27 +396,24 @@ def run(loaded: LoadedModel, inputs: AudioInput, options: SpeechSettings | None 
 
 # --- cross-attention as the figures read it ----------------------------------------------------------------------
 
-HEAD_CHOICES = ("alignment", "all", "one")
 
 
-def cross_attention(result: SpeechResult, heads: str = "alignment", layer: int = 0, head: int = 0
-                    ) -> tuple[np.ndarray, str]:
-    """``(output tokens, 1500 frames)`` cross-attention and its description: averaged over the model's alignment
-    heads, over every head of every layer ("all"), or one layer's one head ("one")."""
+def cross_attention(result: SpeechResult, layer=selection.ALL, head=selection.NAMED) -> tuple[np.ndarray, str]:
+    """``(output tokens, 1500 frames)`` cross-attention and its description, for a layer and a head as
+    ``models.core.selection`` chooses them: the model's alignment heads averaged (``NAMED``), every head of every
+    layer (``ALL``, ``MEAN``), one head of every layer, a layer's heads, or one head."""
     maps = result.maps("cross")
-    if heads == "alignment":
+    if head == selection.NAMED:
         chosen = result.alignment_heads
         described = f"mean of the {len(chosen)} alignment heads"
-    elif heads == "all":
-        chosen = tuple((i, h) for i in range(maps.num_layers) for h in range(maps.num_heads))
-        described = f"mean of all {len(chosen)} heads"
-    elif heads == "one":
-        if not 0 <= layer < maps.num_layers or not 0 <= head < maps.num_heads:
-            raise ValueError(f"layer {layer}, head {head} does not exist: this model has {maps.num_layers} decoder "
-                             f"layers of {maps.num_heads} heads (counted from 0)")
-        return maps.head(layer, head), f"layer {layer}, head {head}"
+    elif layer == selection.ALL:
+        index = selection.head_index(head, maps.num_heads)
+        heads = range(maps.num_heads) if index is None else (index,)
+        chosen = tuple((i, h) for i in range(maps.num_layers) for h in heads)
+        described = f"mean of all {len(chosen)} heads" if index is None else f"head {index} of every layer (mean)"
     else:
-        raise ValueError(f"unknown heads {heads!r}; choose one of {', '.join(HEAD_CHOICES)}")
+        index, one = selection.pick(maps, layer, head)
+        return maps.head(index, one), f"layer {index}, {selection.head_label(selection.head_choice(one))}"
     by_layer: dict[int, list[int]] = {}
     for i, h in chosen:
         by_layer.setdefault(i, []).append(h)
