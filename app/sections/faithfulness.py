@@ -17,7 +17,8 @@ from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ct
 
 from app import display, resources, tables, url_state, widgets
 from models.analysis import explanations as explainable
-from models.analysis.attribution import COMPLETENESS_TOLERANCE, METHODS, method_name
+from models.analysis.attribution import COMPLETENESS_TOLERANCE
+from models.analysis.methods import METHODS, method_name
 from models.analysis.faithfulness import PROBABILITY, measure_symbol
 from models.core.inputs import ImageInput
 from models.families.vit import explain as vit_explain

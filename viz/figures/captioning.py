@@ -19,6 +19,7 @@ import pandas as pd
 from PIL import Image
 
 from models.analysis import explanations as explainable
+from models.analysis.methods import METHODS
 from models.families.captioning import explain as caption_explain
 from models.families.captioning import model as captioning
 from models.families.captioning import vlm
@@ -265,10 +266,6 @@ def caption_faithfulness(found, options: CaptionFaithfulnessOptions) -> Figure:
                                                              f"{found.steps} steps"))
 
 
-SHORT_METHODS = {"raw_attention": "attention", "rollout": "rollout", "gradient_rollout": "grad × attn",
-                 "input_x_gradient": "input × grad"}  # the tiles' labels: short enough to read in a lecture hall
-
-
 @view("caption_explanations", "One word: raw attention beside rollout, gradient-weighted attention and input × "
                               "gradient", CaptionFaithfulnessOptions, analysis=word_faithfulness,
       analysis_options=FAITHFULNESS_OPTIONS)
@@ -277,7 +274,7 @@ def caption_explanations(found, options: CaptionFaithfulnessOptions) -> Figure:
     shown = MapOptions(opacity=0.65, colormap=options.colormap, smooth=False, exclude_sinks=False)
     scores = found.explanations.scores
     tiles = [draw.labelled(overlay(result, np.clip(values, 0, None) if method != "input_x_gradient" else
-                                   np.abs(values), shown, TILE_PIXELS), SHORT_METHODS.get(method, method))
+                                   np.abs(values), shown, TILE_PIXELS), METHODS[method].short)
              for method, values in scores.items()]
     return Figure(
         export.file_stem(result.model.short_name, result.input_name, "caption explanations", options.word,
@@ -287,7 +284,7 @@ def caption_explanations(found, options: CaptionFaithfulnessOptions) -> Figure:
                 "one square per image token.",
         table=lambda: pd.DataFrame(scores, index=pd.Index(found.unit_names, name="image token")),
         payload={"model": found.model, "image": found.input_name, "target": found.target_name,
-                 "maps": scores, "methods": {m: found.explanations.descriptions.get(m, m) for m in scores}},
+                 "maps": scores, "methods": {m: found.explanations.describe(m) for m in scores}},
         arrays=lambda: {**scores, "picture": result.image.image, "boxes": result.regions.boxes},
         metadata={"model": found.model, "image": found.input_name, "target": found.target_name})
 
