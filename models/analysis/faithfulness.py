@@ -84,6 +84,16 @@ class Faithfulness:
     def fractions(self) -> np.ndarray:
         return np.linspace(0.0, 1.0, self.steps + 1)
 
+    @property
+    def seeds(self) -> int:
+        """How many random orders the methods were compared with."""
+        return len(self.random)
+
+    @property
+    def weak(self) -> list[str]:
+        """The methods no better than random (``no_better_than_random``), in the table's order."""
+        return [method for method in self.curves if self.no_better_than_random(method)]
+
     def random_auc(self, curve: str) -> tuple[float, float]:
         values = [auc(getattr(c, curve)) for c in self.random]
         return float(np.mean(values)), float(np.std(values))
@@ -109,13 +119,13 @@ class Faithfulness:
         random = entry(random_mean)
         random["deletion_auc"], random["deletion_auc_std"] = self.random_auc("deletion")
         random["insertion_auc"], random["insertion_auc_std"] = self.random_auc("insertion")
-        random["seeds"] = len(self.random)
+        random["seeds"] = self.seeds
         return {"target": {"index": self.target, "name": self.target_name, "probability": self.probability,
                            "kind": self.target_kind, "measure": self.measure, "notes": list(self.notes)},
                 "methods": {**{m: entry(c) for m, c in self.curves.items()}, "random": random},
                 "model": self.model, "input": self.input_name, "units": self.units, "steps": self.steps,
                 "fractions": self.fractions.tolist(), "replacement": self.replacement, "auc": AUC_NOTE,
-                "no_better_than_random": [m for m in self.curves if self.no_better_than_random(m)],
+                "no_better_than_random": self.weak,
                 "integrated_gradients_delta": self.explanations.ig_delta,
                 "integrated_gradients_difference": self.explanations.ig_difference,
                 "raw_attention": (None if self.explanations.raw_attention is None

@@ -47,7 +47,8 @@ SPECS = (
 FAMILY = Family("captioning", "image captioning with attention", ImageInput, model.load, model.run,
                 model.CaptionResult,
                 views=("caption_strip", "caption_word", "caption_candidates", "caption_heads", "caption_explanations",
-                       "caption_faithfulness", "caption_sinks", "caption_architectures"),
+                       "caption_faithfulness", "caption_sinks", "caption_regions",
+                       "caption_architectures"),
                 options=model.CaptionSettings,
                 specs=SPECS,
                 explainer=explain)
