@@ -81,6 +81,13 @@ def test_every_registered_method_runs_or_is_refused_in_words(adapters, family):
             assert found.seconds[name] >= 0 and np.isfinite(found.probability), (what, name)
 
 
+def test_the_cli_lists_every_method():
+    from app import cli
+
+    listed = cli.listing().split("\n--method (", 1)[1]
+    assert all(f"    {name}: {method.what}" in listed for name, method in METHODS.items())
+
+
 def test_every_registered_method_is_offered_somewhere(adapters):
     offered = {name for listed in adapters.values() for _, ex in listed for name in ex.methods}
     assert offered == set(METHODS)
