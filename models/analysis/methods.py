@@ -21,9 +21,9 @@ RANDOM_NAME = "Random order"  # how the random baseline is named in tables and l
 
 class Method:
     """One explanation method (captum's shape: a class, one verb). ``attribute(recorded)`` ->
-    (units,) scores, higher = more relevant; ``recorded`` is the one forward (and backward) of the
-    adapter every attention and gradient method reads, with the settings of this call
-    (``Recorded``).
+    (units,) scores, higher = more relevant; ``recorded`` (``models.analysis.attribution.Recorded``)
+    is the one forward (and backward) of the adapter that every attention and gradient method reads,
+    with the settings of this call.
 
     ``name``: its key (the CLI's ``--method``, the JSON's, the files'); ``label``: how tables and
     legends name it; ``short``: a small tile's label; ``what``: what it computes, in words.
@@ -42,7 +42,7 @@ class Method:
     compared = True
     takes_steps = False
 
-    def attribute(self, recorded: "Recorded") -> torch.Tensor | np.ndarray:
+    def attribute(self, recorded) -> torch.Tensor | np.ndarray:
         raise NotImplementedError
 
 
@@ -75,7 +75,7 @@ class RawAttention(Method):
         return recorded.row(chosen)
 
 
-def _rolled_windows(fused: torch.Tensor) -> "Windowed":
+def _rolled_windows(fused: torch.Tensor) -> Windowed:
     """(nW, Nw, Nw) -> rollout's ``(A + I)``, rows normalised, per window."""
     rolled = [rollout.attention_rollout([window.unsqueeze(0)]) for window in fused]
     return Windowed(torch.stack(rolled))
@@ -337,6 +337,7 @@ class GradientShap(PixelMethod):
 # image family adds (``Explainable.pixels``)
 SHARED = tuple(name for name, method in METHODS.items() if method.needs is None)
 PIXELS = tuple(name for name, method in METHODS.items() if method.needs == "pixels")
+
 
 def method_name(method: str) -> str:
     """A method as tables and legends name it ("grad_cam" -> "Grad-CAM")."""
