@@ -26,7 +26,8 @@ class Method:
     with the settings of this call.
 
     ``name``: its key (the CLI's ``--method``, the JSON's, the files'); ``label``: how tables and
-    legends name it; ``short``: a small tile's label; ``what``: what it computes, in words.
+    legends name it; ``short``: a small tile's label (drawn with PIL's default font: no ×);
+    ``what``: what it computes, in words.
     ``reads``: what it needs, "attention" (the recorded forward), "gradient" (and its backward),
     "model" (forwards of its own through the adapter) or "pixels" (forwards of its own on the image,
     ``Explainable.pixels``). ``needs``: the ``Explainable`` field it cannot work without, when not
@@ -216,7 +217,7 @@ class IntegratedGradients(Method):
 class InputXGradient(Method):
     """Shrikumar et al. 2016: ``x · ∂y/∂x`` on the input embeddings, summed over the dimension."""
 
-    name, label, short = "input_x_gradient", "Input × gradient", "input × grad"
+    name, label, short = "input_x_gradient", "Input × gradient", "input x grad"
     what = "input × gradient (embeddings)"
     reads = "gradient"
 
