@@ -196,6 +196,16 @@ class Explanations:
         where = f"{chosen.attention} " if chosen.attention else ""
         return f"raw attention ({where}layer {chosen.layer}, {head})"
 
+
+def compared(ex: Explainable) -> tuple[str, ...]:
+    """The methods ``ex`` offers that are compared by default (``Method.compared``: not the pixel
+    methods, drawn on their own), or a ValueError saying why there are none."""
+    found = tuple(m for m in ex.methods if METHODS[m].compared)
+    if not found:
+        raise ValueError(" ".join(ex.notes) or "this model offers no explanation to compare")
+    return found
+
+
 def check_methods(methods, ex: Explainable | None = None) -> tuple[str, ...]:
     """``methods`` as a tuple of names, or a ValueError naming what is unknown or not offered by
     ``ex``."""
@@ -326,12 +336,12 @@ class Recorded:
 def explain(ex: Explainable, methods=None, ig_steps: int = 32, layer: int | None = -1,
             head: int | None = None,
             progress: Callable[[str, float], None] = lambda step, fraction: None) -> Explanations:
-    """Every method in ``methods`` (default: every one ``ex`` offers) for ``ex``'s target: one
+    """Every method in ``methods`` (default: ``compared(ex)``) for ``ex``'s target: one
     forward (+ one backward when a gradient method is asked for), then the methods with forwards of
     their own. ``ig_steps``: Integrated Gradients' steps (the pixel methods' steps or samples);
     ``layer``, ``head``: raw attention's layer (negative: from the end; None: the mean over layers,
     where the family draws its own maps) and head (None: the mean)."""
-    names = check_methods(ex.methods if methods is None else methods, ex)
+    names = check_methods(compared(ex) if methods is None else methods, ex)
     if not 2 <= ig_steps <= 256:
         raise ValueError(f"integrated gradients takes 2 to 256 steps, not {ig_steps}")
     chosen = [METHODS[name] for name in names]

@@ -28,7 +28,6 @@ import torch
 
 from models.analysis import attribution
 from models.analysis.attribution import Explainable
-from models.analysis.methods import METHODS
 
 AUC_NOTE = ("trapezoidal area under the target's probability (0..1) against the fraction of units removed (deletion) "
             "or revealed (insertion) (0..1), so already in 0..1; deletion: lower is better, insertion: higher is "
@@ -238,13 +237,10 @@ def faithfulness(ex: Explainable, model: str, input_name: str, methods=None, ste
                  seeds: int = 5, ig_steps: int = 32, progress: Callable[[str, float], None] = lambda s, f: None,
                  result=None, layer: int = -1, head: int | None = None) -> Faithfulness:
     """Every method's explanation of ``ex`` and its curves: the page's table, the CLI's JSON.
-    ``methods``: default every one ``ex`` offers that the table compares (``Method.compared``).
+    ``methods``: default ``attribution.compared(ex)``.
     ``layer``, ``head``: raw attention's (the default: the last layer's head mean)."""
     started = time.perf_counter()
-    if methods is None:
-        methods = tuple(m for m in ex.methods if METHODS[m].compared)
-        if not methods:
-            raise ValueError(" ".join(ex.notes) or "this model offers no explanation to compare")
+    methods = attribution.compared(ex) if methods is None else methods
     explanations = attribution.explain(ex, methods, ig_steps, layer, head,
                                        progress=lambda step, f: progress(step, 0.4 * f))
     curves, random = measure(ex, explanations, steps, seeds, lambda step, f: progress(step, 0.4 + 0.6 * f))
