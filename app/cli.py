@@ -188,13 +188,18 @@ def figure_for(args: argparse.Namespace, given: dict[str, str]):
 
 
 def listing() -> str:
-    """Every page, its views, and each view's options with their defaults."""
+    """Every page, its views, and each view's options with their defaults; then the explanation
+    methods a ``--method`` names (models/analysis/methods.py)."""
+    from models.analysis.methods import METHODS
+
     lines = []
     for page in catalog.PAGES:
         lines.append(f"--page {page.name}" + (f"  (model family {page.family})" if page.family else ""))
         for view in catalog.views(page):
             defaults = ", ".join(f"--{f.name} {getattr(view.options(), f.name)!r}" for f in view.option_fields())
             lines.append(f"    --view {view.name}: {view.title}" + (f"  [{defaults}]" if defaults else ""))
+    lines.append("--method (the explanation views; each family's adapter offers some of them):")
+    lines += [f"    {name}: {method.what}" for name, method in METHODS.items()]
     return "\n".join(lines)
 
 

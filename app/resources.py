@@ -393,6 +393,26 @@ def _figure(name: str, data_key: tuple, options_key: str, data, options, run_id:
     return _figures().get((name, data_key, options_key), lambda: figures.build(name, data, options), tag=run_id)
 
 
+def analysis(name: str, result: RunResult | None = None, options=None,
+             loaded: LoadedModel | None = None):
+    """The typed result of analysis view ``name`` (what its figure draws, the fields a page
+    reads), cached with the figure's: asking for both costs one analysis."""
+    view = figures.get(name)
+    if view.data != "analysis":
+        raise ValueError(f"the view {name!r} draws no analysis")
+    options = options if options is not None else view.options()
+    return _analysis_of(view, result, options, loaded)[0]
+
+
+def _analysis_of(view, result, options, loaded) -> tuple[Any, tuple]:
+    key = view.analysis_key(options)
+    run_id = result.run_id if result is not None else None
+    model = None if loaded is None else model_key(loaded)  # two models' tables are two entries
+    maps = None if result is None else cached_maps(result)
+    data = _analysis(key, run_id, model, view, loaded, maps, options)
+    return data, ("analysis", key, run_id, model)
+
+
 def figure(name: str, result: RunResult | None = None, options=None, loaded: LoadedModel | None = None) -> Figure:
     """View ``name``'s figure of ``result`` with ``options`` (the view's defaults when None), cached; an analysis
     view first runs (and caches) its analysis, for which ``loaded`` is the model that produced ``result``."""
@@ -400,10 +420,7 @@ def figure(name: str, result: RunResult | None = None, options=None, loaded: Loa
     options = options if options is not None else view.options()
     run_id = result.run_id if result is not None else None
     if view.data == "analysis":
-        key = view.analysis_key(options)
-        model = None if loaded is None else model_key(loaded)  # two models' tables are two entries
-        data = _analysis(key, run_id, model, view, loaded, None if result is None else cached_maps(result), options)
-        data_key = ("analysis", key, run_id, model)
+        data, data_key = _analysis_of(view, result, options, loaded)
     elif view.data == "result":
         if result is None:
             raise ValueError(f"the view {name!r} draws a run's result; none was given")

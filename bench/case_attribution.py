@@ -165,11 +165,12 @@ def shapes(images: int, ig_steps: int, seed: int, progress_every: int = 25) -> d
 
     from models import families
     from models.analysis import attribution, faithfulness
+    from models.analysis.methods import SHARED
     from models.families.vit import explain as vit_explain
     from models.minis.vit_shapes import data
 
     loaded = families.load(next(s for s in families.specs("vit") if s.source == "mini" and s.id == "vit_shapes"))
-    methods = tuple(attribution.METHODS)
+    methods = SHARED
     names = [*methods, "random"]
     steps = 20
     rng, noise = np.random.default_rng(seed), np.random.default_rng(seed + 1)
@@ -243,11 +244,12 @@ def text_case(explainables, out: Path, steps: int, seeds: int, ig_steps: int) ->
     """For each ``(name, Explainable)``: every method's deletion and insertion AUC and ``seeds`` random orders',
     one JSON line per item appended to ``out`` (so a run cut short still has its items)."""
     from models.analysis import attribution, faithfulness
+    from models.analysis.methods import SHARED
 
     started = time.perf_counter()
     with out.open("a") as sink:
         for index, (name, ex) in enumerate(explainables):
-            methods = tuple(m for m in attribution.METHODS if m in ex.methods)
+            methods = tuple(m for m in SHARED if m in ex.methods)
             found = attribution.explain(ex, methods, ig_steps)
             curves, random = faithfulness.measure(ex, found, steps, seeds)
             row = {"item": name, "units": len(ex.units), "target": ex.target_name,

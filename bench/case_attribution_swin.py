@@ -59,6 +59,7 @@ def speed(repeats: int) -> list[dict]:
     import torch
 
     from models.analysis import attribution, faithfulness
+    from models.analysis.methods import SHARED
     from models.families.swin import explain as swin_explain
     from models.minis.swin_shapes import data
 
@@ -79,7 +80,7 @@ def speed(repeats: int) -> list[dict]:
 
     cases = {"swin_gradient_rollout": (("gradient_rollout",), "ViT-B/16's target <= 3x"),
              "swin_value_norms": (("value_norms",), "ViT-B/16's target <= 1.3x"),
-             "swin_all_but_ig": (tuple(m for m in attribution.METHODS if m != "integrated_gradients"), "none")}
+             "swin_all_but_ig": (tuple(m for m in SHARED if m != "integrated_gradients"), "none")}
     for case, (methods, target) in cases.items():
         ours, baseline = paired(explaining(methods), forward, repeats)
         rows.append({"case": case, "model": "swin_tiny_patch4_window7_224 (random weights), 224 px",
@@ -105,13 +106,14 @@ def shapes(images: int, ig_steps: int) -> dict:
     import torch
 
     from models.analysis import attribution, faithfulness
+    from models.analysis.methods import SHARED
     from models.families.swin import explain as swin_explain
     from models.minis.swin_shapes import data
 
     small = mini()
     rng = np.random.default_rng(31337)
     labels = rng.permutation(np.arange(images) % len(data.CLASSES))
-    deletion = {m: [] for m in [*attribution.METHODS, "random"]}
+    deletion = {m: [] for m in [*SHARED, "random"]}
     insertion = {m: [] for m in deletion}
     correct = 0
     started = time.perf_counter()

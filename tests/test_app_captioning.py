@@ -85,6 +85,8 @@ def test_every_tab_draws_and_a_link_brings_the_state_back(tiny_minis):
         at.run()
         _healthy(at)
         assert len(at.get("image")) >= images, tab
+        if tab == "Is it faithful?":  # the word and its probability, read from the typed result
+            assert any(m.value.startswith("**Word:**") and ", p = " in m.value for m in at.markdown)
     assert at.dataframe  # the faithfulness table or the frames
     at.session_state["cap_view"] = "Caption and maps"
     at.radio(key="cap_input").set_value("Photo, upload or camera").run()

@@ -90,14 +90,15 @@ def test_classifier_shows_predictions_attributions_and_registers(tiny_vits, offe
     assert any("[REG3]" in m.value for m in at.markdown)  # registers are listed among the tokens
     assert any("This model has registers ([REG0], [REG1], [REG2], [REG3])" in c.value for c in at.caption)
     assert len(at.metric) == 2  # Spearman ρ of rollout with IG and with the second method
-    assert {"vit_integrated_gradients", "vit_occlusion"} <= set(offered)
-    first_class = offered["vit_integrated_gradients"].payload()["class"]
+    assert {"vit_pixel_integrated_gradients", "vit_occlusion"} <= set(offered)
+    first_class = offered["vit_pixel_integrated_gradients"].payload()["class"]
     at.selectbox(key="vit_method").set_value("gradient_shap").run()
     assert "vit_gradient_shap" in offered and any(c.startswith("GradientSHAP") for c in _image_captions(at))
     last = at.selectbox(key="vit_class").options[-1]
     at.selectbox(key="vit_class").set_value(last).run()
     assert not at.exception, at.exception
-    assert offered["vit_integrated_gradients"].payload()["class"] == last.rsplit(" (", 1)[0] != first_class
+    chosen = offered["vit_pixel_integrated_gradients"].payload()["class"]
+    assert chosen == last.rsplit(" (", 1)[0] != first_class
     assert len(at.metric) == 2
 
 

@@ -216,6 +216,23 @@ def test_the_faithfulness_curves_start_at_the_words_probability_and_meet_at_the_
             caption_explain.word_faithfulness(loaded[name], result, 9)
 
 
+def test_the_image_tokens_regions_are_a_registered_view(tiny_minis):
+    """The "Image tokens" tab's picture is the caption_regions view (so the CLI and downloads have it):
+    every token's box outlined, one table row per frame."""
+    from viz import captioning as draw
+    from viz import figures
+
+    result = captioning.run(tiny_minis[1]["encoder-decoder"], _scene_input(),
+                            captioning.CaptionSettings(max_new_tokens=3))
+    figure = figures.build("caption_regions", result)
+    boxes = captioning.display_boxes(result)
+    np.testing.assert_array_equal(figure.arrays()["boxes"], boxes)
+    expected = draw.outline_regions(result.image.image, boxes, result.regions.frame_of, 448)
+    assert np.array_equal(np.asarray(figure.image), np.asarray(expected))
+    assert list(figure.table()["frame"]) == [f.name for f in result.regions.frames]
+    assert figure.stem.endswith("_caption-regions")
+
+
 def test_the_cli_writes_what_a_direct_run_computes(tiny_minis, tmp_path, monkeypatch):
     from app import cli
 

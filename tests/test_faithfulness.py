@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from models import families
-from models.analysis import attribution, faithfulness, rollout
+from models.analysis import attribution, faithfulness, relevance, rollout
 from models.analysis import explanations as explainable
+from models.analysis.methods import METHODS, SHARED
 from models.core.inputs import ImageInput
 from models.families.vit import explain as vit_explain
 from models.families.vit import model as vit
@@ -62,7 +63,7 @@ def test_value_norms_equal_the_hand_computation(loaded, ex):
                     vector += alpha * (v[j, part] @ block.attn.proj.weight[:, part].T)  # α^h_ij f^h(x_j)
                 expected[i, j] = vector.norm()
                 summed[i] += vector
-        found = attribution.value_norm_matrix(record.attention[0], record.values[0])
+        found = relevance.value_norm_matrix(record.attention[0], record.values[0])
         torch.testing.assert_close(found, expected, rtol=1e-4, atol=1e-5)
         # Σ_j α_ij f(x_j) + the projection's bias is the attention module's own output
         torch.testing.assert_close(summed + block.attn.proj.bias, block.attn(block.norm1(x[None]))[0],
@@ -76,7 +77,7 @@ def test_alti_on_a_hand_example():
     # token 1: T(x_0) = 0.5·(1, 0) = (0.5, 0); T(x_1) = 0.5·(0, 2) + (-1, 0) = (-1, 1); y = (-0.5, 1), ‖y‖₁ = 1.5
     # c_10 = max(0, 1.5 − ‖(-1, 1)‖₁) = 0 ; c_11 = max(0, 1.5 − ‖(0.5, 0)‖₁) = 1  -> row (0, 1)
     # token 0: T(x_0) = (1, 0) + (1, 1) = (2, 1); T(x_1) = 0 -> y = (2, 1): c_00 = 3, c_01 = max(0, 3 − 3) = 0
-    found = attribution.alti_matrix(attention, values, residual)
+    found = relevance.alti_matrix(attention, values, residual)
     torch.testing.assert_close(found, torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
 
 
@@ -85,7 +86,7 @@ def test_gradient_rollout_with_ones_is_plain_rollout(ex):
         ex.logits(ex.embeddings)
     attentions = [r.attention[0] for r in layers]
     ones = [torch.ones_like(a) for a in attentions]
-    weighted = attribution.gradient_rollout(attentions, ones)
+    weighted = relevance.gradient_rollout(attentions, ones)
     torch.testing.assert_close(weighted / 2 ** len(attentions), rollout.attention_rollout(attentions),
                                rtol=1e-5, atol=1e-6)
     # and real gradients change it (the test above could not pass by ignoring the gradients)
@@ -208,9 +209,9 @@ def test_views_draw_from_a_run(loaded, sample):
     found = explainable.faithfulness(loaded, result, options)
     table = figures.build("faithfulness", found, options)
     frame = table.table()
-    assert list(frame["method"])[-1] == "Random order" and len(frame) == len(attribution.METHODS) + 1
+    assert list(frame["method"])[-1] == "Random order" and len(frame) == len(SHARED) + 1
     maps = figures.build("explanations", found, options)
-    assert maps.image.size[0] > 4 * 64 and set(maps.arrays()) >= set(attribution.METHODS)
+    assert maps.image.size[0] > 4 * 64 and set(maps.arrays()) >= set(SHARED)
 
 
 def data_image(sample):
@@ -232,7 +233,7 @@ def test_the_vit_page_shows_the_faithfulness_tab_on_the_mini():
     tables = [frame.value for frame in at.dataframe]
     faithfulness_table = next(t for t in tables if "deletion AUC (lower better)" in t.columns)
     # methods by name, not snake_case; the random row's verdict and seconds are "—", not "None" (issue 28)
-    assert list(faithfulness_table["method"]) == [*(attribution.NAMES[m] for m in attribution.METHODS),
+    assert list(faithfulness_table["method"]) == [*(METHODS[m].label for m in SHARED),
                                                   "Random order"]
     assert faithfulness_table["no better than random"].iloc[-1] == "—"
     assert any("top patch on the shape" in t.columns for t in tables)  # the generated shape's own mask

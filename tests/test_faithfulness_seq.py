@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from models import families
-from models.analysis import attribution, faithfulness
+from models.analysis import attribution, faithfulness, relevance
 from models.analysis import explanations as explainable
+from models.analysis.methods import METHODS, SHARED
 from models.core.inputs import TextInput
 from models.families.translation import explain as translation_explain
 
@@ -92,7 +93,7 @@ def test_encoder_ig_completeness_and_curve_endpoints(encoder):
         everything_removed = float(ex.probability(ex.logits(ex.baseline))[0])
     assert abs(found.scores["integrated_gradients"].sum() - difference) <= 0.01 * abs(difference)
     table = faithfulness.faithfulness(ex, "MiniLM", "sentence", steps=5, seeds=5, ig_steps=8)
-    assert set(table.curves) == set(attribution.METHODS)
+    assert set(table.curves) == set(SHARED)
     for curves in [*table.curves.values(), *table.random]:
         assert curves.deletion[0] == pytest.approx(table.probability, abs=1e-5)
         assert curves.insertion[-1] == pytest.approx(table.probability, abs=1e-5)
@@ -139,12 +140,13 @@ def test_encoder_decoder_rollout_by_hand_and_with_ones():
         return [torch.tensor(rng.dirichlet(np.ones(k), size=(heads, q)), dtype=torch.float32) for _ in range(layers)]
 
     encoder, decoder, cross = maps(5, 5), maps(4, 4), maps(4, 5)
-    plain = attribution.encoder_decoder_rollout(encoder, decoder, cross)
+    plain = relevance.encoder_decoder_rollout(encoder, decoder, cross)
     np.testing.assert_allclose(plain.numpy(), _by_hand([a.numpy() for a in encoder], [a.numpy() for a in decoder],
                                                        [a.numpy() for a in cross]), rtol=1e-5, atol=1e-6)
     ones = {"encoder": [torch.ones_like(a) for a in encoder], "decoder": [torch.ones_like(a) for a in decoder],
             "cross": [torch.ones_like(a) for a in cross]}
-    torch.testing.assert_close(attribution.encoder_decoder_rollout(encoder, decoder, cross, ones), plain)
+    with_ones = relevance.encoder_decoder_rollout(encoder, decoder, cross, ones)
+    torch.testing.assert_close(with_ones, plain)
 
 
 def test_translation_records_kinds_and_rollout_on_the_model(translator):
@@ -186,7 +188,7 @@ def test_translation_ig_completeness_and_curve_endpoints(translator):
     assert abs(found.scores["integrated_gradients"].sum() - difference) <= 0.01 * abs(difference)
     table = faithfulness.faithfulness(ex, "mini", "sentence", steps=5, seeds=5, ig_steps=8)
     assert table.probability == pytest.approx(result.generation[position].probability, rel=1e-4)
-    assert set(table.curves) == set(attribution.METHODS) - {"alti"} | {"value_zeroing"}
+    assert set(table.curves) == set(SHARED) - {"alti"} | {"value_zeroing"}
     for curves in [*table.curves.values(), *table.random]:
         assert curves.deletion[0] == pytest.approx(table.probability, rel=1e-4)
         assert curves.insertion[-1] == pytest.approx(table.probability, rel=1e-4)
@@ -217,7 +219,7 @@ def test_cli_attribution_and_faithfulness(tmp_path):
     assert cli.main(["--page", "encoder", "--text", SENTENCE, "--view", "faithfulness", "--format", "json",
                      "--out", str(tmp_path), "--steps", "5", "--ig_steps", "8"]) == 0
     written = json.loads(next(tmp_path.glob("*faithfulness*.json")).read_text())
-    assert set(written["methods"]) == {*attribution.METHODS, "random"}
+    assert set(written["methods"]) == {*SHARED, "random"}
     assert all(0 <= m["deletion_auc"] <= 1 and 0 <= m["insertion_auc"] <= 1 for m in written["methods"].values())
     assert cli.main(["--page", "translation", "--model", "mini Transformer en→fr", "--text", SOURCE, "--view",
                      "attribution", "--method", "gradient_rollout", "--target", "1", "--format", "json,png",
@@ -230,7 +232,8 @@ def test_cli_attribution_and_faithfulness(tmp_path):
                      "attribution", "--method", "value_zeroing", "--target", "1", "--format", "json",
                      "--out", str(tmp_path / "vz")]) == 0
     written = json.loads(next((tmp_path / "vz").glob("*.json")).read_text())
-    assert written["what"] == attribution.ALL_METHODS["value_zeroing"] and sum(written["scores"]) == pytest.approx(1)
+    assert written["what"] == METHODS["value_zeroing"].what
+    assert sum(written["scores"]) == pytest.approx(1)
     assert cli.main(["--page", "translation", "--model", "mini Transformer en→fr", "--text", SOURCE, "--view",
                      "faithfulness", "--format", "json", "--target", "1", "--steps", "5", "--ig_steps", "8",
                      "--out", str(tmp_path / "trf")]) == 0
@@ -277,7 +280,7 @@ def test_the_encoder_and_translation_pages_show_the_section(patched_loader):
     table = next(f.value for f in at.dataframe if "what" in f.value.columns)
     what = dict(zip(table["method"], table["what"]))
     assert what["Raw attention"] == "raw attention (decoder cross-attention layer 0, head 1)"
-    assert what["Value zeroing"] == attribution.ALL_METHODS["value_zeroing"] and "ALTI" not in what
+    assert what["Value zeroing"] == METHODS["value_zeroing"].what and "ALTI" not in what
 
 
 def test_translation_value_zeroing_against_hooks_one_token_at_a_time(translator):
@@ -319,6 +322,6 @@ def test_translation_value_zeroing_against_hooks_one_token_at_a_time(translator)
     np.testing.assert_allclose(found.scores["value_zeroing"], expected, rtol=1e-3, atol=1e-6)
     assert found.scores["value_zeroing"].sum() == pytest.approx(1.0, abs=1e-5)
     assert not np.allclose(found.scores["value_zeroing"], found.scores["raw_attention"], atol=1e-3)
-    shared = replace(ex, methods=tuple(attribution.METHODS), zeroed=None)  # what the other families offer
+    shared = replace(ex, methods=tuple(SHARED), zeroed=None)  # what the other families offer
     with pytest.raises(ValueError, match="not available"):
         attribution.explain(shared, ("value_zeroing",))

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from models.analysis import attribution
+from models.analysis import attribution, relevance
+from models.analysis.methods import METHODS, SHARED
 from models.core import capture_timm
 from models.families.swin import explain as swin_explain
 
@@ -132,7 +133,8 @@ def test_rollout_through_windows_and_merges_equals_a_brute_force_product(tiny, e
 
 def test_gradient_rollout_with_ones_is_plain_rollout(ex, monkeypatch):
     weighted = attribution.explain(ex, ("gradient_rollout", "rollout"))
-    monkeypatch.setattr(attribution, "gradient_fusion", lambda attention, gradient: attention.float().mean(-3))
+    monkeypatch.setattr(relevance, "gradient_fusion",
+                        lambda attention, gradient: attention.float().mean(-3))
     ones = attribution.explain(ex, ("gradient_rollout", "rollout"))
     np.testing.assert_allclose(ones.scores["gradient_rollout"] / 2 ** len(ex.layout.tokens),
                                ones.scores["rollout"], rtol=1e-5, atol=1e-8)
@@ -216,9 +218,14 @@ def test_cli_writes_the_json_contract_with_progress_on_stderr(tmp_path, capsys):
                      "--out", str(tmp_path)]) == 0
     payload = json.loads(next(tmp_path.glob("*alti*.json")).read_text())
     assert np.asarray(payload["values"]).shape == (16, 16)
-    assert cli.main(["--page", "swin", "--view", "attribution", "--method", "occlusion", "--out",
-                     str(tmp_path)]) == 2
-    assert "not available for a Swin" in capsys.readouterr().err
+    # the pixel methods read any timm model's patch grid: the Swin's 4 px patches too (one registry)
+    assert cli.main(["--page", "swin", "--view", "attribution", "--method", "occlusion", "--format",
+                     "json", "--out", str(tmp_path)]) == 0
+    payload = json.loads(next(tmp_path.glob("*occlusion*.json")).read_text())
+    assert np.asarray(payload["values"]).shape == (16, 16)
+    assert cli.main(["--page", "swin", "--view", "attribution", "--method", "attention_flow",
+                     "--out", str(tmp_path)]) == 2
+    assert "unknown method" in capsys.readouterr().err
 
 
 def test_cli_progress_lines():
@@ -246,7 +253,7 @@ def test_swin_page_faithfulness_tab():
     at.run()
     assert not at.exception, at.exception
     table = next(f.value for f in at.dataframe if "deletion AUC (lower better)" in f.value.columns)
-    assert list(table["method"]) == [*(attribution.NAMES[m] for m in attribution.METHODS), "Random order"]
+    assert list(table["method"]) == [*(METHODS[m].label for m in SHARED), "Random order"]
     assert "raw attention (layer 1, head 1)" in list(table["what"])
     assert any("A removed patch becomes" in m.value for m in at.markdown)
 

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from models import families
-from models.analysis import attribution, faithfulness
+from models.analysis import attribution, faithfulness, relevance
 from models.analysis import explanations as explainable
 from models.analysis.ablation import output_projections
+from models.analysis.methods import SHARED
 from models.core.inputs import TextInput
 from tests.conftest import save_tiny
 
@@ -50,7 +51,8 @@ def test_eager_attention_and_values_are_the_models(tiny):
         bias = projection.bias if projection.bias is not None else 0.0
         summed = torch.einsum("hij,hjd->id", record.attention[0], record.values[0]) + bias  # Σ_h Σ_j α f(x_j) + b
         torch.testing.assert_close(summed, output, rtol=1e-4, atol=1e-5)
-        norms = attribution.value_norm_row(record.attention[0], record.values[0], len(result.token_ids) - 1)
+        last = len(result.token_ids) - 1
+        norms = relevance.value_norm_row(record.attention[0], record.values[0], last)
         by_hand = torch.stack([(record.attention[0][:, -1, j, None] * record.values[0][:, j]).sum(0).norm()
                                for j in range(len(result.token_ids))])
         torch.testing.assert_close(norms, by_hand, rtol=1e-5, atol=1e-6)
@@ -68,7 +70,7 @@ def test_ig_completeness_and_curve_endpoints(tiny):
     for curves in [*table.curves.values(), *table.random]:
         assert curves.deletion[0] == pytest.approx(table.probability, rel=1e-4)
         assert curves.insertion[-1] == pytest.approx(table.probability, rel=1e-4)
-    assert len(table.payload()["methods"]) == len(attribution.METHODS) + 1
+    assert len(table.payload()["methods"]) == len(SHARED) + 1
 
 
 def test_a_typed_target_and_bad_input(tiny):
@@ -95,7 +97,7 @@ def test_cli_writes_the_json_contract(tiny, tmp_path, monkeypatch):
                      "--format", "json", "--out", str(tmp_path), "--steps", "5", "--ig_steps", "8"]) == 0
     written = json.loads(next(tmp_path.glob("*faithfulness*.json")).read_text())
     assert written["target"]["index"] == result.next_token[0].token_id
-    assert set(written["methods"]) == {*attribution.METHODS, "random"}
+    assert set(written["methods"]) == {*SHARED, "random"}
     assert cli.main(["--page", "gpt", "--model", str(folder), "--text", TEXT, "--view", "explanations",
                      "--format", "csv,png", "--out", str(tmp_path), "--steps", "5", "--ig_steps", "8"]) == 0
 

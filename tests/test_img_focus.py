@@ -55,7 +55,7 @@ def test_the_vit_family_runs_the_package_and_the_saliency_view_is_its_output(con
     from models import families
     from models.core.inputs import ImageInput
     from models.families.vit import model as vit
-    from models.families.vit.attribution import rank_correlation
+    from models.analysis.pixels import rank_correlation
     from viz import figures
     from viz.figures.vit import SaliencyOptions
 

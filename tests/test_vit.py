@@ -10,7 +10,10 @@ from models import families
 from models.core import images, loading
 from models.core.inputs import ImageInput
 from models.core.specs import ModelSpec
-from models.families.vit import attribution as vit_attribution
+from models.analysis import attribution
+from models.analysis.methods import PIXELS
+from models.analysis.pixels import patch_pool, rank_correlation
+from models.families.vit import explain as vit_explain
 from models.families.vit import model as vit
 
 
@@ -28,6 +31,13 @@ def save_tiny_vit(folder, reg_tokens: int = 0, num_classes: int = 3, seed: int =
     save_for_hf(model, str(folder), model_config={"label_names": ["red", "green", "blue"][:num_classes]},
                 model_args=args, safe_serialization=True, data_config=config)
     return model
+
+
+def pixel_attribution(loaded, picture, target: int, method: str = "pixel_integrated_gradients",
+                      steps: int = 32):
+    """``method``'s explanation of class ``target`` on the crop the model sees of ``picture``."""
+    crop = images.preprocess(picture, loaded.data_config).crop
+    return attribution.explain(vit_explain.explainable(loaded, crop, target), (method,), steps)
 
 
 @pytest.fixture
@@ -109,26 +119,27 @@ def test_attributions_on_a_tiny_vit(model_dirs):
     loaded = vit.load(local_spec(model_dirs / "tiny"))
     picture = Image.fromarray(np.random.default_rng(0).integers(0, 255, (40, 40, 3), np.uint8))
     prepared = images.preprocess(picture, loaded.data_config)  # the run's input, rebuilt from its crop bit for bit
-    assert torch.equal(vit_attribution.crop_tensor(loaded, prepared.crop), prepared.tensor)
-    for method in vit_attribution.METHODS:
-        found = vit_attribution.attribute(loaded, picture, target=1, method=method, steps=8)
-        assert found.pixels.shape == (32, 32) and found.patch_scores.shape == (4, 4)
-        assert np.isfinite(found.pixels).all() and found.patch_scores.sum() > 0
-    ig = vit_attribution.attribute(loaded, picture, target=1, method="integrated_gradients", steps=64)
-    assert ig.convergence_delta < 0.05  # completeness: attributions sum to F(x) − F(black)
+    assert torch.equal(vit_explain.crop_tensor(loaded, prepared.crop), prepared.tensor)
+    for method in PIXELS:
+        found = pixel_attribution(loaded, picture, 1, method, steps=8)
+        assert found.pixels[method].shape == (32, 32) and found.scores[method].shape == (16,)
+        assert np.isfinite(found.pixels[method]).all() and found.scores[method].sum() > 0
+    ig = pixel_attribution(loaded, picture, 1, steps=64)
+    # completeness: the attributions sum to F(x) − F(black)
+    assert ig.deltas["pixel_integrated_gradients"] < 0.05
     with pytest.raises(ValueError, match="classes 0..2"):
-        vit_attribution.attribute(loaded, picture, target=7)
+        pixel_attribution(loaded, picture, 7)
 
 
 def test_patch_pool_and_rank_correlation():
     pixels = np.zeros((8, 12))
     pixels[4:8, 8:12] = -2.0  # patch (1, 2) of a 2 × 3 grid of 4 px patches
-    pooled = vit_attribution.patch_pool(pixels, (2, 3), (4, 4))
+    pooled = patch_pool(pixels, (2, 3), (4, 4))
     assert pooled[1, 2] == 32.0 and pooled.sum() == 32.0
     a = np.arange(6.0).reshape(2, 3)
-    assert vit_attribution.rank_correlation(a, a ** 3) == pytest.approx(1.0)
-    assert vit_attribution.rank_correlation(a, -a) == pytest.approx(-1.0)
-    assert np.isnan(vit_attribution.rank_correlation(a, np.ones((2, 3))))
+    assert rank_correlation(a, a ** 3) == pytest.approx(1.0)
+    assert rank_correlation(a, -a) == pytest.approx(-1.0)
+    assert np.isnan(rank_correlation(a, np.ones((2, 3))))
 
 
 def test_imagenet_classifiers_get_timm_class_names():
@@ -232,13 +243,15 @@ def test_every_view_the_family_offers_is_the_models_numbers(tiny_run):
     # the attribution of the top class by default, explaining exactly the crop the run saw; ρ with the rollout
     top = result.predictions[0]
     occlusion = build("attribution", vit_figures.AttributionOptions(method="occlusion"))
-    expected = vit_attribution.attribute(loaded, images.load_sample("coffee"), top.token_id, "occlusion")
-    np.testing.assert_allclose(occlusion.arrays()["patch_scores"], expected.patch_scores, atol=1e-5)
+    found = pixel_attribution(loaded, images.load_sample("coffee"), top.token_id, "occlusion")
+    expected = found.scores["occlusion"].reshape(4, 4)
+    np.testing.assert_allclose(occlusion.arrays()["patch_scores"], expected, atol=1e-5)
     assert occlusion.stem == f"tiny_sample-coffee_occlusion_class-{top.token}"  # occlusion takes no steps
     rolled = drawn["rollout"].arrays()["rollout"]
     assert occlusion.payload()["rank_correlation_with_rollout"] == pytest.approx(
-        vit_attribution.rank_correlation(rolled, expected.patch_scores), nan_ok=True)
-    assert drawn["attribution"].stem.endswith(f"_integrated-gradients_class-{top.token}_steps-16")
+        rank_correlation(rolled, expected), nan_ok=True)
+    stem = drawn["attribution"].stem
+    assert stem.endswith(f"_pixel-integrated-gradients_class-{top.token}_steps-16")
 
 
 def test_bad_view_options_are_messages(tiny_run):
@@ -262,5 +275,5 @@ def test_bad_view_options_are_messages(tiny_run):
     attribution = figures.get("attribution")
     with pytest.raises(ValueError, match="classes 0..2"):
         attribution.analysis(loaded, result, vit_figures.AttributionOptions(target=7))
-    with pytest.raises(ValueError, match="unknown attribution method"):
+    with pytest.raises(ValueError, match="unknown method"):
         attribution.analysis(loaded, result, vit_figures.AttributionOptions(method="lime"))

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from app import display, presentation, resources, tables, url_state, widgets
+from app import display, resources, tables, url_state, widgets
 from app.sections import faithfulness as faithfulness_section
+from models.analysis.methods import method_name
 from models.families.captioning import model as captioning
 from models.minis.captioning import metrics as scene_metrics
 from models.minis.captioning import scenes
-from viz import captioning as draw
 from viz.figures.captioning import (
     CandidatesOptions,
     CaptionFaithfulnessOptions,
@@ -181,23 +181,25 @@ def faithfulness(result, loaded, layer, head, colormap: str) -> None:
     if maps is None:
         return
     show(maps, "cap_explanations")
-    found = resources.figure("caption_faithfulness", result, options, loaded)  # the same analysis: cached by now
-    payload = found.payload()
-    st.markdown(f"**Word:** {widgets.plain(payload['target']['name'])}, p = {payload['target']['probability']:.3f}. "
-                "**Deletion** greys out the most relevant image regions first (a faithful map makes p fall fast: "
-                "low area); **insertion** starts from a grey image and reveals them (p should rise fast: high area). "
-                f"Random: {payload['methods']['random']['seeds']} shuffled orders.")
-    tables.show(found.table(), faithfulness_section.AUC_FORMATS)
-    weak = payload["no_better_than_random"]
-    if "raw_attention" in weak:
-        st.warning("Raw attention does no better than random for this word: greying out the regions it attends "
-                   "to most lowers the word's probability no faster than greying out random regions (and revealing "
-                   "them raises it no faster). Here the map is not an explanation of the word.")
-    elif weak:
-        st.warning(f"No better than random on this word: {', '.join(weak)}.")
+    # the same analysis, cached by now: its typed result and its curves
+    found = resources.analysis("caption_faithfulness", result, options, loaded)
+    curves = resources.figure("caption_faithfulness", result, options, loaded)
+    st.markdown(f"**Word:** {widgets.plain(found.target_name)}, p = {found.probability:.3f}. "
+                "**Deletion** greys out the most relevant image regions first (a faithful map "
+                "makes p fall fast: low area); **insertion** starts from a grey image and reveals "
+                f"them (p should rise fast: high area). Random: {found.seeds} shuffled orders.")
+    tables.show(curves.table(), faithfulness_section.AUC_FORMATS)
+    if "raw_attention" in found.weak:
+        st.warning("Raw attention does no better than random for this word: greying out "
+                   "the regions it attends to most lowers the word's probability no faster "
+                   "than greying out random regions (and revealing them raises it no faster). "
+                   "Here the map is not an explanation of the word.")
+    elif found.weak:
+        weak = ", ".join(map(method_name, found.weak))
+        st.warning(f"No better than random on this word: {weak}.")
     else:
         st.success("Raw attention does better than random for this word on both curves.")
-    show(found, "cap_curves")
+    show(curves, "cap_curves")
 
 
 def architectures() -> None:
@@ -216,13 +218,9 @@ def image_tokens(result, colormap: str) -> None:
     regions = result.regions
     st.markdown(f"**{regions.count} image tokens** from {len(regions.frames)} frame(s): "
                 f"{widgets.plain(regions.description)}.")
-    picture = draw.outline_regions(result.image.image, captioning.display_boxes(result), regions.frame_of, 448)
-    st.image(picture, caption="every image token's region of your picture (one colour per frame)",
-             width="stretch" if presentation.is_on() else "content")
-    frames = [{"frame": f.name, "tokens": f.grid[0] * f.grid[1], "grid": f"{f.grid[0]} × {f.grid[1]}",
-               "covers (pixels)": f"x {f.box[0]:.0f}–{f.box[2]:.0f}, y {f.box[1]:.0f}–{f.box[3]:.0f}"}
-              for f in regions.frames]
-    tables.show(frames)
+    if (figure := widgets.figure_or_none("caption_regions", result)) is not None:
+        show(figure, "cap_regions")
+        tables.show(figure.table())
     if result.sink_scores is not None and (figure := widgets.figure_or_none("caption_sinks", result)) is not None:
         show(figure, "cap_sinks")
     if result.prompt:

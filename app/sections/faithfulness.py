@@ -17,8 +17,9 @@ from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ct
 
 from app import display, resources, tables, url_state, widgets
 from models.analysis import explanations as explainable
-from models.analysis.attribution import COMPLETENESS_TOLERANCE, METHODS, method_name
-from models.analysis.faithfulness import PROBABILITY, measure_symbol
+from models.analysis.attribution import COMPLETENESS_TOLERANCE
+from models.analysis.faithfulness import Faithfulness, measure_symbol
+from models.analysis.methods import method_name
 from models.core.inputs import ImageInput
 from models.families.vit import explain as vit_explain
 from viz.figures.faithfulness import FaithfulnessOptions, LocalisationOptions
@@ -158,7 +159,7 @@ def _show_text(result, loaded, key: str) -> None:
     if maps is None:
         return
     display.show(maps, f"{key}_maps")
-    _table_and_curves(resources.figure("faithfulness", result, options, loaded), key, "token")
+    table_and_curves(result, loaded, options, key, "token")
 
 
 def _show_image(result, loaded, key: str) -> None:
@@ -195,12 +196,13 @@ def _show_image(result, loaded, key: str) -> None:
     maps = figure("explanations", result, options, loaded, "Explaining")
     if maps is None:
         return
+    # the same analysis as the maps': cached by now
+    found = resources.analysis("faithfulness", result, options, loaded)
     left, right = st.columns([3, 2])
     with left:
         display.show(maps, f"{key}_maps")
     with right:
-        found = resources.figure("faithfulness", result, options, loaded)  # the same analysis: cached by now
-        _summary(found.payload(), "patch")
+        _summary(found, "patch")
     if loaded.spec.family == "swin":
         right.caption("Swin: each block's window maps are carried back to its stage's grid (the cyclic shift "
                       "undone), a stage's grid reaches the previous one through the 2 × 2 patch merge, and the "
@@ -211,9 +213,9 @@ def _show_image(result, loaded, key: str) -> None:
         right.caption("The mini ViT recognises its shapes by colour: one coloured patch left is often enough, so a "
                       "deletion curve stays high until almost every patch of the shape is gone, and on a photo "
                       "without a shape every curve is flat. That is the model, not the plot.")
-    _table_and_curves(found, key, "patch")
+    table_and_curves(result, loaded, options, key, "patch")
     if sample is not None:
-        _this_shape(maps.arrays(), sample, result)
+        _this_shape(found, sample, result)
         _localisation(loaded, key)
 
 
@@ -227,16 +229,16 @@ def class_names(loaded, result) -> list[str]:
     return list(names) if names else [f"class {i}" for i in range(int(loaded.model.num_classes))]
 
 
-def _summary(payload: dict, unit: str) -> None:
+def _summary(found: Faithfulness, unit: str) -> None:
     units = "patches" if unit == "patch" else f"{unit}s"
-    symbol = measure_symbol(payload["target"].get("measure", PROBABILITY))
-    st.markdown(f"**Target:** {widgets.plain(payload['target']['name'])}, {symbol} = "
-                f"{payload['target']['probability']:.3f}"
-                f"  \n**A removed {unit} becomes** {widgets.plain(payload['replacement'])}.  \n"
-                f"**Deletion** removes the most relevant {units} first (a faithful map makes {symbol} fall fast: low "
-                f"area); **insertion** starts with every {unit} removed and reveals them ({symbol} should rise fast: high "
-                f"area). Random: {payload['methods']['random']['seeds']} shuffled orders.")
-    delta, difference = payload["integrated_gradients_delta"], payload["integrated_gradients_difference"]
+    symbol = measure_symbol(found.measure)
+    st.markdown(f"**Target:** {widgets.plain(found.target_name)}, {symbol} = "
+                f"{found.probability:.3f}  \n**A removed {unit} becomes** "
+                f"{widgets.plain(found.replacement)}.  \n**Deletion** removes the most relevant "
+                f"{units} first (a faithful map makes {symbol} fall fast: low area); **insertion** "
+                f"starts with every {unit} removed and reveals them ({symbol} should rise fast: "
+                f"high area). Random: {found.seeds} shuffled orders.")
+    delta, difference = found.explanations.ig_delta, found.explanations.ig_difference
     if delta is not None and difference:
         relative = delta / abs(difference)
         message = (f"Integrated Gradients: its scores should sum to y(x) − y(baseline) = {difference:.3g}; they miss "
@@ -247,27 +249,28 @@ def _summary(payload: dict, unit: str) -> None:
             st.caption(message)
 
 
-def _table_and_curves(found, key: str, unit: str) -> None:
-    payload = found.payload()
+def table_and_curves(result, loaded, options: FaithfulnessOptions, key: str, unit: str) -> None:
+    """The faithfulness table, its verdict and the curves (a text page's summary above them)."""
+    found = resources.analysis("faithfulness", result, options, loaded)
     if unit == "token":
-        _summary(payload, unit)
-    frame = found.table()
+        _summary(found, unit)
+    curves = resources.figure("faithfulness", result, options, loaded)  # the same analysis, drawn
     # the random row has no verdict of its own and no seconds: "—", not "None"
-    tables.show(frame, AUC_FORMATS)
-    weak = [method_name(method) for method in payload["no_better_than_random"]]
-    if weak:
-        st.warning("No better than random on this input (deletion AUC not below random's mean − 1 sd, or insertion "
-                   f"AUC not above its mean + 1 sd): {', '.join(weak)}.")
-    display.show(found, f"{key}_curves")
+    tables.show(curves.table(), AUC_FORMATS)
+    if found.weak:
+        weak = ", ".join(map(method_name, found.weak))
+        st.warning("No better than random on this input (deletion AUC not below random's mean − "
+                   f"1 sd, or insertion AUC not above its mean + 1 sd): {weak}.")
+    display.show(curves, f"{key}_curves")
 
 
-def _this_shape(grids: dict, sample, result) -> None:
+def _this_shape(found: Faithfulness, sample, result) -> None:
     coverage = vit_explain.patch_coverage(sample.mask, result.image.patch_grid).ravel()
     rows = []
-    for method in METHODS:
-        if method in grids:
-            hit, iou = vit_explain.pointing_and_iou(np.asarray(grids[method]).ravel(), coverage)
-            rows.append({"method": method_name(method), "top patch on the shape": hit, "IoU with the shape": iou})
+    for method, scores in found.explanations.scores.items():
+        hit, iou = vit_explain.pointing_and_iou(np.asarray(scores).ravel(), coverage)
+        rows.append({"method": method_name(method), "top patch on the shape": hit,
+                     "IoU with the shape": iou})
     st.markdown("**This shape** (the generator knows its mask): does each map's top patch touch it, and how well do the "
                 "patches above the map's mean overlap the patches it covers at least half of?")
     tables.show(rows, {"IoU with the shape": "%.2f"})

@@ -35,9 +35,9 @@ def _draw(result, loaded, key: str, options: FaithfulnessOptions) -> None:
     if maps is None:
         return
     display.show(maps, f"{key}_maps")
-    found = shared.figure("faithfulness", result, options, loaded, "Curves")  # the same analysis: cached by now
-    if found is not None:
-        shared._table_and_curves(found, key, "token")
+    # the same analysis: cached by now
+    if shared.figure("faithfulness", result, options, loaded, "Curves") is not None:
+        shared.table_and_curves(result, loaded, options, key, "token")
 
 
 def _restore(key: str, extra: dict) -> None:

@@ -8,8 +8,8 @@ from app import display, image_input, presentation, url_state, widgets
 from app.sections import faithfulness as faithfulness_section
 from app.sections import vit_high_norm, vit_prefix
 from app.sections import why as why_section
+from models.analysis.methods import METHODS, PIXELS
 from models.analysis.rollout import HEAD_FUSIONS
-from models.families.vit import attribution as vit_attribution
 from viz import image_overlay
 from viz.figures.vit import (
     AttributionOptions,
@@ -149,16 +149,17 @@ with rollout_tab:
         names = [f"{p.token} ({p.probability:.1%})" for p in result.predictions]
         c1, c2, c3 = st.columns(3)
         chosen = c1.selectbox("Class to explain", names, key="vit_class")
-        second = c2.selectbox("Second method", ["occlusion", "gradient_shap"], key="vit_method",
-                              format_func=vit_attribution.METHODS.get)
+        first = "pixel_integrated_gradients"  # always beside rollout; the second is the visitor's
+        second = c2.selectbox("Second method", [m for m in PIXELS if m != first], key="vit_method",
+                              format_func=lambda m: METHODS[m].label)
         steps = c3.slider("IG / SHAP steps", 8, 64, 16, 8, key="vit_steps", help="more = slower, more accurate")
         target = result.predictions[names.index(chosen)].token_id
         columns = st.columns(3)
         picture(rolled, columns[0], "vit_rollout")
         if rolled is not None:
             columns[0].caption(f"rollout ({fusion}, discard {discard:.2f}): not class-specific")
-        for column, method in zip(columns[1:], ["integrated_gradients", second]):
-            with column, st.spinner(f"{vit_attribution.METHODS[method]} for {chosen}…"):
+        for column, method in zip(columns[1:], [first, second]):
+            with column, st.spinner(f"{METHODS[method].label} for {chosen}…"):
                 found = widgets.figure_or_none("attribution", result, AttributionOptions(
                     target=target, method=method, steps=steps, fusion=fusion, discard=discard, **drawn), loaded)
             if found is None:

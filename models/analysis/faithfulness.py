@@ -83,6 +83,16 @@ class Faithfulness:
     def fractions(self) -> np.ndarray:
         return np.linspace(0.0, 1.0, self.steps + 1)
 
+    @property
+    def seeds(self) -> int:
+        """How many random orders the methods were compared with."""
+        return len(self.random)
+
+    @property
+    def weak(self) -> list[str]:
+        """The methods no better than random (``no_better_than_random``), in the table's order."""
+        return [method for method in self.curves if self.no_better_than_random(method)]
+
     def random_auc(self, curve: str) -> tuple[float, float]:
         values = [auc(getattr(c, curve)) for c in self.random]
         return float(np.mean(values)), float(np.std(values))
@@ -108,13 +118,13 @@ class Faithfulness:
         random = entry(random_mean)
         random["deletion_auc"], random["deletion_auc_std"] = self.random_auc("deletion")
         random["insertion_auc"], random["insertion_auc_std"] = self.random_auc("insertion")
-        random["seeds"] = len(self.random)
+        random["seeds"] = self.seeds
         return {"target": {"index": self.target, "name": self.target_name, "probability": self.probability,
                            "kind": self.target_kind, "measure": self.measure, "notes": list(self.notes)},
                 "methods": {**{m: entry(c) for m, c in self.curves.items()}, "random": random},
                 "model": self.model, "input": self.input_name, "units": self.units, "steps": self.steps,
                 "fractions": self.fractions.tolist(), "replacement": self.replacement, "auc": AUC_NOTE,
-                "no_better_than_random": [m for m in self.curves if self.no_better_than_random(m)],
+                "no_better_than_random": self.weak,
                 "integrated_gradients_delta": self.explanations.ig_delta,
                 "integrated_gradients_difference": self.explanations.ig_difference,
                 "raw_attention": (None if self.explanations.raw_attention is None
@@ -226,10 +236,11 @@ def measure(ex: Explainable, explanations: attribution.Explanations, steps: int 
 def faithfulness(ex: Explainable, model: str, input_name: str, methods=None, steps: int = 20,
                  seeds: int = 5, ig_steps: int = 32, progress: Callable[[str, float], None] = lambda s, f: None,
                  result=None, layer: int = -1, head: int | None = None) -> Faithfulness:
-    """Every method's explanation of ``ex`` and its curves: the page's table, the CLI's JSON. ``layer``, ``head``:
-    raw attention's (the default: the last layer's head mean)."""
+    """Every method's explanation of ``ex`` and its curves: the page's table, the CLI's JSON.
+    ``methods``: default ``attribution.compared(ex)``.
+    ``layer``, ``head``: raw attention's (the default: the last layer's head mean)."""
     started = time.perf_counter()
-    methods = ex.methods if methods is None else methods
+    methods = attribution.compared(ex) if methods is None else methods
     explanations = attribution.explain(ex, methods, ig_steps, layer, head,
                                        progress=lambda step, f: progress(step, 0.4 * f))
     curves, random = measure(ex, explanations, steps, seeds, lambda step, f: progress(step, 0.4 + 0.6 * f))

@@ -13,8 +13,13 @@
 
 Each processor is a plain callable ``(input_ids (batch, T), scores (batch, vocab)) -> scores`` that transformers'
 ``generate`` accepts in ``logits_processor``.
+
+``beam_search`` is the search of the decoders this project runs step by step (the captioning and
+translation minis, the Bergamot translator); transformers models use their own ``generate``.
 """
 from __future__ import annotations
+
+from typing import Any, Callable
 
 import torch
 
@@ -81,3 +86,71 @@ def processor(name: str, value: float, prompt_length: int = 0):
     if name == "repetition":
         return RepetitionPenalty(value)
     raise ValueError(f"unknown penalty {name!r}; use one of {', '.join(PENALTIES)}")
+
+
+def _rows(state: Any, rows: torch.Tensor) -> Any:
+    """The hypotheses ``rows`` of a decoder state: a tensor (n, …), a tuple of them, or an object
+    with ``select``."""
+    if isinstance(state, torch.Tensor):
+        return state[rows]
+    if isinstance(state, tuple):
+        return tuple(part[rows] for part in state)
+    return state.select(rows)
+
+
+Step = Callable[[torch.Tensor, Any], tuple[torch.Tensor, Any]]
+
+
+def beam_search(step: Step, state: Any, *, start: int, end: int, beams: int, max_new: int,
+                shrinking: bool = False, alpha: float = 1.0, words: torch.Tensor | None = None,
+                device: torch.device | str = "cpu") -> list[int]:
+    """The generated ids (``end`` included when reached) of the best hypothesis, ranked by
+    ``Σ log p / L^α``.
+
+    ``step(previous (n,), state of those n hypotheses) -> (log-probabilities (n, columns), the
+    state after)``; ``start`` is the token before the first; ``words`` (columns,) the token id of
+    each column (a shortlist; None: column = id); ``device`` where ``previous`` goes. Two ways to
+    end a hypothesis:
+
+    - transformers' (``shrinking`` False): the ``2 · beams`` best continuations are read in order
+      until ``beams`` live ones are found; one that ends is put aside and the beam stays ``beams``
+      wide. The search stops once ``beams`` have ended or none is live; the unfinished count only
+      when none ended. ``beams`` 1 is greedy.
+    - Marian's (``shrinking``): each ended hypothesis takes one place from the beam (the
+      ``beams − ended`` best continuations go on), and the last step ends every hypothesis.
+      ``beams`` 1 is greedy by argmax."""
+    live: list[tuple[list[int], float]] = [([], 0.0)]
+    finished: list[tuple[list[int], float]] = []
+
+    def token(column: int) -> int:
+        return column if words is None else int(words[column])
+
+    for index in range(max_new):
+        previous = torch.tensor([h[0][-1] if h[0] else start for h in live], device=device)
+        log_probs, after = step(previous, state)
+        if shrinking and beams == 1:
+            column = int(log_probs[0].argmax())
+            sequence = live[0][0] + [token(column)]
+            live = [(sequence, live[0][1] + float(log_probs[0, column]))]
+            state = after
+            if sequence[-1] == end:
+                return sequence
+            continue
+        width = beams - len(finished) if shrinking else 2 * beams
+        totals = torch.tensor([h[1] for h in live], device=log_probs.device)[:, None] + log_probs
+        scores, flat = totals.view(-1).topk(min(width, totals.numel()))
+        kept, rows = [], []
+        for score, position in zip(scores.tolist(), flat.tolist()):
+            row, column = divmod(position, log_probs.shape[-1])
+            sequence = live[row][0] + [token(column)]
+            if sequence[-1] == end or (shrinking and index == max_new - 1):
+                finished.append((sequence, score))
+            else:
+                kept.append((sequence, score))
+                rows.append(row)
+            if not shrinking and len(kept) == beams:
+                break
+        if not kept or len(finished) >= beams:
+            break
+        live, state = kept, _rows(after, torch.tensor(rows, device=log_probs.device))
+    return max(finished or live, key=lambda f: length_penalised_score(f[1], len(f[0]), alpha))[0]

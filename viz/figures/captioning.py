@@ -19,13 +19,14 @@ import pandas as pd
 from PIL import Image
 
 from models.analysis import explanations as explainable
+from models.analysis.methods import METHODS
 from models.families.captioning import explain as caption_explain
 from models.families.captioning import model as captioning
 from models.families.captioning import vlm
 from models.families.captioning.model import CaptionResult
 from viz import captioning as draw
 from viz import export
-from viz.figure import Figure, view
+from viz.figure import Figure, NoOptions, view
 from viz.figures import faithfulness as faithfulness_figures
 from viz.heatmap import PAD
 
@@ -265,10 +266,6 @@ def caption_faithfulness(found, options: CaptionFaithfulnessOptions) -> Figure:
                                                              f"{found.steps} steps"))
 
 
-SHORT_METHODS = {"raw_attention": "attention", "rollout": "rollout", "gradient_rollout": "grad × attn",
-                 "input_x_gradient": "input × grad"}  # the tiles' labels: short enough to read in a lecture hall
-
-
 @view("caption_explanations", "One word: raw attention beside rollout, gradient-weighted attention and input × "
                               "gradient", CaptionFaithfulnessOptions, analysis=word_faithfulness,
       analysis_options=FAITHFULNESS_OPTIONS)
@@ -277,7 +274,7 @@ def caption_explanations(found, options: CaptionFaithfulnessOptions) -> Figure:
     shown = MapOptions(opacity=0.65, colormap=options.colormap, smooth=False, exclude_sinks=False)
     scores = found.explanations.scores
     tiles = [draw.labelled(overlay(result, np.clip(values, 0, None) if method != "input_x_gradient" else
-                                   np.abs(values), shown, TILE_PIXELS), SHORT_METHODS.get(method, method))
+                                   np.abs(values), shown, TILE_PIXELS), METHODS[method].short)
              for method, values in scores.items()]
     return Figure(
         export.file_stem(result.model.short_name, result.input_name, "caption explanations", options.word,
@@ -287,9 +284,39 @@ def caption_explanations(found, options: CaptionFaithfulnessOptions) -> Figure:
                 "one square per image token.",
         table=lambda: pd.DataFrame(scores, index=pd.Index(found.unit_names, name="image token")),
         payload={"model": found.model, "image": found.input_name, "target": found.target_name,
-                 "maps": scores, "methods": {m: found.explanations.descriptions.get(m, m) for m in scores}},
+                 "maps": scores, "methods": {m: found.explanations.describe(m) for m in scores}},
         arrays=lambda: {**scores, "picture": result.image.image, "boxes": result.regions.boxes},
         metadata={"model": found.model, "image": found.input_name, "target": found.target_name})
+
+
+def frame_table(result: CaptionResult) -> pd.DataFrame:
+    """One row per frame the processor made: its tokens, their grid, the pixels it covers."""
+    return pd.DataFrame([{"frame": f.name, "tokens": f.grid[0] * f.grid[1],
+                          "grid": f"{f.grid[0]} × {f.grid[1]}",
+                          "covers (pixels)": f"x {f.box[0]:.0f}–{f.box[2]:.0f}, "
+                                             f"y {f.box[1]:.0f}–{f.box[3]:.0f}"}
+                         for f in result.regions.frames])
+
+
+@view("caption_regions", "Where every image token came from: its region of the picture, one "
+                         "colour per frame", NoOptions)
+def caption_regions(result: CaptionResult, options: NoOptions) -> Figure:
+    """The picture with every image token's region outlined (tiles, thumbnails, merged blocks
+    where the processor put them); the table holds one row per frame, the arrays every token's
+    box."""
+    regions = result.regions
+    boxes = captioning.display_boxes(result)
+    return Figure(
+        export.file_stem(result.model.short_name, result.input_name, "caption regions"),
+        image=draw.outline_regions(result.image.image, boxes, regions.frame_of, WORD_PIXELS),
+        caption="every image token's region of your picture (one colour per frame)",
+        table=lambda: frame_table(result),
+        payload={"model": result.model.key, "image": result.input_name,
+                 "geometry": regions.description, "frames": [f.name for f in regions.frames],
+                 "frame_of": regions.frame_of, "boxes": boxes},
+        arrays=lambda: {"boxes": boxes, "frame_of": regions.frame_of,
+                        "picture": result.image.image},
+        metadata={"model": result.model.key, "image": result.input_name})
 
 
 @dataclass(frozen=True)

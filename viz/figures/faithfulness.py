@@ -11,8 +11,7 @@ import pandas as pd
 from PIL import Image, ImageDraw, ImageFont
 
 from models.analysis import explanations as explainable
-from models.analysis.attribution import ALL_METHODS as METHODS
-from models.analysis.attribution import RANDOM, RANDOM_NAME, method_name
+from models.analysis.methods import METHODS, RANDOM, RANDOM_NAME, method_name
 from models.analysis.faithfulness import AUC_NOTE, Faithfulness, measure_symbol
 from models.core.results import ImageResult
 from models.core.text import with_marks
@@ -65,23 +64,14 @@ def curve_frame(found: Faithfulness) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def describe(found: Faithfulness, method: str) -> str:
-    """A method in words; raw attention with the layer and head it was read from."""
-    chosen = found.explanations.raw_attention if method == "raw_attention" else None
-    if chosen is None:
-        return found.explanations.descriptions.get(method, METHODS[method])
-    head = "head mean" if chosen.head is None else f"head {chosen.head}"
-    where = f"{chosen.attention} " if chosen.attention else ""
-    return f"raw attention ({where}layer {chosen.layer}, {head})"
-
-
 def table_frame(found: Faithfulness) -> pd.DataFrame:
     rows = []
     for name, curves in found.curves.items():
         rows.append({"method": method_name(name), "deletion AUC (lower better)": curves.deletion_auc,
                      "insertion AUC (higher better)": curves.insertion_auc,
                      "no better than random": "yes" if found.no_better_than_random(name) else "no",
-                     "seconds": found.explanations.seconds.get(name, float("nan")), "what": describe(found, name)})
+                     "seconds": found.explanations.seconds.get(name, float("nan")),
+                     "what": found.explanations.describe(name)})
     deletion_mean, deletion_std = found.random_auc("deletion")
     insertion_mean, insertion_std = found.random_auc("insertion")
     rows.append({"method": RANDOM_NAME, "deletion AUC (lower better)": deletion_mean,
@@ -178,19 +168,20 @@ def explanations(found: Faithfulness, options: FaithfulnessOptions) -> Figure:
                                [found.target_name]),
             table=lambda: pd.DataFrame(scores, index=pd.Index(found.unit_names, name="token")),
             payload={**_settings(found), "tokens": list(found.unit_names), "maps": scores,
-                     "methods": {m: METHODS[m] for m in scores}},
+                     "methods": {m: found.explanations.describe(m) for m in scores}},
             arrays=lambda: dict(scores), metadata=_settings(found))
     info = found.result.image
     scale = max(1, round(TILE_PIXELS / info.image.shape[0]))
     grids = {m: unit_grid(found, s) for m, s in found.explanations.scores.items()}
     tiles = [_labelled(image_overlay.attention_overlay(info.image, grid, 0.65, options.colormap, "nearest", scale),
-                       m) for m, grid in grids.items()]
+                       METHODS[m].short) for m, grid in grids.items()]
     return Figure(
         _stem(found, "explanations", options), image=image_overlay.tile(tiles, 4),
         caption=f"Every method's relevance for {found.target_name!r}, each scaled to its own range; brighter = more "
                 "relevant (nearest upsampling: one square per patch).",
         payload={**_settings(found), "patch_grid": list(info.patch_grid),
-                 "maps": {m: g for m, g in grids.items()}, "methods": {m: METHODS[m] for m in grids}},
+                 "maps": {m: g for m, g in grids.items()},
+                 "methods": {m: found.explanations.describe(m) for m in grids}},
         arrays=lambda: {**grids, "crop": info.image}, metadata=_settings(found))
 
 

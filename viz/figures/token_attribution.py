@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 
 from models.analysis import explanations as explainable
-from models.analysis.attribution import ALL_METHODS as METHODS
 from models.core.text import with_marks
 from viz import export
 from viz.figure import Figure, view
@@ -19,7 +18,7 @@ from viz.heatmap import PAD
 
 @dataclass(frozen=True)
 class TokenAttributionOptions:
-    method: str = "gradient_rollout"  # one of models.analysis.attribution.METHODS
+    method: str = "gradient_rollout"  # a name in models.analysis.methods.METHODS
     target: int | None = None  # GPT: a vocabulary id; translation: an output position; None: the default target
     token: str = ""  # GPT: a target token as typed; encoder: a reference sentence ("" = its own embedding)
     replacement: str = "mean"
@@ -42,14 +41,15 @@ def token_attribution(found, options: TokenAttributionOptions) -> Figure:
         tooltip=["token", alt.Tooltip("score:Q", format=".4g")],
     ).properties(width=min(900, 34 * len(names)), height=220, autosize=PAD)
     settings = {"model": model, "method": options.method, "target": ex.target_name}
-    payload = {**settings, "what": METHODS[options.method], "target_kind": ex.target_kind, "tokens": names,
+    what = explained.describe(options.method)
+    payload = {**settings, "what": what, "target_kind": ex.target_kind, "tokens": names,
                "positions": list(ex.units), "scores": scores, "replacement": ex.replacement,
                "target_probability": explained.probability, "notes": list(ex.notes)}
     if explained.ig_delta is not None:
         payload["integrated_gradients_delta"] = explained.ig_delta
         payload["integrated_gradients_difference"] = explained.ig_difference
     return Figure(export.file_stem(model.split("/")[-1], options.method, f"target {ex.target_name}"), chart=chart,
-                  caption=with_marks(f"{METHODS[options.method]}: each input token's relevance for "
+                  caption=with_marks(f"{what}: each input token's relevance for "
                                      f"{ex.target_name!r} ({ex.target_kind}).", names, [ex.target_name]),
                   table=lambda: frame, payload=payload,
                   arrays=lambda: {"scores": scores, "positions": np.asarray(ex.units)},

@@ -13,16 +13,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from models.analysis import explanations
+from models.analysis.methods import METHODS
+from models.analysis.pixels import ExplainedClass, rank_correlation
 from models.core import selection
 from models.core.selection import Head, Layer
 from models.core.results import ImageInfo
 from models.families.vit import model as vit
-from models.families.vit.attribution import (
-    ExplainedClass,
-    all_methods,
-    explain,
-    rank_correlation,
-)
 from models.families.vit.model import ViTResult
 from viz import export, heatmap, image_overlay, vit_charts
 from viz.figure import Figure, NoOptions, view
@@ -384,13 +381,14 @@ def saliency(result: ViTResult, options: SaliencyOptions) -> Figure:
 @dataclass(frozen=True)
 class AttributionOptions(OverlayOptions):
     target: int | None = None  # the class explained (its index); None: the top prediction
-    method: str = "integrated_gradients"  # one of models.families.vit.attribution.all_methods() (pixel and shared methods)
+    method: str = "pixel_integrated_gradients"  # a name in models.analysis.methods.METHODS
     steps: int = 16  # integration points (IG) or samples (GradientSHAP): more is slower and more accurate
     fusion: str = "mean"  # the rollout the attribution is compared with
     discard: float = 0.0
 
 
-@view("attribution", "A class attribution beside rollout (captum)", AttributionOptions, analysis=explain,
+@view("attribution", "A class attribution beside rollout (captum)", AttributionOptions,
+      analysis=explanations.class_attribution,
       analysis_options=("target", "method", "steps"))
 def attribution(explained: ExplainedClass, options: AttributionOptions) -> Figure:
     """|attribution| per patch of one class, and Spearman's ρ with the rollout (the JSON's
@@ -400,14 +398,14 @@ def attribution(explained: ExplainedClass, options: AttributionOptions) -> Figur
                                                                                       options.discard)
     rho = rank_correlation(rolled, found.patch_scores)
     settings = {"class": found.target_name, "class_id": found.target}
-    if found.method in ("integrated_gradients", "gradient_shap"):  # the others take no steps
+    method = METHODS[found.method]
+    if method.takes_steps:
         settings["steps"] = options.steps
     return _grid_figure(
         result, found.patch_scores, found.method.replace("_", " "), (f"class {found.target_name}",
         *([f"steps {options.steps}"] if "steps" in settings else [])), settings, options,
-        f"{all_methods()[found.method]}, "
-        f"{'|attribution|' if found.method in ('integrated_gradients', 'occlusion', 'gradient_shap') else 'score'} "
-        f"per patch ({found.seconds:.1f} s)", "patch_scores",
+        f"{method.label}, {'|attribution|' if method.reads == 'pixels' else 'score'} per patch "
+        f"({found.seconds:.1f} s)", "patch_scores",
         more_arrays=lambda: {"pixel_attributions": found.pixels}, rank_correlation_with_rollout=rho,
         rollout=_rollout_settings(options), convergence_delta=found.convergence_delta)
 

@@ -1,13 +1,13 @@
 """Image captioning with attention, from Show, Attend and Tell to vision–language models (``model.py``): where every
 image token came from (``geometry.py``), decoder-only VLMs' capture while generating and their attention sinks
-(``vlm.py``), and whether a word's map is faithful (``explain.py``).
+(``vlm.py``), and whether a word's map is faithful (``explain.py``, its explanation adapter).
 
 This file declares the family: what it loads and runs, the views its results feed, its models (offline first)
 and its explanation adapter. docs/ARCHITECTURE.md, "Add a family"."""
 from models.core.family import Family
 from models.core.inputs import ImageInput
 from models.core.specs import ModelSpec
-from models.families.captioning import model
+from models.families.captioning import explain, model
 
 _MINI_DATA = ("this project's generated scenes: 1–3 coloured shapes on a 3 × 3 grid, captions from a small grammar "
               "(models/minis/captioning)")
@@ -47,6 +47,8 @@ SPECS = (
 FAMILY = Family("captioning", "image captioning with attention", ImageInput, model.load, model.run,
                 model.CaptionResult,
                 views=("caption_strip", "caption_word", "caption_candidates", "caption_heads", "caption_explanations",
-                       "caption_faithfulness", "caption_sinks", "caption_architectures"),
+                       "caption_faithfulness", "caption_sinks", "caption_regions",
+                       "caption_architectures"),
                 options=model.CaptionSettings,
-                specs=SPECS)
+                specs=SPECS,
+                explainer=explain)

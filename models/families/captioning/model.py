@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.core import capture, limits, loading, text
+from models.core import capture, decoding, limits, loading, text
 from models.core.inputs import ImageInput
 from models.core.loading import SAMPLE_DATA, LoadedModel, Progress
 from models.core.results import GenerationStep, ImageInfo, ImageResult, StoredAttention
@@ -249,36 +249,20 @@ def _max_new(settings: CaptionSettings, default: int) -> int:
 
 @torch.no_grad()
 def beam_search(model, pixels: torch.Tensor, beams: int, max_new: int) -> list[int]:
-    """Beam search over Show, Attend and Tell (beams = 1 is greedy). Returns the produced ids (the end token included
-    when reached); hypotheses are ranked by summed log-probability over their length."""
-    config = model.config
+    """Beam search over Show, Attend and Tell (``decoding.beam_search``, transformers' rule;
+    beams = 1 is greedy): the produced ids, the end token included when reached."""
     annotations, projected, hidden, cell = model.start(model.encode(pixels))
-    live = [([], 0.0, (hidden[0], cell[0]))]
-    finished: list[tuple[list[int], float]] = []
-    for _ in range(max_new):
-        n = len(live)
-        previous = torch.tensor([h[0][-1] if h[0] else config.bos_token_id for h in live], device=pixels.device)
-        state = (torch.stack([h[2][0] for h in live]), torch.stack([h[2][1] for h in live]))
-        logits, (new_h, new_c), _, _ = model.step(previous, state, annotations.expand(n, -1, -1),
-                                                  projected.expand(n, -1, -1))
-        totals = torch.tensor([h[1] for h in live])[:, None] + torch.log_softmax(logits.float(), -1).cpu()
-        scores, flat = totals.view(-1).topk(min(2 * beams, totals.numel()))
-        candidates = []
-        for score, index in zip(scores.tolist(), flat.tolist()):
-            row, token = divmod(index, logits.shape[-1])
-            sequence = live[row][0] + [token]
-            if token == config.eos_token_id:
-                finished.append((sequence, score))
-            else:
-                candidates.append((sequence, score, (new_h[row], new_c[row])))
-            if len(candidates) == beams:
-                break
-        live = candidates
-        if len(finished) >= beams or not live:
-            break
-    if not finished:
-        finished = [(h[0], h[1]) for h in live]
-    return max(finished, key=lambda f: f[1] / max(1, len(f[0])))[0]
+
+    def step(previous: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]):
+        n = len(previous)
+        logits, after, _, _ = model.step(previous, state, annotations.expand(n, -1, -1),
+                                         projected.expand(n, -1, -1))
+        return torch.log_softmax(logits.float(), -1), after
+
+    config = model.config
+    return decoding.beam_search(step, (hidden, cell), start=config.bos_token_id,
+                                end=config.eos_token_id, beams=beams, max_new=max_new,
+                                device=pixels.device)
 
 
 def _run_show_attend_tell(loaded: LoadedCaptioner, inputs: ImageInput, settings: CaptionSettings) -> CaptionResult:

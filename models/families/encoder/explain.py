@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from models.analysis.attribution import METHODS, Explainable
+from models.analysis.attribution import Explainable
 from models.analysis import records
 from models.core import text
 
@@ -78,6 +78,6 @@ def from_result(loaded, result, target, replacement: str = "mean", batch_size: i
             "embedding; the curves read the cosine similarity (below 0 counts as 0).")
     return Explainable(embeddings, baseline, units, 0, 0, f"cosine to {target_name}", logits,
                        lambda: records.recording(model), tokens, REPLACEMENTS[replacement], batch_size,
-                       notes=(note,), methods=tuple(METHODS), score_of=score_of, probability_of=probability_of,
+                       notes=(note,), score_of=score_of, probability_of=probability_of,
                        target_kind="sentence embedding (cosine similarity to a reference)",
                        measure="cosine to the reference (≥ 0)")

@@ -23,19 +23,23 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from models.analysis.attribution import Explainable, LayerRecord, Layout
+from models.analysis.attribution import Explainable, LayerRecord
+from models.analysis.methods import PIXELS, SHARED
 from models.analysis.pixels import (
     REPLACEMENTS,
-    ExplainedClass,
     check_image,
     normalised,
-    per_patch,
+    pixel_input,
     removed_pixels,
 )
+from models.analysis.windows import Layout
 from models.core import hooks, images
 from models.families.swin.geometry import cyclic_shift, window_partition
 
 REPLACEMENTS = {**REPLACEMENTS, "mean": "the data config's mean colour (0 after normalisation)"}
+# what the shared methods become on windows and stages, in words (the table's "what")
+DESCRIPTIONS = {"grad_cam": "Grad-CAM (the last stage's tokens on their grid, channels as maps)",
+                "rollout": "attention rollout (windows carried to the grid, through the merges)"}
 
 
 def crop_tensor(model, crop: np.ndarray) -> torch.Tensor:
@@ -197,7 +201,8 @@ def explainable(loaded, crop: np.ndarray, label_names: list[str] | None, target:
                        lambda: recording(model), tuple(f"patch ({r}, {c})" for r in range(rows) for c in range(cols)),
                        REPLACEMENTS[replacement], batch_size,
                        notes=("the head averages the last stage's tokens, so every method starts from that mean",),
-                       layout=layout(model))
+                       layout=layout(model), methods=(*SHARED, *PIXELS), descriptions=DESCRIPTIONS,
+                       pixels=pixel_input(model, crop, images.data_config(model), loaded.device))
 
 
 def from_result(loaded, result, target: int | None, replacement: str = "mean", batch_size: int = 32) -> Explainable:
@@ -206,16 +211,3 @@ def from_result(loaded, result, target: int | None, replacement: str = "mean", b
 
     check_explainable(loaded.model)
     return explainable(loaded, result.image.image, class_names(loaded.model)[0], target, replacement, batch_size)
-
-
-def class_attribution(loaded, result, target: int, method: str, steps: int) -> ExplainedClass:
-    """A Swin's attribution: every shared method through the Swin adapter (models/families/swin/explain.py: windows and
-    shifts carried back to the grid, merges, the pooled readout), beside the Swin rollout computed the same way."""
-    from models.analysis import attribution
-
-    if method not in attribution.METHODS:
-        raise ValueError(f"{method!r} is not available for a Swin; use one of {', '.join(attribution.METHODS)}")
-    ex = from_result(loaded, result, target)
-    found = attribution.explain(ex, tuple(dict.fromkeys((method, "rollout"))), ig_steps=max(2, steps))
-    return ExplainedClass(result, per_patch(result, found, method, target, ex.target_name, found.ig_delta),
-                          found.scores["rollout"].reshape(result.image.patch_grid))

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.core import capture, construction, loading, text
+from models.core import capture, construction, decoding, loading, text
 from models.core.inputs import TextInput
 from models.core.loading import LoadedModel, Progress, text_out_of_memory
 from models.core.results import GenerationStep
@@ -162,50 +162,23 @@ def max_output_tokens(source_length: int, wanted: int = 0) -> int:
 @torch.inference_mode()
 def search(model: bergamot_model.BergamotForTranslation, source_ids: list[int], beams: int = 1,
            max_new: int | None = None, vocabulary: torch.Tensor | None = None) -> list[int]:
-    """The output ids (ending with ``</s>`` when the model ended it). ``beams`` 1 is greedy; more is Marian's beam
-    search: each finished hypothesis takes one place from the beam, and the best by log-probability / length
-    (``</s>`` counted) wins. ``vocabulary``: the shortlist (None: every word)."""
-    eos = model.config.eos_token_id
+    """The output ids (ending with ``</s>`` when the model ended it). ``beams`` 1 is greedy; more
+    is Marian's beam search (``decoding.beam_search``, shrinking: each finished hypothesis takes
+    one place from the beam), the best by log-probability / length (``</s>`` counted).
+    ``vocabulary``: the shortlist (None: every word)."""
     device = model.lm_head.weight.device
-    source = torch.tensor([source_ids], device=device)
-    max_new = max_new or max_output_tokens(len(source_ids))
     words = None if vocabulary is None else vocabulary.to(device)
-    state = model.start(source)
-    live: list[tuple[list[int], float]] = [([], 0.0)]
-    finished: list[tuple[list[int], float]] = []
-    for step in range(max_new):
-        previous = torch.tensor([h[0][-1] if h[0] else eos for h in live], device=device)
-        hidden, state = model.step(previous, state)
-        log_probs = model.logits(hidden, words).float().log_softmax(-1)  # (live, words)
-        if beams == 1:
-            index = int(log_probs[0].argmax())
-            token = index if words is None else int(words[index])
-            sequence = live[0][0] + [token]
-            live = [(sequence, live[0][1] + float(log_probs[0, index]))]
-            if token == eos:
-                return sequence
-            continue
-        width = beams - len(finished)
-        totals = torch.tensor([h[1] for h in live], device=device)[:, None] + log_probs
-        scores, flat = totals.view(-1).topk(min(width, totals.numel()))
-        kept_rows, kept = [], []
-        for score, index in zip(scores.tolist(), flat.tolist()):
-            row, column = divmod(index, log_probs.shape[-1])
-            token = column if words is None else int(words[column])
-            sequence = live[row][0] + [token]
-            if token == eos or step == max_new - 1:
-                finished.append((sequence, score))
-            else:
-                kept.append((sequence, score))
-                kept_rows.append(row)
-        if not kept or len(finished) >= beams:
-            break
-        live = kept
-        state = state.select(torch.tensor(kept_rows, device=device))
-    if beams == 1:
-        return live[0][0]
-    finished = finished or live
-    return max(finished, key=lambda f: f[1] / len(f[0]) ** LENGTH_NORMALISATION)[0]
+
+    def step(previous: torch.Tensor, state: bergamot_model.DecoderState):
+        hidden, after = model.step(previous, state)
+        return model.logits(hidden, words).float().log_softmax(-1), after  # (live, words)
+
+    eos = model.config.eos_token_id
+    state = model.start(torch.tensor([source_ids], device=device))
+    max_new = max_new or max_output_tokens(len(source_ids))
+    return decoding.beam_search(step, state, start=eos, end=eos, beams=beams, max_new=max_new,
+                                shrinking=True, alpha=LENGTH_NORMALISATION, words=words,
+                                device=device)
 
 
 # --- the run ---------------------------------------------------------------------------------------------------------

@@ -1,23 +1,25 @@
-"""The encoder–decoder translator's adapter (Marian/BART, the mini Transformer en→fr) for the shared explanations
-(models/analysis/attribution.py) and faithfulness curves.
+"""The encoder–decoder translator's adapter (Marian/BART, the mini Transformer en→fr) for the shared
+explanations (models/analysis/attribution.py) and faithfulness curves.
 
-Target: **one output token of the translation**, chosen by its position ``t``: its logit at decoder row ``t`` with
-the decoder teacher-forced on the translation the model produced (so the target word stays fixed while the source
-changes). Units: the source tokens (not the closing </s>). A removed source token's embedding is replaced by the
-mean of the (shared) embedding matrix, times the model's embedding scale, positions kept; the decoder input never
-changes. The attention methods follow the source through cross-attention: raw attention and value norms read the
-last decoder layer's cross-attention row ``t``; rollout and gradient rollout use Chefer et al. 2021b's
-encoder–decoder rules (``attribution.encoder_decoder_rollout``). In ALTI's place, **value zeroing** (Mohebbi et al.
-2023) adapted to cross-attention: source token ``j``'s value vector is zeroed in every decoder layer's cross-attention
-and the cosine distance of the decoder's last hidden state at row ``t`` (what the LM head reads) to the unzeroed one
-is its score (``attribution.value_zeroing``). ALTI is not offered (it needs ALTI+'s rules for cross-attention,
-Ferrando et al. 2022b). The GRU translators have no Transformer attention to explain.
-"""
+Target: **one output token of the translation**, chosen by its position ``t``: its logit at decoder
+row ``t`` with the decoder teacher-forced on the translation the model produced (so the target word
+stays fixed while the source changes). Units: the source tokens (not the closing </s>). A removed
+source token's embedding is replaced by the mean of the (shared) embedding matrix, times the model's
+embedding scale, positions kept; the decoder input never changes. The attention methods follow the
+source through cross-attention: raw attention and value norms read the last decoder layer's
+cross-attention row ``t``; rollout and gradient rollout use Chefer et al. 2021b's encoder–decoder
+rules (``relevance.encoder_decoder_rollout``). In ALTI's place, **value zeroing** (Mohebbi et al.
+2023) adapted to cross-attention: source token ``j``'s value vector is zeroed in every decoder
+layer's cross-attention and the cosine distance of the decoder's last hidden state at row ``t``
+(what the LM head reads) to the unzeroed one is its score (``methods.ValueZeroing``). ALTI is not
+offered (it needs ALTI+'s rules for cross-attention, Ferrando et al. 2022b). The GRU translators
+have no Transformer attention to explain."""
 from __future__ import annotations
 
 import torch
 
-from models.analysis.attribution import METHODS, Explainable
+from models.analysis.attribution import Explainable
+from models.analysis.methods import SHARED
 from models.analysis import records
 from models.core import hooks
 from models.families.translation import model as translation
@@ -30,11 +32,12 @@ NO_DECODER_SELF_ATTENTION = (
     "only: what the recurrent cell passes between output positions is in no attention map, and the rules treat it "
     "as nothing. The curves and Integrated Gradients read the model itself (the recurrence included); target "
     "probabilities are over the whole vocabulary, not the shortlist the decoder chose from.")
-ENCODER_DECODER_METHODS = tuple("value_zeroing" if m == "alti" else m for m in METHODS)
+ENCODER_DECODER_METHODS = tuple("value_zeroing" if m == "alti" else m for m in SHARED)
 
 
 def output_choices(result) -> list[tuple[int, str]]:
-    """(position, label) of each output token that can be a target: every produced token but the closing </s>."""
+    """(position, label) of each output token that can be a target: every produced token but the
+    closing </s>."""
     output = result.output
     return [(t, token) for t, token in enumerate(output.output_tokens)
             if not (t == len(output.output_tokens) - 1 and token in ("</s>", "<\\s>"))] or \
@@ -42,7 +45,8 @@ def output_choices(result) -> list[tuple[int, str]]:
 
 
 def from_result(loaded, result, target, replacement: str = "mean", batch_size: int = 32) -> Explainable:
-    """The adapter for a translation: ``target`` the output position (0-based; None: the first output token)."""
+    """The adapter for a translation: ``target`` the output position (0-based; None: the first
+    output token)."""
     if replacement not in REPLACEMENTS:
         raise ValueError(f"a removed token can be replaced by: {', '.join(REPLACEMENTS)} (not {replacement!r})")
     if not translation.architecture(loaded).startswith("transformer"):

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from models.analysis import alignment
-from models.core import capture, loading, text
+from models.core import capture, decoding, loading, text
 from models.core.inputs import TextInput
 from models.core.loading import SAMPLE_DATA, LoadedModel, Progress, text_out_of_memory
 from models.core.results import (
@@ -272,40 +272,23 @@ def _max_new(settings: TranslationSettings, source_length: int, max_positions: i
 
 @torch.no_grad()
 def _gru_search(model, input_ids: torch.Tensor, beams: int, max_new: int) -> list[int]:
-    """Beam search over the GRU (beams = 1 is greedy). Returns decoder ids: start, output tokens, </s> if reached.
-
-    Hypotheses are ranked by summed log-probability divided by their length (as transformers' length_penalty 1)."""
+    """Beam search over the GRU (``decoding.beam_search``, transformers' rule; beams = 1 is greedy).
+    Returns decoder ids: start, output tokens, </s> if reached."""
     config = model.config
     mask = torch.ones_like(input_ids)
     annotations, projected, summary, state, source_mask = model.start_state(input_ids, mask)
-    live = [([config.decoder_start_token_id], 0.0, state[0])]
-    finished: list[tuple[list[int], float]] = []
-    for _ in range(max_new):
-        n = len(live)
-        previous = torch.tensor([h[0][-1] for h in live], device=input_ids.device)
-        states = torch.stack([h[2] for h in live])
-        log_probs, new_states, _ = model.step(
-            previous, states, annotations.expand(n, -1, -1),
-            None if projected is None else projected.expand(n, -1, -1), summary.expand(n, -1),
-            source_mask.expand(n, -1))
-        totals = torch.tensor([h[1] for h in live], device=log_probs.device)[:, None] + log_probs.float()
-        scores, flat = totals.view(-1).topk(min(2 * beams, totals.numel()))
-        candidates = []
-        for score, index in zip(scores.tolist(), flat.tolist()):
-            row, token = divmod(index, log_probs.shape[-1])
-            sequence = live[row][0] + [token]
-            if token == config.eos_token_id:
-                finished.append((sequence, score))
-            else:
-                candidates.append((sequence, score, new_states[row]))
-            if len(candidates) == beams:
-                break
-        live = candidates
-        if len(finished) >= beams or not live:
-            break
-    if not finished:
-        finished = [(h[0], h[1]) for h in live]
-    return max(finished, key=lambda f: f[1] / (len(f[0]) - 1))[0]
+
+    def step(previous: torch.Tensor, states: torch.Tensor):
+        n = len(previous)
+        log_probs, after, _ = model.step(previous, states, annotations.expand(n, -1, -1),
+                                         None if projected is None else projected.expand(n, -1, -1),
+                                         summary.expand(n, -1), source_mask.expand(n, -1))
+        return log_probs.float(), after
+
+    start = config.decoder_start_token_id
+    found = decoding.beam_search(step, state, start=start, end=config.eos_token_id, beams=beams,
+                                 max_new=max_new, device=input_ids.device)
+    return [start, *found]
 
 
 def _transformer_search(loaded: LoadedModel, input_ids: torch.Tensor, settings: TranslationSettings,

