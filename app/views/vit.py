@@ -145,6 +145,11 @@ with rollout_tab:
                 c2.metric("Spearman ρ, rollout vs saliency", f"{saliency.payload()['rank_correlation_with_rollout']:.2f}")
         st.caption("No classifier, so no class attributions: the packaged saliency decoder is the only "
                    "task output there is to compare the rollout with.")
+    elif not loaded.is_timm:  # the attributions read a timm ViT's blocks: rollout alone, and why not the rest
+        picture(rolled, st.container(), "vit_rollout")
+        st.info(f"Class attributions read a timm ViT's blocks; this {loaded.model.config.model_type} checkpoint "
+                "was loaded by transformers, so the page shows its rollout alone. The same architecture saved "
+                "with timm (timm.models.save_for_hf) gets the attributions too.")
     else:
         names = [f"{p.token} ({p.probability:.1%})" for p in result.predictions]
         c1, c2, c3 = st.columns(3)

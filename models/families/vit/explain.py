@@ -116,10 +116,11 @@ def explainable(loaded: LoadedVision, crop: np.ndarray, target: int | None = Non
                          "explain or to measure faithfulness for; pick the mini ViT shapes or a hub ViT with ImageNet "
                          "classes")
     if not loaded.is_timm:
-        raise ValueError(f"the explanations and faithfulness curves read a timm ViT's blocks (embeddings, per-head "
-                         f"values, residual stream); this {loaded.model.config.model_type} model was loaded by "
-                         "transformers, so they are not offered for it. Its attention views, rollout and the pixel "
-                         "attributions (Integrated Gradients, Occlusion, GradientSHAP) work.")
+        raise ValueError(f"the explanations, the class attributions and the faithfulness curves read a timm ViT's "
+                         f"blocks (embeddings, per-head values, residual stream); this "
+                         f"{loaded.model.config.model_type} model was loaded by transformers, so they are not "
+                         "offered for it. Its attention views, rollout and positions work; the same architecture "
+                         "saved with timm (timm.models.save_for_hf) gets all of them.")
     check_image(crop)
     classes = len(loaded.label_names)
     if isinstance(target, str):
