@@ -257,8 +257,8 @@ def test_the_encoder_and_translation_pages_show_the_section(patched_loader):
     assert any("masked-LM head" in caption.value for caption in at.caption)
     at.radio(key="enc_faith_target").set_value("the embedding of another sentence").run()
     assert not at.exception, at.exception
-    at.selectbox(key="enc_faith_raw_layer").set_value(1).run()
-    at.selectbox(key="enc_faith_raw_head").set_value("2").run()
+    at.slider(key="enc_faith_raw_layer").set_value(1).run()
+    at.selectbox(key="enc_faith_raw_head").set_value(2).run()
     assert not at.exception, at.exception
     table = next(f.value for f in at.dataframe if "what" in f.value.columns)
     assert dict(zip(table["method"], table["what"]))["Raw attention"] == "raw attention (layer 1, head 2)"
@@ -276,7 +276,7 @@ def test_the_encoder_and_translation_pages_show_the_section(patched_loader):
                             "tr_faith_raw_layer": "0", "tr_faith_raw_head": "1"})
     at.run()
     assert not at.exception, at.exception
-    assert at.selectbox(key="tr_faith_raw_layer").value == 0 and at.selectbox(key="tr_faith_raw_head").value == "1"
+    assert at.select_slider(key="tr_faith_raw_layer").value == 0 and at.selectbox(key="tr_faith_raw_head").value == 1
     table = next(f.value for f in at.dataframe if "what" in f.value.columns)
     what = dict(zip(table["method"], table["what"]))
     assert what["Raw attention"] == "raw attention (decoder cross-attention layer 0, head 1)"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from models.core import selection
+
 from app import display, resources, tables, url_state, widgets
 from app.sections import faithfulness as faithfulness_section
 from models.analysis.methods import method_name
@@ -154,7 +156,7 @@ def layers_and_heads(result, drawn: dict) -> None:
     keep_valid("cap_heads_layer", [EACH_LAYER, *range(layers)])
     choice = c2.selectbox("Layers or heads", [EACH_LAYER, *range(layers)], key="cap_heads_layer",
                           format_func=lambda c: c if isinstance(c, str) else f"every head of layer {c}")
-    options = HeadsOptions(word=word, layer=None if isinstance(choice, str) else int(choice),
+    options = HeadsOptions(word=word, layer=selection.ALL if isinstance(choice, str) else int(choice),
                            **{k: v for k, v in drawn.items() if k not in ("layer", "head")})
     if (figure := widgets.figure_or_none("caption_heads", result, options)) is not None:
         show(figure, "cap_heads")

@@ -12,6 +12,8 @@ import threading
 
 import numpy as np
 import streamlit as st
+
+from models.core import selection
 from PIL import Image
 from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
 
@@ -92,7 +94,6 @@ def shared_keys(key: str) -> list[str]:
                                          "loc_images", "raw_layer", "raw_head")]
 
 
-MEAN = "mean"
 
 
 def attention_maps(result):
@@ -101,29 +102,22 @@ def attention_maps(result):
 
 
 def raw_attention_picker(result, key: str, kind: str | None = None, noun: str = "layer",
-                         read: str = "its row: [CLS], the last token, or a Swin's mean") -> tuple[int, int | None]:
-    """Raw attention's layer and head (or the head mean) for the table; default: the last layer's mean. A link's
-    head that the chosen layer lacks (Swin's stages differ in heads) falls back to the mean. ``kind``: which of the
-    run's attention maps to pick from (None: the self-attention; "cross": a translator's decoder cross-attention),
-    ``noun`` names its layers and ``read`` says which row is read (the layer picker's help)."""
+                         read: str = "its row: [CLS], the last token, or a Swin's mean") -> tuple:
+    """Raw attention's layer and head choices (``widgets.layer_and_head``) for the table; default: the last layer's
+    mean. ``kind``: which of the run's attention maps to pick from (None: the self-attention; "cross": a
+    translator's decoder cross-attention), ``noun`` names its layers and ``read`` says which row is read."""
     maps = attention_maps(result) if kind is None else result.attention[kind]
-    layers = maps.num_layers
-    c1, c2 = st.columns(2)
     structure = getattr(result, "structure", None)  # a Swin's blocks say their stage and window kind
-
-    def label(layer: int) -> str:
-        return f"{noun} {layer}" + (f" ({structure.blocks[layer].label})" if structure is not None else "")
-
-    layer = int(c1.selectbox("Raw attention: layer", list(range(layers)), index=layers - 1, key=f"{key}_raw_layer",
-                             format_func=label, help=f"the layer raw attention is read from in the maps and the "
-                                                     f"table ({read})"))
-    heads = maps.heads_in(layer) if hasattr(maps, "heads_in") else maps.num_heads
-    options = [MEAN, *map(str, range(heads))]
-    if st.session_state.get(f"{key}_raw_head", MEAN) not in options:
-        del st.session_state[f"{key}_raw_head"]
-    head = c2.selectbox("Raw attention: head", options, key=f"{key}_raw_head",
-                        format_func=lambda h: "mean over heads" if h == MEAN else f"head {h}")
-    return layer, None if head == MEAN else int(head)
+    names = [f"{noun} {i}" + (f" ({structure.blocks[i].label})" if structure is not None else "")
+             for i in range(maps.num_layers)]
+    layer, head = widgets.layer_and_head(key, maps.num_layers, max(maps.heads_in(i) for i in range(maps.num_layers)),
+                                         layer_names=names, opening=(selection.LAST, selection.MEAN),
+                                         labels=("Raw attention: layer", "Raw attention: head"),
+                                         layer_key=f"{key}_raw_layer", head_key=f"{key}_raw_head")
+    if head != selection.MEAN and head >= maps.heads_in(layer):  # a Swin's stages differ in heads
+        head = selection.MEAN
+    st.caption(f"Raw attention is read from this {noun} and head in the maps and the table ({read}).")
+    return layer, head
 
 
 def show(result, loaded, key: str) -> None:
@@ -132,7 +126,8 @@ def show(result, loaded, key: str) -> None:
                                          f"{key}_steps": url_state.within(5, 50),
                                          f"{key}_ig_steps": url_state.within(8, 128),
                                          f"{key}_loc_images": _one_of(LOCALISATION_IMAGES),
-                                         f"{key}_raw_layer": url_state.within(0, 10**3)})
+                                         f"{key}_raw_layer": url_state.within(0, 10**3),
+                                         f"{key}_raw_head": url_state.choice("head")})
     try:
         _show(result, loaded, key)
     finally:

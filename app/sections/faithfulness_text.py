@@ -42,7 +42,8 @@ def _draw(result, loaded, key: str, options: FaithfulnessOptions) -> None:
 
 def _restore(key: str, extra: dict) -> None:
     url_state.restore(_keys(key), {f"{key}_steps": url_state.within(5, 50), f"{key}_ig_steps": url_state.within(8, 128),
-                                   f"{key}_raw_layer": url_state.within(0, 10**3), **extra})
+                                   f"{key}_raw_layer": url_state.within(0, 10**3),
+                                   f"{key}_raw_head": url_state.choice("head"), **extra})
 
 
 def show_encoder(result, loaded, key: str = "enc_faith") -> None:

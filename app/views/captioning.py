@@ -2,6 +2,8 @@
 each word its attention over the image, from an LSTM with additive attention to an encoder–decoder Transformer and a
 decoder-only vision–language model; is the map where the word's object is, and is it faithful?"""
 import streamlit as st
+
+from models.core import selection
 from PIL import Image
 
 from app import image_input, presentation, url_state, widgets
@@ -19,8 +21,8 @@ SHARED = ["model_captioning", "cap_input", "cap_seed", *image_input.shared_keys(
 url_state.restore(SHARED, {"cap_seed": url_state.within(0, 9999), "cap_beams": url_state.within(2, 8),
                            "cap_opacity": url_state.within(0.0, 1.0, float), "cap_clip": url_state.within(
                                90.0, 100.0, float), "cap_smooth": url_state.flag, "cap_sinks": url_state.flag,
-                           "cap_tiles": url_state.flag, "cap_layer": sections.number_or_word,
-                           "cap_head": sections.number_or_word, **sections.COERCE})
+                           "cap_tiles": url_state.flag, "cap_layer": url_state.choice("layer"),
+                           "cap_head": url_state.choice("head"), **sections.COERCE})
 
 st.title("Image captioning with attention")
 spec = widgets.model_picker("captioning")
@@ -57,14 +59,8 @@ sections.caption_line(result, scene)
 
 layers, heads = captioning.image_layers(result), captioning.image_heads(result, None)
 c1, c2, c3 = st.columns(3)
-sections.keep_valid("cap_layer", ["all layers (mean)", *range(layers)])
-layer_choice = c1.selectbox("Layer", ["all layers (mean)", *range(layers)], key="cap_layer", disabled=layers == 1,
-                            help="Show, Attend and Tell has one attention" if layers == 1 else None)
-layer = None if isinstance(layer_choice, str) else int(layer_choice)
-head_options = ["heads averaged", *range(captioning.image_heads(result, layer))]
-sections.keep_valid("cap_head", head_options)
-head_choice = c2.selectbox("Head", head_options, key="cap_head", disabled=heads == 1)
-head = None if isinstance(head_choice, str) else int(head_choice)
+layer, head = widgets.layer_and_head("cap", layers, heads, all_layers=True, columns=(c1, c2),
+                                     opening=(selection.ALL, selection.MEAN))
 exclude_sinks = c3.toggle("Leave sinks out of the colour scale", True, key="cap_sinks", disabled=not len(result.sinks),
                           help="visual attention sinks: image tokens with massive activations that soak up "
                                "attention whatever the word (decoder-only VLMs)")

@@ -17,6 +17,7 @@ from typing import Callable
 from models.analysis import faithfulness as faithfulness_analysis
 from models.analysis.attribution import Explainable
 from models.analysis.pixels import ExplainedClass, per_patch
+from models.core import selection
 
 _progress: contextvars.ContextVar[Callable[[str, float], None] | None] = contextvars.ContextVar("progress",
                                                                                                 default=None)
@@ -60,10 +61,23 @@ def faithfulness(loaded, result, options) -> faithfulness_analysis.Faithfulness:
     """The faithfulness view's analysis: every method's map for ``options.target`` and its deletion
     and insertion curves against ``options.seeds`` random orders."""
     ex = explainable(loaded, result, options.token or options.target, options.replacement)
+    layer, head = raw_attention(getattr(options, "layer", selection.LAST), getattr(options, "head", selection.MEAN))
     return faithfulness_analysis.faithfulness(ex, result.model.key, result.input_name, steps=options.steps,
                                               seeds=options.seeds, ig_steps=options.ig_steps, progress=report,
-                                              result=result, layer=getattr(options, "layer", -1),
-                                              head=getattr(options, "head", None))
+                                              result=result, layer=layer, head=head)
+
+
+def raw_attention(layer, head) -> tuple[int | None, int | None]:
+    """Raw attention's layer and head as the methods read them (a layer counted from the end when negative, None
+    for every layer averaged; a head, None for the mean) from a choice (``models/core/selection.py``): the number
+    of layers is the explained model's, known only once it runs."""
+    if layer == selection.ALL:
+        index = None
+    elif layer in (selection.LAST, selection.OPENING):
+        index = -1
+    else:
+        index = int(layer)
+    return index, None if head == selection.MEAN else int(head)
 
 
 def localisation(loaded, result, options):

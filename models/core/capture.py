@@ -206,6 +206,18 @@ def capture_attention_forward(module, query, key, value, attention_mask, **kwarg
 
 
 @contextlib.contextmanager
+def apart():
+    """Inside the block, this thread's attention calls are plain: no recording, override or knockout of an
+    enclosing block sees them (a check the code runs on its own, such as the named sites' four-token forward)."""
+    tokens = [(var, var.set(None)) for var in (_ACTIVE, _KNOCKOUT, _OVERRIDE)]
+    try:
+        yield
+    finally:
+        for var, token in reversed(tokens):
+            var.reset(token)
+
+
+@contextlib.contextmanager
 def overriding(function):
     """Inside the block, this thread's attention calls go to ``function(module, query, key, value, attention_mask,
     **kwargs) -> (output (B, q, H, d), weights)`` instead of SDPA; other threads are untouched (a ContextVar)."""

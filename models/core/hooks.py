@@ -208,6 +208,19 @@ def sites(model: nn.Module) -> Sites:
 
 
 def _verify(model: nn.Module, found: Sites) -> Sites:
+    """``_checked``, apart from whatever block asked (sites are found lazily, perhaps inside someone's hooks or
+    recording): neither the hooks of an enclosing ``installed`` block nor its capture act for the check's forwards."""
+    from models.core import capture
+
+    outside = _ACTIVE.set(frozenset())
+    try:
+        with capture.apart():
+            return _checked(model, found)
+    finally:
+        _ACTIVE.reset(outside)
+
+
+def _checked(model: nn.Module, found: Sites) -> Sites:
     """The sites checked on four tokens, once per model, against what the model itself reports: the residual
     stream read at ``layers`` and ``final_norm`` must be its own ``hidden_states``, and every module its attention
     function is called for must be one of ``attention`` (else a knockout or an ablation would miss it silently).

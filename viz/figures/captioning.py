@@ -24,6 +24,8 @@ from models.families.captioning import explain as caption_explain
 from models.families.captioning import model as captioning
 from models.families.captioning import vlm
 from models.families.captioning.model import CaptionResult
+from models.core import selection
+from models.core.selection import Head, Layer
 from viz import captioning as draw
 from viz import export
 from viz.figure import Figure, NoOptions, view
@@ -34,12 +36,13 @@ TILE_PIXELS = 176  # one word's tile in the strip
 WORD_PIXELS = 448  # the large map of one word
 
 
+@selection.checked
 @dataclass(frozen=True)
 class MapOptions:
     """Which map (layer and head, or their means) and how it is drawn."""
 
-    layer: int | None = None  # None: the mean over layers (Show, Attend and Tell has one)
-    head: int | None = None  # None: the mean over heads
+    layer: Layer = selection.ALL  # every layer averaged (Show, Attend and Tell has one)
+    head: Head = selection.MEAN
     opacity: float = 0.6  # 0: only the photo
     colormap: str = "inferno"
     smooth: bool = True  # blur by half a token (the paper's soft maps); False: each token's exact region
@@ -47,13 +50,16 @@ class MapOptions:
     exclude_sinks: bool = True  # a decoder-only VLM's attention sinks are left out of the colour scale
 
 
+def _chosen(result: CaptionResult, options) -> tuple[int | None, int | None]:
+    """(layer index or None for every layer averaged, head index or None for the mean) the options choose, checked
+    against the model (``models/core/selection.py``)."""
+    layer = selection.layer_index(options.layer, captioning.image_layers(result), averages=True)
+    head = getattr(options, "head", selection.MEAN)
+    return layer, selection.head_index(head, captioning.image_heads(result, layer))
+
+
 def _check(result: CaptionResult, options) -> None:
-    layers = captioning.image_layers(result)
-    if options.layer is not None and not 0 <= options.layer < layers:
-        raise ValueError(f"layer {options.layer} does not exist: this model has layers 0..{layers - 1}")
-    heads = captioning.image_heads(result, options.layer)
-    if getattr(options, "head", None) is not None and not 0 <= options.head < heads:
-        raise ValueError(f"head {options.head} does not exist: this model has heads 0..{heads - 1}")
+    _chosen(result, options)
 
 
 def _word(result: CaptionResult, word: int) -> int:
@@ -70,8 +76,8 @@ def overlay(result: CaptionResult, values: np.ndarray, options: MapOptions, pixe
 
 def _settings(result: CaptionResult, options: MapOptions) -> dict:
     return {"model": result.model.key, "image": result.input_name, "caption": result.caption,
-            "layer": "mean" if options.layer is None else options.layer,
-            "head": "mean" if getattr(options, "head", None) is None else options.head}
+            "layer": options.layer,
+            "head": getattr(options, "head", selection.MEAN)}
 
 
 def _region_table(result: CaptionResult, maps: np.ndarray, rows: list[str]) -> pd.DataFrame:
@@ -90,6 +96,7 @@ def _metadata(result: CaptionResult, options) -> dict:
     return {k: str(v) for k, v in _settings(result, options).items()}
 
 
+@selection.checked
 @dataclass(frozen=True)
 class StripOptions(MapOptions):
     columns: int = 6  # tiles per row (the picture itself is the first)
@@ -101,7 +108,7 @@ def caption_strip(result: CaptionResult, options: StripOptions) -> Figure:
     _check(result, options)
     if not 1 <= options.columns <= 20:
         raise ValueError(f"columns must be between 1 and 20, not {options.columns}")
-    maps = captioning.word_attention(result, options.layer, options.head)  # (words, tokens)
+    maps = captioning.word_attention(result, *_chosen(result, options))  # (words, tokens)
     picture = Image.fromarray(result.image.image)
     scale = TILE_PIXELS / max(picture.size)
     size = (max(1, round(picture.width * scale)), max(1, round(picture.height * scale)))
@@ -109,7 +116,7 @@ def caption_strip(result: CaptionResult, options: StripOptions) -> Figure:
                            "input")]
     for word, values in zip(result.words, maps):
         tiles.append(draw.labelled(overlay(result, values, options, TILE_PIXELS).resize(size), word))
-    which = captioning.describe_layer(result, options.layer, options.head)
+    which = captioning.describe_layer(result, *_chosen(result, options))
     return Figure(
         export.file_stem(result.model.short_name, result.input_name, "caption strip",
                          f"layer {_settings(result, options)['layer']}", f"head {_settings(result, options)['head']}"),
@@ -124,6 +131,8 @@ def caption_strip(result: CaptionResult, options: StripOptions) -> Figure:
         arrays=lambda: _arrays(result, maps), metadata=_metadata(result, options))
 
 
+@selection.checked
+@selection.checked
 @dataclass(frozen=True)
 class WordOptions(MapOptions):
     word: int = 0  # the word's position in the caption (0: the first)
@@ -169,10 +178,10 @@ def caption_candidates(result: CaptionResult, options: CandidatesOptions) -> Fig
 def caption_word(result: CaptionResult, options: WordOptions) -> Figure:
     _check(result, options)
     word = _word(result, options.word)
-    values = captioning.word_attention(result, options.layer, options.head)[word]
+    values = captioning.word_attention(result, *_chosen(result, options))[word]
     step = result.generation[word]
     prefix = " ".join(result.words[:word])
-    which = captioning.describe_layer(result, options.layer, options.head)
+    which = captioning.describe_layer(result, *_chosen(result, options))
     top = int(np.argmax(values))
     box = result.regions.boxes[top]
     return Figure(
@@ -195,10 +204,11 @@ def caption_word(result: CaptionResult, options: WordOptions) -> Figure:
         metadata={**_metadata(result, options), "word": str(word)})
 
 
+@selection.checked
 @dataclass(frozen=True)
 class HeadsOptions:
     word: int = 0
-    layer: int | None = None  # None: one tile per layer (heads averaged); a layer: one tile per head, then the mean
+    layer: Layer = selection.ALL  # "all": one tile per layer (heads averaged); a layer: one tile per head, then the mean
     opacity: float = 0.6
     colormap: str = "inferno"
     smooth: bool = True
@@ -211,21 +221,22 @@ def caption_heads(result: CaptionResult, options: HeadsOptions) -> Figure:
     _check(result, options)
     word = _word(result, options.word)
     layers = captioning.image_layers(result)
-    if options.layer is None:
+    layer = _chosen(result, options)[0]
+    if layer is None:
         labels = [f"layer {i}" for i in range(layers)] + ["all layers"]
         maps = [captioning.word_attention(result, i, None)[word] for i in range(layers)]
     else:
-        heads = captioning.image_heads(result, options.layer)
-        labels = [f"head {h}" for h in range(heads)] + ["heads averaged"]
-        maps = [captioning.word_attention(result, options.layer, h)[word] for h in range(heads)]
+        heads = captioning.image_heads(result, layer)
+        labels = [f"head {h}" for h in range(heads)] + [selection.LABELS[selection.MEAN]]
+        maps = [captioning.word_attention(result, layer, h)[word] for h in range(heads)]
     maps.append(np.mean(maps, axis=0))
     maps = np.stack(maps)
     tiles = [draw.labelled(overlay(result, values, options, TILE_PIXELS), label) for values, label in
              zip(maps, labels)]
-    where = "every layer (heads averaged)" if options.layer is None else f"every head of layer {options.layer}"
+    where = "every layer (heads averaged)" if layer is None else f"every head of layer {layer}"
     return Figure(
         export.file_stem(result.model.short_name, result.input_name, "caption heads", word, result.words[word],
-                         "layers" if options.layer is None else f"layer {options.layer}"),
+                         "layers" if layer is None else f"layer {layer}"),
         image=draw.strip(tiles, min(6, len(tiles))),
         caption=f"“{result.words[word]}” (word {word}) in {where}, then their mean.",
         table=lambda: _region_table(result, maps, labels),
@@ -233,24 +244,26 @@ def caption_heads(result: CaptionResult, options: HeadsOptions) -> Figure:
                  "maps": labels, "attention": maps},
         arrays=lambda: {"attention": maps, "boxes": result.regions.boxes, "picture": result.image.image},
         metadata={"model": result.model.key, "image": result.input_name, "word": str(word),
-                  "layer": "each" if options.layer is None else str(options.layer)})
+                  "layer": "each" if layer is None else str(layer)})
 
 
+@selection.checked
 @dataclass(frozen=True)
 class CaptionFaithfulnessOptions:
     word: int = 0  # the word explained
     steps: int = 16  # points of each curve after the start
     seeds: int = 5  # random orders
-    layer: int | None = None  # raw attention's layer (None: the mean over layers)
-    head: int | None = None  # raw attention's head (None: the mean)
+    layer: Layer = selection.ALL  # raw attention's layer ("all": the mean over layers)
+    head: Head = selection.MEAN  # raw attention's head
     colormap: str = "inferno"  # the maps' colours (display only)
     replacement: str = "mean"  # what a removed region becomes (the mean colour: grey); named in the files
 
 
 def word_faithfulness(loaded, result, options: CaptionFaithfulnessOptions):
     """The faithfulness views' analysis (``models.families.captioning.explain.word_faithfulness``)."""
-    return caption_explain.word_faithfulness(loaded, result, options.word, options.steps, options.seeds, options.layer,
-                                             options.head, progress=explainable.report)
+    layer, head = _chosen(result, options)
+    return caption_explain.word_faithfulness(loaded, result, options.word, options.steps, options.seeds, layer, head,
+                                             progress=explainable.report)
 
 
 FAITHFULNESS_OPTIONS = ("word", "steps", "seeds", "layer", "head")

@@ -13,7 +13,9 @@ from PIL import Image, ImageDraw, ImageFont
 from models.analysis import explanations as explainable
 from models.analysis.methods import METHODS, RANDOM, RANDOM_NAME, method_name
 from models.analysis.faithfulness import AUC_NOTE, Faithfulness, measure_symbol
+from models.core import selection
 from models.core.results import ImageResult
+from models.core.selection import Head, Layer
 from models.core.text import with_marks
 from viz import export, image_overlay
 from viz.figure import NONE, Figure, view
@@ -24,6 +26,7 @@ LABEL_PIXELS = 24  # the method's name above each map
 RANDOM_MAP = "Random map"  # the localisation's baseline
 
 
+@selection.checked
 @dataclass(frozen=True)
 class FaithfulnessOptions:
     target: int | None = None  # the class (ViT) or vocabulary id (GPT) explained; None: the top prediction
@@ -33,8 +36,8 @@ class FaithfulnessOptions:
     replacement: str = "mean"  # what replaces a removed patch: "mean" (grey) or "blur"
     ig_steps: int = 32  # integrated gradients' Riemann steps
     colormap: str = "inferno"  # the maps' colours (display only)
-    layer: int = -1  # raw attention's layer (negative: from the end)
-    head: int | None = None  # raw attention's head; None: the mean over heads
+    layer: Layer = selection.LAST  # raw attention's layer
+    head: Head = selection.MEAN  # raw attention's head
 
 
 ANALYSIS_OPTIONS = ("target", "token", "steps", "seeds", "replacement", "ig_steps", "layer", "head")
