@@ -135,6 +135,7 @@ def test_captured_maps_show_the_cut_and_nothing_leaks(tiny):
     (KnockoutOptions(keys="two"), "not a position"),
     (KnockoutOptions(keys="99"), "outside the prompt"),
     (KnockoutOptions(keys="1", first_layer=1, last_layer=0), "not such a range"),
+    (KnockoutOptions(keys="1", last_layer=99), "layer 99 does not exist"),
     (KnockoutOptions(keys="1", target="catastrophically"), "must be one token"),
     (KnockoutOptions(keys="3", queries="1"), "no edge to cut"),
     (KnockoutOptions(keys="0", queries="0"), "no key to attend to"),

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.analysis import ablation
-from models.core import capture, hooks, text
+from models.core import capture, hooks, selection, text
 from models.core.results import RunResult
 
 BATCH_TOKENS = 4096  # prompt copies per forward × prompt length, at most
@@ -116,11 +116,12 @@ def _forwards(model, ids: list[int], blocked, layers):
     return torch.cat(out)
 
 
-def _layer_range(first: int, last: int, layers: int) -> tuple[int, int]:
-    first, last = (value + layers if value < 0 else value for value in (first, last))
-    if not 0 <= first <= last < layers:
-        raise ValueError(f"the layers to cut run from a first to a last layer among 0 to {layers - 1} (or -1 for the "
-                         f"last); {first}–{last} is not such a range")
+def _layer_range(first, last, layers: int) -> tuple[int, int]:
+    """The layer indices a first and a last layer choice (``models.core.selection``) name."""
+    first, last = (selection.layer_index(value, layers) for value in (first, last))
+    if first > last:
+        raise ValueError(f"the layers to cut run from a first to a last layer among 0 to {layers - 1} (or "
+                         f"'last'); {first}–{last} is not such a range")
     return first, last
 
 

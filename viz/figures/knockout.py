@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from models.analysis import knockout
+from models.core.selection import LAST, Layer
 from models.core.text import with_marks
 from viz import export
 from viz.figure import Figure, view
@@ -22,8 +23,8 @@ EXAMPLE = "The Eiffel Tower is in the city of"  # SmolLM2: 9 tokens, "Eiffel Tow
 class KnockoutOptions:
     keys: str = ""  # key positions to cut, e.g. "2" or "1-3,5" (from 0; negative: from the end)
     queries: str = ""  # "" = the last position; "later" = every query after each key; or positions like keys
-    first_layer: int = 0
-    last_layer: int = -1  # -1 = the last layer
+    first_layer: Layer = 0
+    last_layer: Layer = LAST
     target: str = ""  # one token as typed; "" = the model's own top-1 next token
 
 
