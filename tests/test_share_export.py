@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import json
 
+import altair as alt
 import numpy as np
 import pandas as pd
 import pytest
@@ -178,3 +179,29 @@ def test_combined_figure_keeps_each_charts_colours():
     vega = vl_convert.vegalite_to_vega(export.combined(scores, weights).to_json())
     color_scales = [s for s in vega["scales"] if s.get("type") != "band" and "scheme" in json.dumps(s)]
     assert len(color_scales) >= 2, [s["name"] for s in vega["scales"]]
+
+
+def test_a_linked_heatmap_joins_other_charts_in_one_export():
+    """A heatmap with linked token hover (selections on its layers) drawn beside another chart: the export compiles
+    (Altair gave each hover selection every layer of the heatmap as its view: "Duplicate signal name") and each
+    selection still listens to the marks of its own layer."""
+    import vl_convert
+
+    from viz import heatmap
+
+    tokens = list("ABCAB")
+    weights = np.tril(np.ones((5, 5))) / np.arange(1, 6)[:, None]
+    linked = heatmap.attention_chart(weights, tokens, tokens, np.tril(np.ones((5, 5), bool)), "previous token",
+                                     size=260, compact=True)
+    bars = alt.Chart(pd.DataFrame({"x": [1.0, 2.0]})).mark_bar().encode(x="x:Q")
+    for joined in (export.combined(linked, bars), export.combined(export.combined(linked, bars), bars,
+                                                                    vertical=True)):
+        assert export.chart_png(joined, scale=1)[:4] == b"\x89PNG"
+        spec = json.loads(joined.to_json())
+        names = {layer["name"] for part in spec.get("hconcat", spec.get("vconcat", [])) for layer in
+                 part.get("layer", []) + [layer for inner in part.get("hconcat", []) for layer in
+                                           inner.get("layer", [])] if "name" in layer}
+        hover = [p for p in spec["params"] if p["name"].startswith(heatmap.HOVER)]
+        assert hover and all(len(p["views"]) == 1 and p["views"][0] in names for p in hover), hover
+        assert all(p["select"]["on"].split(":")[0] == f"@{p['select']['on'][1:].split('_marks')[0]}_marks"
+                   and p["select"]["on"][1:].split("_marks")[0] in names for p in hover), hover

@@ -131,10 +131,46 @@ def combined(*charts: alt.TopLevelMixin, vertical: bool = False) -> alt.TopLevel
         part = chart.copy()
         part.autosize = alt.Undefined
         parts.append(part)
+    owners = _selection_owners(parts)
     joined = alt.vconcat(*parts) if vertical else alt.hconcat(*parts)
+    _own_views(joined, owners, vertical)
     # each part keeps its own colours and legend, as on the page (Vega-Lite would merge same-named colour fields)
     return joined.resolve_scale(color="independent").resolve_legend(color="independent").properties(
         autosize=alt.AutoSizeParams(type="pad", contains="padding"))
+
+
+def _selection_owners(parts: list) -> dict[str, tuple[int, int, str]]:
+    """``{selection name: (part, layer, the layer's name)}`` for the selections of a layered part that one of its
+    layers declared (the heatmap's linked token hover, ``viz.heatmap.token_strips``; Altair keeps them on the
+    layered chart with that layer as their one view)."""
+    owners = {}
+    for index, part in enumerate(parts):
+        layers = [getattr(layer, "name", None) for layer in getattr(part, "layer", None) or ()]
+        for param in part.params if layers and isinstance(getattr(part, "params", None), list) else ():
+            views = param.to_dict().get("views") or []
+            if len(views) == 1 and views[0] in layers:
+                owners[param.name] = (index, layers.index(views[0]), views[0])
+    return owners
+
+
+def _own_views(joined, owners: dict[str, tuple[int, int, str]], vertical: bool) -> None:
+    """Give each lifted selection back the one layer that declared it. Altair lifts a layered part's selections
+    to the concatenation with every layer of that part as a view (its ``_view_names_for_param``), and Vega-Lite
+    then defines each one once per layer in one scope: "Duplicate signal name". Altair also renames the layers
+    (``name_<part>``), so a selection listening to ``@name_marks`` is pointed at the new name."""
+    if not owners or not isinstance(joined.params, list):
+        return
+    parts = joined.vconcat if vertical else joined.hconcat
+    for param in joined.params:
+        if param.name not in owners:
+            continue
+        index, position, before = owners[param.name]
+        after = parts[index].layer[position].name
+        param.views = [after]
+        select = param.select.to_dict() if hasattr(param.select, "to_dict") else dict(param.select)
+        if isinstance(select.get("on"), str):
+            select["on"] = select["on"].replace(f"@{before}_marks", f"@{after}_marks")
+        param.select = select
 
 
 @dataclass(frozen=True)
