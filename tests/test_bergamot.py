@@ -276,10 +276,10 @@ def _greedy(model, source, length):
 
 
 def test_named_sites_find_six_encoder_and_two_cross_attentions_on_the_real_shape():
-    from models.core import hooks
+    from models.core import sites
 
     model = bergamot_model.BergamotForTranslation(bergamot_model.BergamotConfig())
-    found = hooks.sites(model)
+    found = sites.of(model)
     assert [s.kind for s in found.attention] == ["encoder"] * 6 + ["cross"] * 2
     assert found.embeddings is model.model.shared and found.unembedding is model.lm_head
 

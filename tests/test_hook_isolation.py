@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from models.analysis import ablation, patching
-from models.core import hooks
+from models.core import hooks, sites
 from models.core.inputs import TextInput
 from models.families.causal_lm import model as causal_lm
 from tests import tiny_text_models
@@ -68,7 +68,7 @@ def at_once(jobs: list, model, rounds: int = ROUNDS) -> list[list]:
             except Exception as error:  # noqa: BLE001 - reported by the caller's comparison
                 results[index].append(error)
 
-    handle = hooks.sites(model).layers[0].register_forward_pre_hook(wait_for_the_other)
+    handle = sites.of(model).layers[0].register_forward_pre_hook(wait_for_the_other)
     threads = [threading.Thread(target=work, args=(index,)) for index in range(len(jobs))]
     try:
         for thread in threads:

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.core import text
-from models.core import hooks
+from models.core import hooks, sites, text
 from models.core.results import RunResult, TextResult
 
 MODES = ("zero", "mean")
@@ -48,7 +47,7 @@ class Ablation:
 
 def output_projections(model) -> list:
     """Each layer's attention output projection, whose input is the heads' outputs side by side."""
-    return hooks.sites(model).projections()
+    return sites.of(model).projections()
 
 
 @contextmanager

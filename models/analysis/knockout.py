@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.analysis import ablation
-from models.core import capture, hooks, selection, text
+from models.core import capture, selection, sites, text
 from models.core.results import RunResult
 
 BATCH_TOKENS = 4096  # prompt copies per forward × prompt length, at most
@@ -92,8 +92,8 @@ def parse_positions(typed: str, n: int, what: str) -> tuple[int, ...]:
 
 
 def attention_modules(model) -> dict[int, int]:
-    """``id(attention module) -> layer`` for each layer's self-attention (``hooks.sites``)."""
-    return {id(site.module): site.layer for site in hooks.sites(model).of_kind("self")}
+    """``id(attention module) -> layer`` for each layer's self-attention (``sites.of``)."""
+    return {id(site.module): site.layer for site in sites.of(model).of_kind("self")}
 
 
 def _forwards(model, ids: list[int], blocked, layers):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.core import hooks, memory, text
+from models.core import memory, sites, text
 from models.core.loading import text_out_of_memory
 from models.core.results import RunResult, TextResult
 
@@ -62,8 +62,8 @@ def window(n: int, last: int, count: int) -> range:
 
 
 def final_norm_and_unembedding(model):
-    """The causal LM's final norm and its unembedding (LM head) (``hooks.sites``)."""
-    found = hooks.sites(model)
+    """The causal LM's final norm and its unembedding (LM head) (``sites.of``)."""
+    found = sites.of(model)
     return found.require("final_norm", "the logit lens"), found.require("unembedding", "the logit lens")
 
 
@@ -79,7 +79,7 @@ def residual_window(loaded, ids: list[int], start: int, stop: int) -> np.ndarray
     input_ids = torch.tensor([ids[:stop]], device=loaded.device)
     keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
     with text_out_of_memory(loaded.device, stop), torch.inference_mode(), \
-            hooks.residual_window(model, start, stop) as slices:
+            sites.residual_window(model, start, stop) as slices:
         model(input_ids=input_ids, use_cache=False, **keep)
     memory.release_freed_heap()
     return torch.stack(slices).float().cpu().numpy()

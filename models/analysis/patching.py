@@ -16,8 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.analysis import ablation
-from models.core import text
-from models.core import hooks
+from models.core import hooks, sites, text
 from models.core.results import RunResult
 
 BATCH_TOKENS = 4096
@@ -40,8 +39,8 @@ class Patching:
 
 
 def decoder_layers(model) -> list:
-    """The residual blocks in order (``hooks.sites``)."""
-    return list(hooks.sites(model).require("layers", "activation patching"))
+    """The residual blocks in order (``sites.of``)."""
+    return list(sites.of(model).require("layers", "activation patching"))
 
 
 def clean_stream(model, ids: list[int], keep: dict) -> list:

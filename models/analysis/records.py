@@ -3,7 +3,7 @@ encoders, BART/Marian-style encoder–decoders), read by the shared explanations
 
 Inside ``recording(model)`` this call's attention (the ``"capture"`` attention function, models/core/capture.py) goes
 to an eager softmax kept with its graph (``eager_weights``, grouped key/value heads repeated). Each attention module
-the forward calls (``hooks.sites(model).attention``, in forward order) fills its ``LayerRecord``: ``kind`` ``"self"``
+the forward calls (``sites.of(model).attention``, in forward order) fills its ``LayerRecord``: ``kind`` ``"self"``
 (a decoder-only or encoder-only stack), ``"encoder"`` / ``"decoder"`` (an encoder–decoder's self-attention) or
 ``"cross"`` (decoder queries, encoder keys), its weights, and its values ``f^h(x_j)`` (``v_j`` through the head's
 slice of the output projection, minus the bias); the block input (the residual, for ALTI) comes from a pre-hook on
@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import torch
 
 from models.analysis.attribution import LayerRecord
-from models.core import capture, hooks
+from models.core import capture, hooks, sites
 
 
 def head_values(projection: torch.nn.Module, value: torch.Tensor) -> torch.Tensor:
@@ -56,10 +56,10 @@ def eager_weights(module, query, key, value, attention_mask, scaling, kwargs):
     return scores.softmax(-1).to(query.dtype), value
 
 
-def attention_sites(model) -> list[hooks.AttentionSite]:
+def attention_sites(model) -> list[sites.AttentionSite]:
     """Every attention module of ``model`` in forward order, or a ``ValueError`` for an architecture whose attention
     the explanations cannot find."""
-    found = hooks.sites(model).attention
+    found = sites.of(model).attention
     if not found:
         raise ValueError(f"explanations do not know where {type(model).__name__}'s attention layers are (they read "
                          "decoder-only LMs, BERT-style encoders and BART-style encoder–decoders)")

@@ -1320,7 +1320,7 @@ def why_cell(loaded, result: RunResult, options) -> CellWhy:
     """The Why view's analysis: cell (``options.query``, ``options.key``) of ``options.head`` in ``options.layer``
     (query None: the last token of a language model, [CLS] elsewhere; key None: the row's strongest key)."""
     model = loaded.model
-    arch = architecture(model)
+    architecture(model)  # an architecture it cannot split is refused before any work
     maps = result.maps("self")
     layer, head = _layer_head(maps, options.layer, options.head)
     count = len(maps.query_tokens)
@@ -1470,7 +1470,7 @@ _ROLES: "memo.PerObject[dict]" = memo.PerObject()  # per model, for its lifetime
 
 def _named(loaded, result: RunResult) -> dict[tuple[int, int], str]:
     """Each head's role in words for a causal LM (``models.analysis.roles``: one forward of 2 × 65 tokens, a property
-    of the model, kept beside it like ``hooks.sites``); none for other families."""
+    of the model, kept beside it like ``sites.of``); none for other families."""
     if not (isinstance(result, TextResult) and (result.next_token or result.generation)):
         return {}
     from models.analysis.roles import head_roles

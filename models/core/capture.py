@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from models.core import memory
+from models.core import hooks, memory
 
 ATTENTION_NAME = "capture"
 CAPTURE_DESCRIPTION = "AttentionInterface 'capture' (SDPA forward; weights recomputed from the layer's q, k and mask)"
@@ -847,8 +847,6 @@ def observing(model: torch.nn.Module, recorder: Recorder):
 
 @contextlib.contextmanager
 def _eager_maps(model: torch.nn.Module, recorder: Recorder):
-    from models.core import hooks
-
     def ask(module, args, kwargs):
         return args, {**kwargs, "output_attentions": True}
 

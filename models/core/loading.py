@@ -25,7 +25,7 @@ import safetensors
 import safetensors.torch
 import torch
 
-from models.core import capture, construction
+from models.core import capture, construction, sites
 from models.core.results import ModelInfo
 from models.core.specs import ModelSpec
 
@@ -439,9 +439,7 @@ def load_transformers(spec: ModelSpec, auto_class, device: str = "cpu", dtype: s
         if eager is not None and eager.error and found is not None:
             # neither way ran four tokens: back to the capture, and the real run says what fails
             model, description = build(capture.ATTENTION_NAME), capture.CAPTURE_DESCRIPTION
-    from models.core import hooks
-
-    hooks.sites(model)  # found and checked now, on four tokens, not in the middle of someone's analysis later
+    sites.of(model)  # found and checked now, on four tokens, not in the middle of someone's analysis later
     progress("Ready", 1.0)
     max_positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     max_positions = max_positions if isinstance(max_positions, int) and max_positions > 0 else None  # XLNet: −1

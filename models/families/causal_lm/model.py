@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from models.core import borrowing, capture, hooks, limits, loading, text
+from models.core import borrowing, capture, limits, loading, sites, text
 from models.core.inputs import TextInput
 from models.core.loading import LoadedModel, Progress, text_out_of_memory
 from models.core.results import GenerationStep, TextResult, TokenProbability
@@ -245,14 +245,14 @@ def _forward(loaded: LoadedModel, ids: list[int], keep_last: int = 1, residual: 
     capture.check_fits(loaded.model, len(ids), loaded.device, loading.torch_dtype(loaded.dtype))
     input_ids = torch.tensor([ids], device=loaded.device)
     keep = {"logits_to_keep": keep_last} if _accepts_logits_to_keep(loaded.model) else {}
-    found = hooks.sites(loaded.model)
+    found = sites.of(loaded.model)
     windowed = (residual and len(ids) > residual_full_tokens(loaded.device) and bool(found.layers)
                 and found.final_norm is not None)
     start = max(0, len(ids) - RESIDUAL_WINDOW) if windowed else 0
     with text_out_of_memory(loaded.device, len(ids)), torch.inference_mode(), \
             capture.recording(loaded.model) as recorder:
         if windowed:
-            with hooks.residual_window(loaded.model, start, len(ids)) as slices:
+            with sites.residual_window(loaded.model, start, len(ids)) as slices:
                 output = loaded.model(input_ids=input_ids, use_cache=False, **keep)
             stream = torch.stack(slices).float().cpu().numpy()
         else:
