@@ -20,7 +20,8 @@ from viz.figures.attention import (
     StatisticsOptions,
     ZoomOptions,
 )
-from viz.figures.long_inputs import LevelOptions, OverviewOptions, RowOptions
+from viz.figures.long_inputs import LevelOptions, OverviewOptions
+from viz.figures.rows import RowOptions
 
 def _apply_grid_click(key: str) -> None:
     """A click on the layer × head chart (previous run) selects that head before the pickers are drawn."""

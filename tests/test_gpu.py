@@ -38,7 +38,7 @@ def test_on_a_gpu_q_and_k_stay_there_in_the_models_dtype_and_the_views_equal_the
 
 
 def test_a_key_in_context_reads_as_the_text_and_stays_plain_text():
-    from viz.figures.long_inputs import in_context
+    from viz.figures.rows import in_context
 
     labels = ["Mrs", "D", "urs", "ley", "of", "number", "four", "↵", "<b>"]
     pieces = (" Mrs", " D", "urs", "ley", " of", " number", " four", "\n", "<b>")

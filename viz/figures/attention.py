@@ -20,6 +20,7 @@ from models.core.selection import Head, Layer
 from models.core.text import with_marks
 from viz import export, heatmap
 from viz.figure import Figure, NoOptions, view
+from viz.figures.rows import RowOptions, query_row
 
 ROWS_COLUMNS = ("Rows: the token doing the attending (query). Columns: the tokens it attends to (keys). Each row "
                 "sums to 1.")
@@ -271,7 +272,7 @@ class FocusOptions:
     combine: str = "mean"  # how a span's rows are taken together: "mean" (still sums to 1) or "sum"
 
 
-FOCUS_BARS = 1024  # keys drawn as bars; a longer row is shown as its top keys in context (viz/figures/long_inputs.py)
+FOCUS_BARS = 1024  # keys drawn as bars; a longer row is shown as its top keys in context (viz/figures/rows.py)
 COMBINE = ("mean", "sum")
 
 
@@ -304,8 +305,6 @@ def focus(result: RunResult, options: FocusOptions) -> Figure:
     labels = heatmap.token_labels(query_tokens)
     if first == last:
         if len(key_tokens) > FOCUS_BARS:  # a bar per key stops being readable (and sendable): the row's top keys
-            from viz.figures.long_inputs import RowOptions, query_row
-
             return query_row(result, RowOptions(options.kind, layer, head, first))
         label = labels[first]
         row, allowed = maps.row(layer, head, first), maps.row_allowed(layer, first)

@@ -11,7 +11,7 @@ import pandas as pd
 
 from models.families.mixer.model import MixerResult
 from models.core import selection
-from models.core.selection import Head, Layer
+from models.core.selection import Layer
 from viz import export, image_overlay, mixer_charts
 from viz.figure import Figure, view
 from viz.figures.vit import OVERLAY_PIXELS, QUERY_COLOUR, OverlayOptions
