@@ -233,12 +233,12 @@ def layer_and_head(key: str, layers: int, heads: int, *, layer_names: list[str] 
                    opening: tuple = (0, selection.MEAN),
                    labels: tuple[str, str] = ("Layer", "Head"), columns=None,
                    disabled: tuple[bool, bool] = (False, False), layer_key: str | None = None,
-                   head_key: str | None = None) -> tuple:
+                   head_key: str | None = None, mean: bool = True) -> tuple:
     """The one layer and head picker of every page (``models/core/selection.py``): a layer (a slider; a list with
     "every layer averaged" first where the view averages layers, ``all_layers``; named where the maps name their
     layers, ``layer_names``: a hybrid's attention layers under the model's own numbers, Gemma 3's "4 (local, 512)")
     and a head ("average of heads", then each head; first the heads the model names, ``named_heads``, Whisper's
-    alignment heads). Their state (``{key}_layer``, ``{key}_head``) holds the
+    alignment heads; no average where the view reads one head, ``mean`` False). Their state (``{key}_layer``, ``{key}_head``) holds the
     choices themselves, so links carry "3", "all", "mean"; a stale one (another model's, a link's) goes back to
     ``opening``. Returns (layer choice, head choice)."""
     layer_key, head_key = layer_key or f"{key}_layer", head_key or f"{key}_head"
@@ -267,17 +267,18 @@ def layer_and_head(key: str, layers: int, heads: int, *, layer_names: list[str] 
         layer = left.slider(labels[0], 0, max(layers - 1, 1), key=layer_key, disabled=disabled[0] or layers == 1)
         layer = min(layer, layers - 1)
     head = head_picker(head_key, heads, right, opening=opening_head, label=labels[1], named=named_heads,
-                       disabled=disabled[1] or heads == 1 and not all_layers)
+                       disabled=disabled[1] or heads == 1 and not all_layers, mean=mean)
     return layer, head
 
 
 def head_picker(key: str, heads: int, column=None, *, opening=selection.MEAN, label: str = "Head",
-                named: bool = False, disabled: bool = False):
+                named: bool = False, disabled: bool = False, mean: bool = True):
     """The one head picker ("average of heads", then each head; the heads the model names first, ``named``), alone
     where a page picks its layer its own way (Swin's blocks); its state holds the choice itself. Returns the head
     choice."""
-    choices = [selection.NAMED] * named + [selection.MEAN, *range(heads)]
-    if st.session_state.get(key, opening) not in choices:  # another model's, a link's "head 9"
-        st.session_state[key] = opening if opening in choices else selection.MEAN
-    st.session_state.setdefault(key, opening if opening in choices else selection.MEAN)
+    choices = [selection.NAMED] * named + [selection.MEAN] * mean + list(range(heads))
+    fallback = opening if opening in choices else choices[0]
+    if st.session_state.get(key, fallback) not in choices:  # another model's, a link's "head 9"
+        st.session_state[key] = fallback
+    st.session_state.setdefault(key, fallback)
     return (column or st).selectbox(label, choices, format_func=selection.head_label, key=key, disabled=disabled)

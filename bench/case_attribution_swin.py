@@ -105,7 +105,7 @@ def speed(repeats: int) -> list[dict]:
 def shapes(images: int, ig_steps: int) -> dict:
     import torch
 
-    from models.analysis import attribution, faithfulness
+    from models.analysis import faithfulness
     from models.analysis.methods import SHARED
     from models.families.swin import explain as swin_explain
     from models.minis.swin_shapes import data

@@ -26,14 +26,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import stat
-import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 if str(Path(__file__).resolve().parent.parent) not in sys.path:

@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import time
-from pathlib import Path
 
 from bench import ROOT
 

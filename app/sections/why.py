@@ -46,18 +46,10 @@ def _apply_click(prefix: str, count: int) -> None:
 
 def _layer_head(maps, prefix: str) -> tuple[int, int]:
     # first opened: the head the page's attention views show (a sample opens on the head that shows its lesson)
-    if f"{prefix}_why_layer" not in st.session_state and isinstance(st.session_state.get(f"{prefix}_layer"), int):
-        st.session_state[f"{prefix}_why_layer"] = st.session_state[f"{prefix}_layer"]
-    shown = str(st.session_state.get(f"{prefix}_head", ""))
-    if f"{prefix}_why_head" not in st.session_state and shown.startswith("head ") and shown[5:].isdigit():
-        st.session_state[f"{prefix}_why_head"] = int(shown[5:])
-    for name, limit in ((f"{prefix}_why_layer", maps.num_layers), (f"{prefix}_why_head", maps.num_heads)):
-        if not 0 <= st.session_state.get(name, 0) < limit:  # another model's, or a link's
-            st.session_state.pop(name, None)
-    left, right = st.columns(2)
-    layer = left.slider("Layer", 0, max(maps.num_layers - 1, 1), key=f"{prefix}_why_layer",
-                        disabled=maps.num_layers == 1)
-    head = right.selectbox("Head", range(maps.num_heads), format_func=lambda h: f"head {h}", key=f"{prefix}_why_head")
+    shown = st.session_state.get(f"{prefix}_layer"), st.session_state.get(f"{prefix}_head")
+    opening = tuple(choice if isinstance(choice, int) and not isinstance(choice, bool) else 0 for choice in shown)
+    layer, head = widgets.layer_and_head(f"{prefix}_why", maps.num_layers, maps.num_heads, opening=opening,
+                                         mean=False)  # the split reads one head
     return min(int(layer), maps.num_layers - 1), int(head)
 
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from models.analysis import roles, why
+
 LETTERS = tuple("ABCDEFGHIJKL")  # the toy's vocabulary
 POSITIONS = 24  # the longest sequence: two copies of a block of at most 12 letters
 HEADS = 2  # per layer: the designed head (0) and a distractor (1)
@@ -121,7 +123,6 @@ def build(seed: int = 0, strength: float = STRENGTH):
 def circuit(loaded=None, result=None, options=None) -> Circuit:
     """The lesson's analysis: build the toy, run it on ``options.block`` letters (seed ``options.seed``) twice, and
     split its induction head's cells. ``loaded`` and ``result`` are unused: the lesson brings its own model."""
-    from models.analysis import roles, why
     from models.core import capture
 
     block = int(getattr(options, "block", 8))
