@@ -237,15 +237,7 @@ def dihedral(scene: Scene, k: int) -> Scene:
     return Scene(np.ascontiguousarray(image), ordered, describe(ordered))
 
 
-class ScenePool:
-    """Training scenes for many cheap steps (a scene costs ~3 ms to draw): ``size`` generated scenes, ``fresh`` of
-    them replaced every draw, each drawn through a random one of the 8 symmetries (``dihedral``)."""
-
-    def __init__(self, rng: np.random.Generator, size: int, clutter: float):
-        self.scenes = [make_scene(rng, clutter) for _ in range(size)]
-
-    def draw(self, rng: np.random.Generator, count: int, clutter: float, fresh: int) -> list[Scene]:
-        for slot in rng.choice(len(self.scenes), size=fresh, replace=False):
-            self.scenes[slot] = make_scene(rng, clutter)
-        picked = rng.choice(len(self.scenes), size=count, replace=False)
-        return [dihedral(self.scenes[i], int(rng.integers(8))) for i in picked]
+def scene_pool(rng: np.random.Generator, size: int, clutter: float) -> detr_data.ScenePool:
+    """Training scenes for many cheap steps (a scene costs ~3 ms to draw): the DETR mini's pool of ``size`` scenes,
+    ``fresh`` of them replaced every draw, each through a random one of the 8 symmetries (``dihedral``)."""
+    return detr_data.ScenePool(rng, size, clutter, make=make_scene, turn=dihedral)

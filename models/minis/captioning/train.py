@@ -4,7 +4,7 @@
     python -m models.minis.captioning.train --models decoder-only                       # needs the encoder–decoder
 
 Each model trains on batches drawn from a pool of generated scenes renewed a little every step
-(``scenes.ScenePool``, with the square's 8 symmetries), photo backgrounds ramping from none to the test mix over the
+(``scenes.scene_pool``, with the square's 8 symmetries), photo backgrounds ramping from none to the test mix over the
 first half, for a number of optimiser steps or a budget of CPU minutes of its one thread, whichever ends first; the
 learning rate (warm-up, cosine) follows the larger of the two fractions done, so a slow machine still anneals. The
 decoder-only model's vision tower is the encoder–decoder's trained ViT, frozen, as LLaVA keeps its pretrained CLIP
@@ -168,7 +168,7 @@ def train_one(name: str, config: Config, out: Path, log=print, vision_from: Path
     model.train()
     trained = [p for p in model.parameters() if p.requires_grad]
     optimiser = torch.optim.AdamW(trained, lr=config.learning_rate, weight_decay=config.weight_decay)
-    pool = scenes.ScenePool(rng, config.pool_size, 0.0)
+    pool = scenes.scene_pool(rng, config.pool_size, 0.0)
     started_cpu, started_wall = time.process_time(), time.time()
     step, smoothed = 0, None
     while step < config.steps:

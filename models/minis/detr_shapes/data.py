@@ -127,13 +127,16 @@ def dihedral(scene: Scene, k: int) -> Scene:
 
 class ScenePool:
     """Training scenes for many cheap steps: ``size`` generated scenes, of which ``fresh`` are replaced by new ones at
-    each draw (at the caller's current photo-background share), each drawn through a random symmetry."""
+    each draw (at the caller's current photo-background share), each drawn through a random one of the square's 8
+    symmetries. ``make(rng, clutter)`` and ``turn(scene, symmetry)`` default to this module's scenes; the
+    captioning mini passes its own."""
 
-    def __init__(self, rng: np.random.Generator, size: int, clutter: float):
-        self.scenes = [make_scene(rng, clutter) for _ in range(size)]
+    def __init__(self, rng: np.random.Generator, size: int, clutter: float, make=None, turn=None):
+        self.make, self.turn = make or make_scene, turn or dihedral
+        self.scenes = [self.make(rng, clutter) for _ in range(size)]
 
-    def draw(self, rng: np.random.Generator, count: int, clutter: float, fresh: int) -> list[Scene]:
+    def draw(self, rng: np.random.Generator, count: int, clutter: float, fresh: int) -> list:
         for slot in rng.choice(len(self.scenes), size=fresh, replace=False):
-            self.scenes[slot] = make_scene(rng, clutter)
+            self.scenes[slot] = self.make(rng, clutter)
         picked = rng.choice(len(self.scenes), size=count, replace=False)
-        return [dihedral(self.scenes[i], int(rng.integers(8))) for i in picked]
+        return [self.turn(self.scenes[i], int(rng.integers(8))) for i in picked]
