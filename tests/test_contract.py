@@ -138,7 +138,9 @@ def _reading(options, read: set):
             return super().__getattribute__(name)
 
     Reading.__name__ = type(options).__name__
-    return Reading(**{name: getattr(options, name) for name in names})
+    made = Reading(**{name: getattr(options, name) for name in names})
+    read.clear()  # what making it read (``selection.checked`` checks layer and head) is not the analysis reading
+    return made
 
 
 # one test per (family, view), each with its own time limit: the language model's analyses (every head ablated, every
