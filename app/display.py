@@ -84,13 +84,15 @@ def _draw(element, width: str, select: str | None) -> tuple[Any, set[str]]:
 
 def picked_selections(spec: dict) -> list[str]:
     """The chart's selections a page reruns on: every one but the linked token hover's (``viz.heatmap.HOVER``),
-    which only lights tokens and rows inside the chart (a rerun on each pointer move would redraw the page)."""
+    which only lights tokens and rows inside the chart (a rerun on each pointer move would redraw the page), and
+    pan and zoom (``.interactive()``, bound to the scales)."""
     names = []
 
     def collect(node) -> None:
         if isinstance(node, dict):
             for param in node.get("params", []):
-                if "select" in param and not param["name"].startswith(heatmap.HOVER) and param["name"] not in names:
+                if "select" in param and not param["name"].startswith(heatmap.HOVER) and param["name"] not in names \
+                        and param.get("bind") != "scales":  # pan and zoom: Streamlit renames it, and no rerun
                     names.append(param["name"])
             for key in ("layer", "hconcat", "vconcat", "concat"):
                 for child in node.get(key, []):

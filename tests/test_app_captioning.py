@@ -92,3 +92,15 @@ def test_every_tab_draws_and_a_link_brings_the_state_back(tiny_minis):
     at.radio(key="cap_input").set_value("Photo, upload or camera").run()
     _healthy(at)
     assert len(at.get("image")) >= 1 and at.query_params["cap_sample"] in ("cat", ["cat"])
+
+
+def test_the_shipped_mini_describes_its_scene_and_each_word_points():
+    """The shipped Show, Attend and Tell mini (no patching) captions the opening scene word for word, so the page
+    scores each noun's and colour word's map against the object's mask, read at the layer and head the pickers
+    hold ("last", "mean"): the tiny untrained models above never get that far."""
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT)
+    at.run()
+    _healthy(at)
+    assert any("the reference, word for word" in c.value for c in at.caption)
+    assert any("does each noun's and colour word's" in m.value for m in at.markdown)
+    assert len(at.dataframe) + len(at.table) >= 1

@@ -52,3 +52,22 @@ def test_presentation_mode_draws_the_same_figure_for_a_projector():
     assert projector["height"] == 2 * laptop["height"]
     assert projector["config"]["axis"]["labelFontSize"] >= 18
     assert projector["usermeta"]["embedOptions"]["renderer"] == "svg"
+
+
+def test_a_page_reruns_on_picks_not_on_pan_and_zoom():
+    """The corpus embedding can be panned and zoomed (``.interactive()``: a selection bound to the scales) and
+    clicked (``pick``). Only the click reruns the page: Streamlit renames Altair's generated name of the zoom's
+    selection, so asking for it stopped the corpus page ("Selection parameter 'param_…' is not defined")."""
+    import numpy as np
+
+    from app.display import picked_selections
+    from models.corpus.analysis import Embedding
+    from viz.figures.corpus import embedding_figure
+
+    n = 4
+    embedding = Embedding(points=np.zeros((2 * n, 2)), kind=["query"] * n + ["key"] * n, doc_id=[0] * 2 * n,
+                          position=list(range(n)) * 2, token=["a"] * 2 * n, context=["a"] * 2 * n, layer=0, head=0,
+                          method="pca")
+    spec = embedding_figure(embedding, "tiny").chart.to_dict()
+    assert any(param.get("bind") == "scales" for param in spec["params"])  # the zoom is there
+    assert picked_selections(spec) == ["pick"]

@@ -106,7 +106,7 @@ def scene_pointing(result, scene, layer, head) -> None:
     """On a generated scene described right, each colour word and noun: does its map's top cell touch its object?"""
     if scene is None or result.caption != scene.caption or result.regions.count != 64:
         return
-    maps = captioning.word_attention(result, layer, head)
+    maps = captioning.word_attention(result, *captioning.chosen(result, layer, head))
     rows = []
     coverage = np.stack([scene_metrics.cell_coverage(o.mask) for o in scene.objects])
     for t, word in enumerate(scene.words):

@@ -51,11 +51,7 @@ class MapOptions:
 
 
 def _chosen(result: CaptionResult, options) -> tuple[int | None, int | None]:
-    """(layer index or None for every layer averaged, head index or None for the mean) the options choose, checked
-    against the model (``models/core/selection.py``)."""
-    layer = selection.layer_index(options.layer, captioning.image_layers(result), averages=True)
-    head = getattr(options, "head", selection.MEAN)
-    return layer, selection.head_index(head, captioning.image_heads(result, layer))
+    return captioning.chosen(result, options.layer, getattr(options, "head", selection.MEAN))
 
 
 def _check(result: CaptionResult, options) -> None:

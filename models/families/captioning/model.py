@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.core import capture, decoding, limits, loading, text
+from models.core import capture, decoding, limits, loading, selection, text
 from models.core.inputs import ImageInput
 from models.core.loading import SAMPLE_DATA, LoadedModel, Progress
 from models.core.results import GenerationStep, ImageInfo, ImageResult, StoredAttention
@@ -453,6 +453,13 @@ def image_layers(result: CaptionResult) -> int:
 def image_heads(result: CaptionResult, layer: int | None) -> int:
     maps = result.maps(result.image_kind)
     return maps.heads_in(0 if layer is None else layer)
+
+
+def chosen(result: CaptionResult, layer, head=selection.MEAN) -> tuple[int | None, int | None]:
+    """(layer index, or None for every layer averaged; head index, or None for the mean) that a layer and head
+    choice (``models/core/selection.py``) name in this result, checked against the model."""
+    index = selection.layer_index(layer, image_layers(result), averages=True)
+    return index, selection.head_index(head, image_heads(result, index))
 
 
 def word_attention(result: CaptionResult, layer: int | None = None, head: int | None = None) -> np.ndarray:
