@@ -169,11 +169,20 @@ def tiny_config(model_type: str):
 
     config_class = CONFIG_MAPPING[model_type]
     values = _shrunk(config_class().to_dict())
-    values.update(OVERRIDES.get(model_type, {}))
+    _override(values, OVERRIDES.get(model_type, {}))
     if values.get("is_encoder_decoder") and values.get("decoder_start_token_id") is None and \
             values.get("bos_token_id") is None:
         values["decoder_start_token_id"] = 0  # T5's convention (its published configs say so; its class does not)
     return config_class(**values)
+
+
+def _override(values: dict, changes: dict) -> None:
+    """``changes`` into ``values``; a sub-config's override changes only what it names."""
+    for name, value in changes.items():
+        if isinstance(value, dict) and isinstance(values.get(name), dict):
+            _override(values[name], value)
+        else:
+            values[name] = value
 
 
 # where the generic shrinking is not enough (a tiny model of that architecture needs these)
@@ -181,6 +190,12 @@ OVERRIDES: dict[str, dict] = {
     "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1},
     "recurrent_gemma": {"num_hidden_layers": 3},  # its block pattern repeats every three layers
     "deepseek_v2": {"num_experts_per_tok": 2},  # None by default: routing needs it
+    "fun_asr_nano": {"adaptor_config": {"intermediate_size": 16}},  # must be the text width // 4
+    # their audio tokenizers double 32 filters at each of six stages: 2,048 channels, 340 M weights
+    **{name: {f"{part}_config": {"num_filters": 2, "depths": [1] * 7} for part in parts}
+       for name, parts in (
+           ("vibevoice_asr", ("acoustic_tokenizer_encoder", "semantic_tokenizer_encoder")),
+           ("vibevoice", ("audio", "semantic_model")))},
 }
 
 
@@ -200,11 +215,42 @@ class Outcome:
     lens: str = ""  # the logit lens on the page's run: "exact" (its output row is the model's), or its refusal
 
 
+# The pages that refuse a model reading audio beside its text (translation: no cross-attention;
+# speech: not Whisper) send its user to the GPT page, which runs its text decoder alone
+# (models/families/causal_lm/model.model_class): those architectures are checked there too.
+WITH_TEXT = ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+             "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES")
+
+
+def _text_decoders() -> dict[str, str]:
+    """{model type: the class the GPT page builds} for the ``WITH_TEXT`` models whose text decoder
+    it draws."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    from models.families.causal_lm import model as causal_lm
+
+    found = {}
+    causal = getattr(modeling_auto, PAGES["causal_lm"])
+    listed = {t for mapping in WITH_TEXT for t in getattr(modeling_auto, mapping)}
+    for model_type in sorted(listed - set(causal)):
+        try:
+            config = transformers.AutoConfig.for_model(model_type)
+        except Exception:  # noqa: BLE001 - a type without a config of its own
+            continue
+        chosen = causal_lm.model_class(config)
+        if chosen is not transformers.AutoModelForCausalLM:
+            found[model_type] = chosen.__name__
+    return found
+
+
 def _model_class(page: str, model_type: str):
     import transformers
     from transformers.models.auto import modeling_auto
 
     names = getattr(modeling_auto, PAGES[page])
+    if model_type not in names and page == "causal_lm":
+        return getattr(transformers, _text_decoders()[model_type]), _text_decoders()[model_type]
     name = names[model_type]
     name = name[0] if isinstance(name, (list, tuple)) else name
     return getattr(transformers, name, None), name
@@ -257,7 +303,10 @@ def _eager(page: str, folder: Path, ids: list[int], decoder_ids: list[int] | Non
     attention on the same folder and ids (and, for an encoder–decoder, the decoder's input ids)."""
     import transformers
 
-    auto = {"causal_lm": transformers.AutoModelForCausalLM,
+    from models.core import capture
+    from models.families.causal_lm import model as causal_lm
+
+    auto = {"causal_lm": causal_lm.model_class(transformers.AutoConfig.from_pretrained(folder)),
             "translation": transformers.AutoModelForSeq2SeqLM}.get(page, transformers.AutoModel)
     model = auto.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32).eval()
     input_ids = torch.tensor([ids])
@@ -269,7 +318,11 @@ def _eager(page: str, folder: Path, ids: list[int], decoder_ids: list[int] | Non
     if model.config.model_type == "squeezebert":  # its eager "attentions" are the scores before the softmax
         output.attentions = tuple(torch.softmax(a, -1) for a in output.attentions)
     if page == "translation":
-        maps = {"encoder": _softmax_maps(output.encoder_attentions, banded),
+        encoder = output.encoder_attentions
+        if model.config.model_type in capture.BLOCKED:  # LongT5's local blocks, as (q, k)
+            length = output.encoder_last_hidden_state.shape[1]
+            encoder = [capture._unblock(a, length) for a in encoder]
+        maps = {"encoder": _softmax_maps(encoder, banded),
                 "decoder": _softmax_maps(output.decoder_attentions),
                 "cross": _softmax_maps(output.cross_attentions)}
         return maps, torch.softmax(output.logits[0].float(), -1).numpy()
@@ -424,7 +477,8 @@ def architectures(page: str) -> list[str]:
 
     if page not in PAGES:
         return _module_of(page).architectures(page)
-    return sorted(getattr(modeling_auto, PAGES[page]))
+    borrowed = set(_text_decoders()) if page == "causal_lm" else set()
+    return sorted(set(getattr(modeling_auto, PAGES[page])) | borrowed)
 
 
 def quiet() -> None:

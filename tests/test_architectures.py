@@ -131,3 +131,44 @@ def test_a_memory_check_that_cannot_count_says_so(model_dir, monkeypatch, caplog
     assert any("could not count this model's parameters" in note and "RuntimeError" in note
                for note in loaded.notes)
     assert "a config only its own class understands" in caplog.text
+
+
+def test_a_model_reading_audio_beside_its_text_is_drawn_on_text_or_refused_in_words(model_dir):
+    """Qwen2-Audio's text decoder runs on text alone (the page says its audio encoder did not run);
+    Voxtral Realtime's does not, and the page says so before any run, not in transformers' words."""
+    import copy
+
+    import transformers
+
+    from tests.conftest import minilm_tokenizer
+
+    folder = model_dir / "qwen2_audio"
+    support_matrix.build("causal_lm", "qwen2_audio", folder)
+    loaded, result = _page_run(folder)
+    assert any("runs it on text alone" in note for note in loaded.notes), loaded.notes
+    reference = support_matrix._eager("causal_lm", folder, list(result.token_ids))[0]["self"]
+    assert support_matrix._worst(result.attention["self"], reference) <= TOLERANCE
+
+    folder = model_dir / "voxtral_realtime"
+    config = support_matrix.tiny_config("voxtral_realtime")
+    built = transformers.VoxtralRealtimeForConditionalGeneration._from_config(copy.deepcopy(config))
+    built.save_pretrained(folder)
+    minilm_tokenizer().save_pretrained(folder)
+    with pytest.raises(ValueError, match="does not run on text alone") as refused:
+        _page_run(folder)
+    assert "input_features" not in str(refused.value)
+
+
+def test_a_folder_whose_weights_are_named_for_another_class_is_refused(model_dir):
+    """transformers fills weights it cannot find by name at random; a folder saved from another
+    wrapper class would be drawn as noise without a word. The page refuses it and says why."""
+    from safetensors.torch import load_file, save_file
+
+    folder = model_dir / "llama"
+    support_matrix.build("causal_lm", "llama", folder)
+    weights = folder / "model.safetensors"
+    save_file({f"wrapper.{name}": tensor for name, tensor in load_file(weights).items()}, weights,
+              metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="would be random") as refused:
+        _page_run(folder)
+    assert "wrapper" not in str(refused.value) and "LlamaForCausalLM" in str(refused.value)

@@ -225,3 +225,33 @@ def test_a_cached_mask_keeps_its_id_from_passing_to_another_mask():
     wider = torch.ones(1, 1, 1, 4, dtype=torch.bool)
     rules = recorder._described(module, wider, {}, 1, 4)[0][0]
     assert rules.shape == (1, 4) and described[0][0].shape == (3, 3)
+
+
+def test_longt5_local_blocks_unfold_to_the_map_that_makes_its_output():
+    """LongT5's eager encoder attentions come block by block (each block's rows over its own and
+    both neighbours' keys); unfolded to (q, k), they must be the weights that make the layer's own
+    output, A @ V through its output projection, at a length that pads the last of three blocks."""
+    import transformers
+
+    config = transformers.LongT5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=1,
+                                       num_heads=4, local_radius=3, encoder_attention_type="local",
+                                       decoder_start_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.LongT5ForConditionalGeneration(config).eval()
+    attention = model.encoder.block[0].layer[0].LocalSelfAttention
+    seen = {}
+    attention.register_forward_hook(
+        lambda module, args, output: seen.update(input=args[0], output=output[0]))
+    length = 10
+    ids = torch.arange(1, length + 1)[None]
+    with torch.inference_mode():
+        output = model(input_ids=ids, decoder_input_ids=ids[:, :2], output_attentions=True)
+    full = capture._unblock(output.encoder_attentions[0], length)
+    assert full.shape == (1, 4, length, length)
+    torch.testing.assert_close(full.sum(-1), torch.ones(1, 4, length))
+    distance = (torch.arange(length)[:, None] - torch.arange(length)[None, :]).abs()
+    assert float(full[..., distance > config.local_radius].abs().max()) == 0.0  # its band, no wider
+    with torch.inference_mode():
+        values = attention.v(seen["input"]).view(1, length, 4, 8).transpose(1, 2)
+        made = attention.o((full @ values).transpose(1, 2).reshape(1, length, 32))
+    torch.testing.assert_close(made, seen["output"], atol=1e-5, rtol=1e-5)

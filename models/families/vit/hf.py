@@ -39,7 +39,7 @@ _CONVOLUTIONAL = ("bit", "convnext", "convnextv2", "efficientnet", "hgnet_v2", "
 NOT_DRAWN = {
     **{name: "is a convolutional network: it mixes pixels with convolutions and has no attention to draw"
        for name in _CONVOLUTIONAL},
-    "poolformer": "mixes its tokens by average pooling, not attention (PoolFormer), so there is no map to draw",
+    "poolformer": "mixes its tokens by average pooling (PoolFormer): it has no attention to draw",
     "focalnet": "mixes its tokens by focal modulation, not softmax attention, so there is no map to draw",
     "swiftformer": "mixes its tokens with additive attention that gives no query × key map",
     "pvt": "attends to a spatially reduced copy of its tokens (fewer keys than queries, a grid per stage)",
