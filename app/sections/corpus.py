@@ -143,8 +143,8 @@ def show_results(folder: Path, spec) -> None:
 
 
 def screen_columns(frame):
-    """``frame`` with its columns named as the page shows them: statistics by their labels (``entropy_bits`` →
-    "Entropy (bits)", ``entropy_bits_std`` → "Entropy (bits), spread"), the top examples' fields in words."""
+    """``frame`` with its columns named as the page shows them: statistics by their labels (the
+    table's, and "<label>, spread" for ``<name>_std``), the top examples' fields in words."""
     names = CONTEXT_NAMES | STATISTICS | {f"{name}_std": f"{label}, spread" for name, label in STATISTICS.items()}
     return frame.rename(columns=names)
 
