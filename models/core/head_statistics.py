@@ -69,7 +69,7 @@ ROWS_PER_BLOCK = 256  # queries a step: temporaries stay (heads, block, k), not 
 
 def reference(weights: np.ndarray, query_offset: int = 0, token_ids=None,
               causal: bool | None = None, names: tuple[str, ...] | None = None,
-              dtype=np.float64) -> dict[str, np.ndarray]:
+              dtype=np.float64, sink: bool = False) -> dict[str, np.ndarray]:
     """Every statistic of ``names`` for each head of ``weights (heads, q, k)``: ``{name: (heads,)}``
     in ``dtype``, computed in float64. ``names`` defaults to the heads table's, ``max_weight``, and
     with ``token_ids`` ``induction``; with ``token_ids`` the peak fields come too.
@@ -81,6 +81,8 @@ def reference(weights: np.ndarray, query_offset: int = 0, token_ids=None,
     for the induction targets and the peak. The peak is the largest weight off the first key and the
     diagonal (and, ``causal``, off the future keys; None: causal when no weight lies above the
     diagonal), the first in row-major order on a tie; NaN (query and key −1) when no cell qualifies.
+    ``sink``: rows sum to one less a sink's share (gpt-oss), which is one more outcome of the row's
+    entropy, as the tile path counts it.
     """
     heads, q, k = weights.shape
     if names is None:
@@ -92,8 +94,12 @@ def reference(weights: np.ndarray, query_offset: int = 0, token_ids=None,
         block = weights[:, start:start + ROWS_PER_BLOCK].astype(np.float64)  # (heads, b, k)
         gap = np.abs(own[start:start + block.shape[1], None] - np.arange(k)[None, :])  # (b, k)
         entropy -= (block * np.log2(np.where(block > 0, block, 1))).sum(axis=(1, 2))
+        if sink:
+            share = np.clip(1 - block.sum(-1), 0, None)  # (heads, b)
+            entropy -= (share * np.log2(np.where(share > 0, share, 1))).sum(-1)
         distance += (block * gap).sum(axis=(1, 2))
-        largest += block.max(-1).sum(-1) if k else 0.0
+        if "max_weight" in names and k:
+            largest += block.max(-1).sum(-1)
     out = {"entropy_bits": entropy / q, "mean_distance": distance / q, "max_weight": largest / q,
            "first_token": weights[:, :, 0].astype(np.float64).mean(-1)}
     on_diagonal = (own >= 0) & (own < k)
