@@ -25,6 +25,8 @@ def test_corpus_page_runs_resumes_and_shows_heads_embedding_and_search(patched_l
     assert not at.exception, at.exception
     assert at.button(key="corpus_run").label == "Re-run (all done)"
     assert at.metric[0].value == "12" and int(at.metric[1].value.replace(",", "")) > 12  # documents, tokens
+    # the shared pickers (widgets.layer_and_head), one head at a time: corpus means are per head
+    assert at.slider(key="corpus_layer").value == 0 and at.selectbox(key="corpus_head").value == 0
     assert len(at.dataframe) == 2  # top examples and every head
     assert check_files(offered["corpus_map"])["json"]
     assert "[" in at.dataframe[0].value["query in context"][0]  # the token in its context
@@ -110,3 +112,19 @@ def test_an_upload_with_unreadable_parts_says_so_before_the_run():
     (warning,) = at.warning
     assert "1 part(s) of the upload cannot be read" in warning.value
     assert r"\*\*broken\*\*\.zip\: not a valid zip archive" in warning.value
+
+
+def test_the_heads_map_fills_its_column_on_a_projector():
+    """The layer × head map is drawn as wide as its column (it filled a third of it at 1920 px)."""
+    import numpy as np
+
+    from models.corpus.analysis import CorpusSummary
+    from models.corpus.statistics import STATISTICS
+    from models.corpus.store import RunInfo
+    from viz.figures.corpus import statistic_map
+    from viz.screen import Screen, fitted
+
+    means = {name: np.ones((2, 3), np.float32) for name in STATISTICS}
+    figure = statistic_map(CorpusSummary(RunInfo("tiny", "docs", 64, 2, 3), 2, 10, [], means, means))
+    assert figure.width == "stretch"
+    assert fitted(figure.chart, Screen(presentation=True), stretch=True).width == "stretch"

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from models.core import tiles
+from models.core import head_statistics, tiles
 
 LN2 = math.log(2.0)
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -94,13 +94,11 @@ def check_backend(scores: tiles.Scores, backend: str, query_edges, key_edges, he
     torch.testing.assert_close(mean.total.cpu().double(), total, atol=20 * atol, rtol=0)
 
     statistics = tiles.head_statistics(scores, heads, backend=backend)
-    rows = torch.arange(scores.queries)
-    expected = {"entropy_bits": entropy.mean(-1), "mean_distance": (chosen * gap).sum(-1).mean(-1),
-                "first_token": chosen[..., 0].mean(-1),
-                "previous_token": chosen[..., rows[1:], rows[1:] - 1].mean(-1),
-                "diagonal": chosen[..., rows[rows < scores.keys], rows[rows < scores.keys]].mean(-1)}
-    for name, values in expected.items():
-        torch.testing.assert_close(statistics[name].cpu().double(), values, atol=500 * atol, rtol=1e-5)
+    for item in range(scores.batch):  # models/core/head_statistics.py's reference, item by item
+        expected = head_statistics.reference(chosen[item].numpy(), sink=scores.sink is not None)
+        for name in head_statistics.HEADS_TABLE:
+            torch.testing.assert_close(statistics[name][item].cpu().double(),
+                                       torch.from_numpy(expected[name]), atol=500 * atol, rtol=1e-5)
 
 
 GRID = [  # (case keyword arguments, query edges, key edges)

@@ -108,8 +108,8 @@ def show_results(folder: Path, spec) -> None:
     info, revision = results.info, str(len(results.parts()))  # a growing run: each new batch redraws
     a, b, c = st.columns([2, 1, 1])
     statistic = a.selectbox("Statistic", list(STATISTICS), format_func=STATISTICS.get, key="corpus_stat")
-    layer = int(b.number_input("Layer", 0, info.layers - 1, 0, key="corpus_layer"))
-    head = int(c.number_input("Head", 0, info.heads - 1, 0, key="corpus_head"))
+    layer, head = widgets.layer_and_head("corpus", info.layers, info.heads, opening=(0, 0),
+                                         columns=(b, c), mean=False)  # corpus means are per head
     heads = widgets.figure_or_none("corpus_heads", None, CorpusOptions(str(folder), statistic, layer, head, revision))
     if heads is None:
         return
@@ -143,8 +143,8 @@ def show_results(folder: Path, spec) -> None:
 
 
 def screen_columns(frame):
-    """``frame`` with its columns named as the page shows them: statistics by their labels (``entropy_bits`` →
-    "Entropy (bits)", ``entropy_bits_std`` → "Entropy (bits), spread"), the top examples' fields in words."""
+    """``frame`` with its columns named as the page shows them: statistics by their labels (the
+    table's, and "<label>, spread" for ``<name>_std``), the top examples' fields in words."""
     names = CONTEXT_NAMES | STATISTICS | {f"{name}_std": f"{label}, spread" for name, label in STATISTICS.items()}
     return frame.rename(columns=names)
 

@@ -1,13 +1,10 @@
 """Per-head summaries that let a user find interesting heads among hundreds without opening each.
 
-For a head's map A ``(q, k)`` (rows are probability distributions):
-- entropy: mean over queries of −Σ_k A log₂ A (bits); low = focused, log₂(k) = uniform;
-- mean distance: mean over queries of Σ_k A_qk |q − k| (tokens), the text analogue of the ViT paper's Fig. 7;
-- first-token share: mean over queries of A_q0 (the "attention sink" of Xiao et al. 2023);
-- previous-token score: mean over q ≥ 1 of A_q,q−1 (Olsson et al.'s previous-token heads);
-- diagonal score: mean over queries of A_qq (self-attention to the token itself).
-Thumbnails are block means of each map to at most ``size × size`` cells, so the all-heads grid costs
-``layers × heads × size²`` floats whatever the input length.
+The statistics (entropy, mean distance, first-token share, previous-token and diagonal scores)
+are the heads-table rows of ``models.core.head_statistics.TABLE``, which defines them; here they
+are its float64 reference, kept in float32. Thumbnails are block means of each map to at most
+``size × size`` cells, so the all-heads grid costs ``layers × heads × size²`` floats whatever the
+input length.
 """
 from __future__ import annotations
 
@@ -16,21 +13,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from models.core import head_statistics
 from models.core.results import AttentionMaps, RunResult, TextResult
 
 if TYPE_CHECKING:
     import pandas as pd
 
-STATISTICS = {
-    "entropy_bits": "Entropy (bits)",
-    "mean_distance": "Mean distance (tokens)",
-    "first_token": "Share on first token",
-    "previous_token": "Previous-token score",
-    "diagonal": "Self (diagonal) score",
-}
-
-
-ROWS_PER_BLOCK = 256  # queries per step of the statistics: bounds their temporaries at 2,048+ tokens
+STATISTICS = head_statistics.labels(head_statistics.HEADS_TABLE)  # {name: label}, the table's
 
 
 def _bin_edges(length: int, bins: int) -> np.ndarray:
@@ -49,34 +38,13 @@ def pooled(weights: np.ndarray, size: int = 64) -> np.ndarray:
 
 
 def layer_statistics(weights: np.ndarray, query_offset: int = 0) -> dict[str, np.ndarray]:
-    """The statistics above for every head of one layer ``(heads, q, k)`` -> ``{name: (heads,)}``.
+    """The heads table's statistics of every head of one layer ``(heads, q, k)`` ->
+    ``{name: (heads,)}`` float32.
 
     ``query_offset``: position of query 0 among the keys (0 for self-attention over the same tokens).
     """
-    heads, q, k = weights.shape
-    entropy_sum, distance_sum = np.zeros(heads), np.zeros(heads)
-    for start in range(0, q, ROWS_PER_BLOCK):  # blocks of queries: temporaries stay (block, k), not (q, k)
-        block = weights[:, start:start + ROWS_PER_BLOCK]  # (heads, b, k)
-        query_pos = np.arange(start, start + block.shape[1])[:, None] + query_offset
-        distance = np.abs(query_pos - np.arange(k)[None, :]).astype(np.float32)  # (b, k) tokens
-        entropy_sum -= (block * np.log2(np.where(block > 0, block, 1))).sum(axis=(1, 2))  # 0 log 0 = 0
-        distance_sum += (block * distance).sum(axis=(1, 2))
-    entropy = entropy_sum / q
-    rows = np.arange(q)
-    diagonal_cols = rows + query_offset
-    on_diag = diagonal_cols < k
-    diagonal = weights[:, rows[on_diag], diagonal_cols[on_diag]].mean(axis=-1) if on_diag.any() else np.zeros(heads)
-    previous = diagonal_cols - 1
-    has_previous = (previous >= 0) & (previous < k)
-    previous_score = (weights[:, rows[has_previous], previous[has_previous]].mean(axis=-1)
-                      if has_previous.any() else np.zeros(heads))
-    return {
-        "entropy_bits": entropy.astype(np.float32),
-        "mean_distance": (distance_sum / q).astype(np.float32),
-        "first_token": weights[:, :, 0].mean(axis=-1).astype(np.float32),
-        "previous_token": np.asarray(previous_score, dtype=np.float32),
-        "diagonal": np.asarray(diagonal, dtype=np.float32),
-    }
+    return head_statistics.reference(weights, query_offset, names=head_statistics.HEADS_TABLE,
+                                     dtype=np.float32)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from typing import Iterator, Sequence
 
 import torch
 
+from models.core.head_statistics import HEADS_TABLE
 from models.core.scores import RowPass, Scores, TilePass
 
 LN2 = math.log(2.0)
@@ -305,14 +306,15 @@ def _visible_pairs(scores: Scores, rows: torch.Tensor, cols: torch.Tensor) -> to
     return seen
 
 
-HEAD_STATISTICS = ("entropy_bits", "mean_distance", "first_token", "previous_token", "diagonal")
+HEAD_STATISTICS = HEADS_TABLE
 
 
 def head_statistics(scores: Scores, heads: Sequence[int] | None = None, backend: str | None = None
                     ) -> dict[str, torch.Tensor]:
-    """The heads table's statistics ``{name: (B, heads)}`` float32, each a mean over queries (models/analysis/
-    heads.py defines them): entropy (bits), mean distance (tokens), the weight on the first key, on the previous
-    position (queries 1.. only) and on the query's own position (queries that have one among the keys)."""
+    """The heads table's statistics ``{name: (B, heads)}`` float32, each a mean over queries
+    (``models.core.head_statistics`` defines them): entropy (bits), mean distance (tokens), the
+    weight on the first key, on the previous position (queries 1.. only) and on the query's own
+    position (queries that have one among the keys)."""
     heads = list(range(scores.heads)) if heads is None else [int(h) for h in heads]
     passed = row_pass(scores, heads, statistics=True, backend=backend)
     device = scores.device

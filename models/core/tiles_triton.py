@@ -23,18 +23,19 @@ import functools
 import torch
 
 from models.core.scores import RowPass, Scores, TilePass
-
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # a CPU-only PyTorch without Triton: the PyTorch path serves every device
-    triton = None
-
-    class tl:  # noqa: N801 (only so that the kernels' annotations below can be read)
-        constexpr = None
-
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
+from models.core.triton_blocks import (  # noqa: F401  (tl, triton, LOG2E, LN2: public here too)
+    LN2,
+    LOG2E,
+    key_range,
+    load_block,
+    online_step,
+    relative_bias,
+    row_normaliser,
+    scores_base2,
+    tl,
+    triton,
+    visible,
+)
 
 
 def available(device: torch.device) -> bool:
@@ -70,20 +71,12 @@ def _row_kernel(Q, K, BIAS, SINK, KEY_START, KEY_STOP, HEADS, LSE, ROW_MAX, PS, 
     row_ok = rows < row_stop
     dims = tl.arange(0, BLOCK_D)
     dim_ok = dims < head_dim
-    # 64-bit offsets: rows × stride passes 2³¹ for a large model at 131,072 tokens
-    q = tl.load(Q + b.to(tl.int64) * stride_qb + head.to(tl.int64) * stride_qh + rows.to(tl.int64)[:, None] * stride_qm
-                + dims[None, :] * stride_qd, mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
-    if UPCAST:
-        q = q.to(tl.float32)
+    q = load_block(Q, b, head, rows, row_ok, dims, dim_ok, stride_qb, stride_qh, stride_qm,
+                   stride_qd, UPCAST)
     key_start = tl.load(KEY_START + b)
     key_stop = tl.load(KEY_STOP + b)
     last_row = tl.minimum(first_row + BLOCK_M, row_stop) - 1
-    lo = key_start
-    hi = key_stop
-    if CAUSAL:
-        hi = tl.minimum(hi, last_row + offset + 1)
-    if HAS_WINDOW:
-        lo = tl.maximum(lo, first_row + offset - window + 1)
+    lo, hi = key_range(first_row, last_row, key_start, key_stop, offset, window, CAUSAL, HAS_WINDOW)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     ps_i = tl.zeros([BLOCK_M], tl.float32)
@@ -91,35 +84,16 @@ def _row_kernel(Q, K, BIAS, SINK, KEY_START, KEY_STOP, HEADS, LSE, ROW_MAX, PS, 
     for start in range(lo, hi, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         col_ok = cols < hi
-        k = tl.load(K + b.to(tl.int64) * stride_kb + kv_head.to(tl.int64) * stride_kh
-                    + cols.to(tl.int64)[:, None] * stride_kn + dims[None, :] * stride_kd,
-                    mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
-        if UPCAST:
-            k = k.to(tl.float32)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scaling  # (BLOCK_M, BLOCK_N)
-        if SOFTCAP:  # c · tanh(s / c), through exp2: finite at both ends
-            s = softcap * (1.0 - 2.0 / (tl.exp2(s * (2.8853900817779268 / softcap)) + 1.0))
-        s = s * 1.4426950408889634  # base 2
-        relative = cols[None, :] - rows[:, None]
+        k = load_block(K, b, kv_head, cols, col_ok, dims, dim_ok, stride_kb, stride_kh, stride_kn,
+                       stride_kd, UPCAST)
+        s = scores_base2(q, k, scaling, softcap, SOFTCAP, PRECISION)
+        seen, relative = visible(rows, row_ok, cols, col_ok, key_start, key_stop, offset, window,
+                                 CAUSAL, HAS_WINDOW)
         if HAS_BIAS:
-            s += tl.load(BIAS + b * stride_bb + head * stride_bh + (relative + n_queries - 1) * stride_bn,
-                         mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32) * 1.4426950408889634
-        seen = row_ok[:, None] & col_ok[None, :] & (cols[None, :] >= key_start) & (cols[None, :] < key_stop)
-        if CAUSAL:
-            seen = seen & (relative <= offset)
-        if HAS_WINDOW:
-            seen = seen & (relative > offset - window)
-        s = tl.where(seen, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)  # 0 while the row has seen nothing (m_i = −inf)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if STATISTICS:
-            ps_i = ps_i * alpha + tl.sum(p * tl.where(seen, s, 0.0), 1)
-            distance = tl.where(relative < 0, -relative, relative).to(tl.float32)
-            pd_i = pd_i * alpha + tl.sum(p * distance, 1)
-        m_i = m_new
+            s += relative_bias(BIAS, b, head, relative, n_queries, row_ok, col_ok, stride_bb,
+                               stride_bh, stride_bn)
+        m_i, l_i, ps_i, pd_i, _, _ = online_step(m_i, l_i, ps_i, pd_i, s, seen, relative,
+                                                 STATISTICS)
     top_key = m_i  # the row's largest key score (base 2), before the sink joins
     if HAS_SINK:  # one more term of the denominator, with no key and no distance
         sink = tl.load(SINK + head).to(tl.float32) * 1.4426950408889634
@@ -130,9 +104,7 @@ def _row_kernel(Q, K, BIAS, SINK, KEY_START, KEY_STOP, HEADS, LSE, ROW_MAX, PS, 
         ps_i = ps_i * alpha + beta * sink
         pd_i = pd_i * alpha
         m_i = m_new
-    has = l_i > 0
-    safe_l = tl.where(has, l_i, 1.0)
-    lse2 = m_i + tl.log2(safe_l)
+    has, safe_l, lse2 = row_normaliser(m_i, l_i)
     out = b * stride_ob + slot * stride_oh + (rows - row_start)
     tl.store(LSE + out, tl.where(has, lse2 * 0.6931471805599453, float("-inf")), mask=row_ok)
     top = tl.where(top_key == float("-inf"), 0.0, tl.exp2(top_key - tl.where(has, lse2, 0.0)))
@@ -174,12 +146,8 @@ def _tile_kernel(Q, K, BIAS, KEY_START, KEY_STOP, HEADS, LSE, QUERY_EDGES, KEY_E
         rows = first_row + tl.arange(0, BLOCK_M)
         row_ok = rows < own_stop
         last_row = tl.minimum(first_row + BLOCK_M, own_stop) - 1
-        lo = key_start
-        hi = key_stop
-        if CAUSAL:
-            hi = tl.minimum(hi, last_row + offset + 1)
-        if HAS_WINDOW:
-            lo = tl.maximum(lo, first_row + offset - window + 1)
+        lo, hi = key_range(first_row, last_row, key_start, key_stop, offset, window, CAUSAL,
+                           HAS_WINDOW)
         row_top = tl.zeros([BLOCK_M], tl.float32)
         for tile_k in range(first_tile, stop_tile):
             c0 = tl.maximum(tl.load(KEY_EDGES + tile_k), lo)
@@ -191,34 +159,20 @@ def _tile_kernel(Q, K, BIAS, KEY_START, KEY_STOP, HEADS, LSE, QUERY_EDGES, KEY_E
                 for start in range(c0, c1, BLOCK_N):
                     cols = start + tl.arange(0, BLOCK_N)
                     col_ok = cols < c1
-                    relative = cols[None, :] - rows[:, None]
-                    seen = row_ok[:, None] & col_ok[None, :] & (cols[None, :] >= key_start) & \
-                        (cols[None, :] < key_stop)
-                    if CAUSAL:
-                        seen = seen & (relative <= offset)
-                    if HAS_WINDOW:
-                        seen = seen & (relative > offset - window)
+                    seen, relative = visible(rows, row_ok, cols, col_ok, key_start, key_stop,
+                                             offset, window, CAUSAL, HAS_WINDOW)
                     summed = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
                     for member in range(0, per_output):
                         index = slot * per_output + member
                         head = tl.load(HEADS + index)
-                        q = tl.load(Q + b.to(tl.int64) * stride_qb + head.to(tl.int64) * stride_qh
-                                    + rows.to(tl.int64)[:, None] * stride_qm + dims[None, :] * stride_qd,
-                                    mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
-                        k = tl.load(K + b.to(tl.int64) * stride_kb + (head // group).to(tl.int64) * stride_kh
-                                    + cols.to(tl.int64)[:, None] * stride_kn + dims[None, :] * stride_kd,
-                                    mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
-                        if UPCAST:
-                            q = q.to(tl.float32)
-                            k = k.to(tl.float32)
-                        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scaling
-                        if SOFTCAP:
-                            s = softcap * (1.0 - 2.0 / (tl.exp2(s * (2.8853900817779268 / softcap)) + 1.0))
-                        s = s * 1.4426950408889634
+                        q = load_block(Q, b, head, rows, row_ok, dims, dim_ok, stride_qb,
+                                       stride_qh, stride_qm, stride_qd, UPCAST)
+                        k = load_block(K, b, head // group, cols, col_ok, dims, dim_ok,
+                                       stride_kb, stride_kh, stride_kn, stride_kd, UPCAST)
+                        s = scores_base2(q, k, scaling, softcap, SOFTCAP, PRECISION)
                         if HAS_BIAS:
-                            s += tl.load(BIAS + b * stride_bb + head * stride_bh + (relative + n_queries - 1)
-                                         * stride_bn, mask=row_ok[:, None] & col_ok[None, :],
-                                         other=0.0).to(tl.float32) * 1.4426950408889634
+                            s += relative_bias(BIAS, b, head, relative, n_queries, row_ok,
+                                               col_ok, stride_bb, stride_bh, stride_bn)
                         lse2 = tl.load(LSE + b * stride_lb + index * stride_lh + (rows - lse_start), mask=row_ok,
                                        other=0.0) * 1.4426950408889634
                         lse2 = tl.where(lse2 == float("-inf"), 0.0, lse2)  # a row that sees nothing: masked below

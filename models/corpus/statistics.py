@@ -1,13 +1,7 @@
 """The per-document function of corpus mode: token ids -> per-head statistics, reduced layer by layer in the forward.
 
-For a head's weights A ``(q, k)`` of one document (rows are probability distributions over the visible keys),
-each statistic is a mean over the document's queries:
-- ``entropy_bits``: −Σ_k A log₂ A (bits); ``mean_distance``: Σ_k A_qk |q − k| (tokens);
-- ``first_token``: A_q0, the attention sink (Xiao et al. 2023); ``diagonal``: A_qq;
-- ``previous_token``: A_q,q−1 over q ≥ 1 (Olsson et al. 2022's previous-token heads);
-- ``induction``: Σ A_q,t over the keys t ≥ 1, t < q whose *previous* token equals token q ("… A B … A → B",
-  Olsson et al. 2022), averaged over the queries that have such a key; NaN for a document without repeats;
-- ``max_weight``: max_k A_qk (how peaked the head is).
+For a head's weights A ``(q, k)`` of one document, each statistic is a mean over the document's
+queries: the corpus rows of ``models.core.head_statistics.TABLE`` (names, labels, formulas).
 The ``peak`` of a head in a document is its largest weight off the first token and off the diagonal, with the
 query and key where it sits: the corpus page's "top examples" are the documents with the highest peaks.
 For MoE models: per MoE layer the expert load (share of top-k assignments), the co-activation matrix and the mean
@@ -31,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from models.core import head_statistics
 from models.corpus.forward import (  # noqa: F401  (batches and the limits: this module's public names too)
     MAX_BATCH_DOCUMENTS,
     MAX_BATCH_TOKENS,
@@ -44,16 +39,8 @@ from models.corpus.forward import (  # noqa: F401  (batches and the limits: this
 from models.corpus import statistics_triton
 from models.corpus.readers import Document
 
-STATISTICS = {
-    "entropy_bits": "Entropy (bits)",
-    "mean_distance": "Mean distance (tokens)",
-    "first_token": "First-token (sink) share",
-    "previous_token": "Previous-token score",
-    "diagonal": "Self (diagonal) score",
-    "induction": "Induction score",
-    "max_weight": "Mean max weight",
-}
-PEAK_FIELDS = ("peak_value", "peak_query", "peak_key")
+STATISTICS = head_statistics.labels(head_statistics.CORPUS)  # {name: label}, the table's
+PEAK_FIELDS = head_statistics.PEAK_FIELDS
 FIELDS = (*STATISTICS, *PEAK_FIELDS)  # the last axis of what ``HeadStatistics`` copies to the host
 
 
@@ -308,46 +295,16 @@ def _shape(model) -> tuple[int, int]:
 # --- the baseline: output_attentions=True on an eager model, numpy on the maps ---------------------------------
 
 def eager_statistics(model, token_ids: list[int]) -> dict[str, np.ndarray]:
-    """The same statistics from the maps an eager model returns with ``output_attentions=True``, one document,
-    plain numpy: ``{name: (layers, heads)}`` plus the peak fields. The reference of the tests and the benchmark;
-    the model may sit on any device (the maps come back to the host)."""
+    """The same statistics from the maps an eager model returns with ``output_attentions=True``,
+    one document: ``head_statistics.reference`` of each layer, ``{name: (layers, heads)}`` plus the
+    peak fields. The baseline of the tests and the benchmark; the model may sit on any device (the
+    maps come back to the host)."""
     device = next(model.parameters()).device
     ids = torch.tensor([token_ids], device=device)
     with torch.inference_mode():
         output = model(input_ids=ids, output_attentions=True, use_cache=False)
     precision = torch.float64 if output.attentions[0].dtype == torch.float64 else torch.float32
-    maps = [layer[0].to(precision).cpu().numpy() for layer in output.attentions]  # (H, n, n) per layer
-    n = len(token_ids)
-    tokens = np.asarray(token_ids)
-    targets = np.zeros((n, n), dtype=bool)  # [q, t]: t ≥ 1, t < q and token t−1 == token q
-    targets[:, 1:] = tokens[None, :-1] == tokens[:, None]
-    targets &= np.tri(n, n, -1, dtype=bool)
-    has_target = targets.any(-1)
-    distance = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :]).astype(maps[0].dtype)  # (q, k) tokens
-    rows = np.arange(n)
-    out = {name: [] for name in FIELDS}
-    for weights in maps:
-        out["entropy_bits"].append(-(weights * np.log2(np.where(weights > 0, weights, 1))).sum(-1).mean(-1))
-        out["mean_distance"].append((weights * distance).sum(-1).mean(-1))
-        out["first_token"].append(weights[:, :, 0].mean(-1))
-        out["previous_token"].append(weights[:, rows[1:], rows[:-1]].mean(-1) if n > 1
-                                     else np.zeros(weights.shape[0], weights.dtype))
-        out["diagonal"].append(weights[:, rows, rows].mean(-1))
-        out["max_weight"].append(weights.max(-1).mean(-1))
-        if has_target.any():
-            out["induction"].append((weights * targets).sum(-1)[:, has_target].mean(-1))
-        else:
-            out["induction"].append(np.full(weights.shape[0], np.nan))
-        masked = weights.copy()
-        masked[:, :, 0] = -1
-        masked[:, np.arange(n), np.arange(n)] = -1
-        future = np.triu(np.ones((n, n), dtype=bool), 1)
-        if not weights[:, future].any():  # a causal model: future keys are not seen (an encoder sees them all)
-            masked[:, future] = -1
-        flat = masked.reshape(weights.shape[0], -1)
-        index = flat.argmax(-1)
-        value = flat.max(-1)
-        out["peak_value"].append(np.where(value >= 0, value, np.nan))
-        out["peak_query"].append(np.where(value >= 0, index // n, -1))
-        out["peak_key"].append(np.where(value >= 0, index % n, -1))
-    return {name: np.asarray(values) for name, values in out.items()}
+    layers = [head_statistics.reference(layer[0].to(precision).cpu().numpy(), token_ids=token_ids,
+                                        names=head_statistics.CORPUS)
+              for layer in output.attentions]  # (H, n, n) per layer
+    return {name: np.stack([layer[name] for layer in layers]) for name in FIELDS}

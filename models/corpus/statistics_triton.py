@@ -28,7 +28,15 @@ import os
 import torch
 
 from models.core import tiles_triton
-from models.core.tiles_triton import tl, triton
+from models.core.triton_blocks import (
+    key_range,
+    load_block,
+    online_step,
+    row_normaliser,
+    tl,
+    triton,
+    visible,
+)
 
 FIELDS = 7  # per (document, head): Σ-means of p ln p, distance, first key, diagonal, max weight, previous; induction
 ROW_BITS = 2**31 - 1
@@ -51,15 +59,11 @@ def _statistics_kernel(Q, K, IDS, LENGTHS, ACC, PEAK, PEAK_KEY,
         row_ok = rows < length
         dims = tl.arange(0, BLOCK_D)
         dim_ok = dims < head_dim
-        q = tl.load(Q + b.to(tl.int64) * stride_qb + head.to(tl.int64) * stride_qh
-                    + rows.to(tl.int64)[:, None] * stride_qm + dims[None, :] * stride_qd,
-                    mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
-        if UPCAST:
-            q = q.to(tl.float32)
+        q = load_block(Q, b, head, rows, row_ok, dims, dim_ok, stride_qb, stride_qh, stride_qm,
+                       stride_qd, UPCAST)
         row_ids = tl.load(IDS + b.to(tl.int64) * stride_ib + rows, mask=row_ok, other=-1)
-        hi = length
-        if CAUSAL:
-            hi = tl.minimum(hi, first_row + BLOCK_M)
+        # right padding: document b's keys are 0..length − 1, no offset, no window
+        lo, hi = key_range(first_row, first_row + BLOCK_M - 1, 0, length, 0, 0, CAUSAL, False)
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         ps_i = tl.zeros([BLOCK_M], tl.float32)
@@ -73,19 +77,13 @@ def _statistics_kernel(Q, K, IDS, LENGTHS, ACC, PEAK, PEAK_KEY,
         previous_n = tl.zeros([BLOCK_M], tl.float32)
         peak_s = tl.full([BLOCK_M], float("-inf"), tl.float32)
         peak_key = tl.zeros([BLOCK_M], tl.int32)
-        for start in range(0, hi, BLOCK_N):
+        for start in range(lo, hi, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
             col_ok = cols < hi
-            k = tl.load(K + b.to(tl.int64) * stride_kb + (head // group).to(tl.int64) * stride_kh
-                        + cols.to(tl.int64)[:, None] * stride_kn + dims[None, :] * stride_kd,
-                        mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
-            if UPCAST:
-                k = k.to(tl.float32)
+            k = load_block(K, b, head // group, cols, col_ok, dims, dim_ok, stride_kb, stride_kh,
+                           stride_kn, stride_kd, UPCAST)
             s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2  # (BLOCK_M, BLOCK_N), base 2
-            relative = cols[None, :] - rows[:, None]
-            seen = row_ok[:, None] & col_ok[None, :]
-            if CAUSAL:
-                seen = seen & (relative <= 0)
+            seen, relative = visible(rows, row_ok, cols, col_ok, 0, length, 0, 0, CAUSAL, False)
             # the three cells read as they are (each is in exactly one block of the row)
             first_cell = seen & (cols[None, :] == 0)
             diagonal_cell = seen & (relative == 0)
@@ -106,22 +104,12 @@ def _statistics_kernel(Q, K, IDS, LENGTHS, ACC, PEAK, PEAK_KEY,
             # induction targets: key j (1 <= j < i) whose previous token is query i's token
             previous_ids = tl.load(IDS + b.to(tl.int64) * stride_ib + cols - 1, mask=col_ok & (cols >= 1), other=-2)
             target = seen & (cols[None, :] >= 1) & (relative < 0) & (previous_ids[None, :] == row_ids[:, None])
-            # the online softmax
-            s_seen = tl.where(seen, s, 0.0)
-            s = tl.where(seen, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp2(m_i - m_safe)  # 0 while the row has seen nothing (m_i = −inf)
-            p = tl.exp2(s - m_safe[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            ps_i = ps_i * alpha + tl.sum(p * s_seen, 1)
-            distance = tl.where(relative < 0, -relative, relative).to(tl.float32)
-            pd_i = pd_i * alpha + tl.sum(p * distance, 1)
+            m_i, l_i, ps_i, pd_i, p, alpha = online_step(m_i, l_i, ps_i, pd_i, s, seen, relative,
+                                                         True)
             pt_i = pt_i * alpha + tl.sum(tl.where(target, p, 0.0), 1)
-            m_i = m_new
-        has = row_ok & (l_i > 0)
-        safe_l = tl.where(has, l_i, 1.0)
-        lse2 = tl.where(has, m_i + tl.log2(safe_l), 0.0)  # the row's normaliser, base 2
+        has, safe_l, lse2 = row_normaliser(m_i, l_i)
+        has = row_ok & has
+        lse2 = tl.where(has, lse2, 0.0)  # the row's normaliser, base 2
         weight = tl.where(has, 1.0 / length.to(tl.float32), 0.0)  # a mean over the document's real queries
         plogp = 0.6931471805599453 * (ps_i / safe_l - lse2)  # Σ p ln p
         first = tl.where(first_n > 0, tl.exp2(first_s - lse2), 0.0)

@@ -54,7 +54,8 @@ def statistic_map(summary: CorpusSummary, statistic: str = "entropy_bits",
     values = np.nan_to_num(summary.mean[statistic], nan=0.0)
     chart = head_statistic_chart(values, STATISTICS[statistic], selected)
     info = summary.info
-    return Figure(_slug("corpus", info.model, info.corpus, statistic), chart=chart, table=summary.heads_table,
+    return Figure(_slug("corpus", info.model, info.corpus, statistic), chart=chart, width="stretch",
+                  table=summary.heads_table,
                   payload=lambda: heads_payload(summary),
                   arrays=lambda: {f"{name}_mean": summary.mean[name] for name in STATISTICS}
                   | {f"{name}_std": summary.spread[name] for name in STATISTICS},
