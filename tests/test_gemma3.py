@@ -3,6 +3,7 @@ on a tiny random Gemma 3 (cheap) and on the packaged Gemma 3 270M's real weights
 first conversion, about a minute, happens once per machine and CI run, in the local cache)."""
 from __future__ import annotations
 
+import copy
 import hashlib
 
 import numpy as np
@@ -153,9 +154,16 @@ def test_gemma3_270m_local_heads_stop_512_tokens_back(gemma, gemma_eager):
     n = len(result.tokens)
     assert 512 < n <= causal_lm.LONG_SAMPLE_TOKENS and not result.notices
     maps = result.maps("self")
-    reference = _eager_maps(gemma_eager, list(result.token_ids))
+    ids = list(result.token_ids)
+    reference = _eager_maps(gemma_eager, ids)
     worst = max(float(np.abs(maps.layer(i) - reference[i]).max()) for i in range(18))
-    assert worst < 1e-5, worst
+    # float32's own rounding over 768 tokens: 9e-6 on one CPU's GEMM kernels, 2.9e-5 on another's (an
+    # AMX Xeon), for eager too. The bound that holds everywhere: no further from the float64 run than
+    # float32 eager is (and never far from it)
+    exact = _eager_maps(copy.deepcopy(gemma_eager).double(), ids)
+    ours = max(float(np.abs(maps.layer(i) - exact[i]).max()) for i in range(18))
+    theirs = max(float(np.abs(reference[i] - exact[i]).max()) for i in range(18))
+    assert ours <= 1.5 * theirs + 1e-6 and worst < 1e-4, (ours, theirs, worst)
     local, full = maps.row(4, None, n - 1), maps.row(5, None, n - 1)
     assert (local[:n - 512] == 0).all() and (local[n - 512:] > 0).all()
     assert (full > 0).all()
