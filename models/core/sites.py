@@ -196,8 +196,8 @@ def _attention_site(block: nn.Module, attention: nn.Module, kind: str, layer: in
 
 
 def _asked(model: nn.Module, getter: str) -> nn.Module | None:
-    """The module ``model.<getter>()`` names; None where the class has none or refuses to say (CLIP's
-    image classifier raises NotImplementedError)."""
+    """The module ``model.<getter>()`` names; None where the class has none or refuses to say
+    (CLIP's image classifier raises NotImplementedError)."""
     try:
         return getattr(model, getter)() if hasattr(model, getter) else None
     except NotImplementedError:
@@ -207,7 +207,8 @@ def _asked(model: nn.Module, getter: str) -> nn.Module | None:
 def _find(model: nn.Module) -> Sites:
     config = getattr(model, "config", None)
     base = getattr(model, "base_model", model)
-    embeddings, unembedding = _asked(model, "get_input_embeddings"), _asked(model, "get_output_embeddings")
+    embeddings = _asked(model, "get_input_embeddings")
+    unembedding = _asked(model, "get_output_embeddings")
     encoder, decoder = getattr(base, "encoder", None), getattr(base, "decoder", None)
     attention: list[AttentionSite] = []
     if getattr(config, "is_encoder_decoder", False) and encoder is not None and decoder is not None:
