@@ -14,6 +14,7 @@ make a tiny model of it: the architecture is listed with the reason, not counted
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import sys
@@ -222,6 +223,7 @@ WITH_TEXT = ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
              "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES")
 
 
+@functools.cache  # every architecture's config made once, not once per lookup
 def _text_decoders() -> dict[str, str]:
     """{model type: the class the GPT page builds} for the ``WITH_TEXT`` models whose text decoder
     it draws."""
@@ -249,9 +251,8 @@ def _model_class(page: str, model_type: str):
     from transformers.models.auto import modeling_auto
 
     names = getattr(modeling_auto, PAGES[page])
-    if model_type not in names and page == "causal_lm":
-        return getattr(transformers, _text_decoders()[model_type]), _text_decoders()[model_type]
-    name = names[model_type]
+    borrowed = page == "causal_lm" and model_type not in names
+    name = _text_decoders()[model_type] if borrowed else names[model_type]
     name = name[0] if isinstance(name, (list, tuple)) else name
     return getattr(transformers, name, None), name
 
